@@ -1,0 +1,3 @@
+from fabtune.cli import main
+
+raise SystemExit(main())

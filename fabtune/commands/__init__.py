@@ -1,0 +1,9 @@
+"""One module per verb; each exposes one click command or group."""
+
+from __future__ import annotations
+
+import click
+
+from fabtune.commands.testbed import testbed
+
+COMMANDS: list[click.Command] = [testbed]

@@ -1,0 +1,1 @@
+"""The emulated node state, its tools, and the fabric model."""

@@ -1,0 +1,30 @@
+"""Seeded run-to-run noise: log-normal jitter plus occasional slow runs (cal §7).
+
+The draw depends only on (fabric seed, run index, stream), so the same inputs and run index give
+the same numbers and another run index gives other ones.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fabtune.sim.model import params as P
+
+
+def rng_for(seed: int, run_index: int, stream: int) -> np.random.Generator:
+    """Return the generator of one noise stream of one run."""
+    return np.random.default_rng(np.random.SeedSequence([seed & 0xFFFFFFFF, run_index, stream]))
+
+
+def factor(rng: np.random.Generator, cv: float) -> float:
+    """Return a multiplicative noise factor: exp(N(0, cv)), or a slow-run outlier."""
+    jitter = float(np.exp(rng.normal(0.0, cv)))
+    if rng.random() < P.OUTLIER_P:
+        return jitter * float(rng.uniform(*P.OUTLIER_RANGE))
+    return jitter
+
+
+def cv_for_size(size: int) -> float:
+    """Return the busbw CV for a message size: larger for 1-64 MiB (cal §7)."""
+    mid = 2**20 <= size <= 64 * 2**20
+    return P.CV_BUSBW * (P.CV_MIDSIZE_MULT if mid else 1.0)

@@ -1,0 +1,72 @@
+"""Which priority RoCE traffic travels in, whether that class is lossless, and whether DCQCN acts.
+
+Classification follows the hop-by-hop PFC contract (Guo'16, cal §3): a hop is lossless for a
+packet only when the sender queues it in priority p, the receiver of the hop classifies it to the
+same p, and both have PFC enabled on p (a pause for p must stop the queue the packet sits in).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from fabtune.sim.model.config import NicConfig, SwitchConfig
+from fabtune.sim.model.link import is_ib
+
+
+def nic_prio(nic: NicConfig, tos: int) -> int:
+    """Return the priority a NIC assigns to a RoCE packet with ToS ``tos``.
+
+    trust=dscp maps ``tos >> 2`` through dscp2prio; trust=pcp uses the VLAN PCP, and untagged
+    traffic lands in priority 0.
+    """
+    if nic.trust == "dscp":
+        return nic.dscp2prio[(tos >> 2) & 63]
+    return nic.vlan_pcp if nic.vlan_pcp is not None else 0
+
+
+def switch_prio(sw: SwitchConfig, tos: int, pcp: int | None) -> int:
+    """Return the switch priority of a packet (same rules as :func:`nic_prio`)."""
+    if sw.trust == "dscp":
+        return sw.dscp2prio[(tos >> 2) & 63]
+    return pcp if pcp is not None else 0
+
+
+@dataclasses.dataclass(frozen=True)
+class ClassPath:
+    """The class a RoCE flow's data and CNPs get from sender, switch and receiver."""
+
+    tx_prio: int
+    sw_prio: int
+    rx_prio: int
+    lossless: bool
+    dcqcn: bool
+    cnp_separate: bool
+
+
+def _cnp_class(sw: SwitchConfig, rx: NicConfig) -> int:
+    """Return the switch priority of the receiver's CNPs (DSCP cnp_dscp, PCP cnp_prio)."""
+    pcp = rx.cnp_prio if rx.vlan_pcp is not None else None
+    return switch_prio(sw, rx.cnp_dscp << 2, pcp)
+
+
+def class_path(tx: NicConfig, rx: NicConfig, sw: SwitchConfig, tos: int) -> ClassPath:
+    """Resolve the lossless class and DCQCN state of one RoCE flow from ``tx`` to ``rx``.
+
+    Args:
+        tx: the sending port.
+        rx: the receiving port.
+        sw: the switches between them.
+        tos: the IP ToS byte the sender puts on data packets.
+
+    Returns:
+        The priorities at each stage, losslessness, whether DCQCN closes its loop
+        (switch marks ECN on the class, receiver NP and sender RP enabled), and whether CNPs
+        travel in a class of their own.
+    """
+    if is_ib(tx):
+        return ClassPath(0, 0, 0, lossless=True, dcqcn=False, cnp_separate=True)
+    p_tx, p_rx = nic_prio(tx, tos), nic_prio(rx, tos)
+    p_sw = switch_prio(sw, tos, tx.vlan_pcp)
+    lossless = p_tx == p_sw == p_rx and tx.pfc[p_tx] and sw.pfc[p_sw] and rx.pfc[p_rx]
+    dcqcn = sw.ecn[p_sw] and rx.ecn_np[p_rx] and tx.ecn_rp[p_tx]
+    return ClassPath(p_tx, p_sw, p_rx, lossless, dcqcn, _cnp_class(sw, rx) != p_sw)

@@ -1,0 +1,355 @@
+"""Build, inspect and remove an emulated rack."""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fabtune.errors import ConfigError, TestbedError
+from fabtune.testbed import files, layout, system
+from fabtune.testbed.layout import Names
+from fabtune.testbed.spec import HostSpec, TestbedSpec, build_spec, spec_to_doc
+
+Progress = Callable[[str], None]
+REQUIRED = ("ip", "unshare", "mount", "pivot_root", "ssh-keygen", "ssh", "/usr/sbin/sshd")
+SSHD_WAIT_S = 30.0
+
+
+def _quiet(_: str) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class HostStatus:
+    """What ``testbed status`` reports per host."""
+
+    name: str
+    netns: bool
+    running: bool
+    ssh: bool
+    mgmt_ip: str
+
+
+def preflight() -> None:
+    """Refuse to start without root or the commands the testbed needs."""
+    if os.geteuid() != 0:
+        raise TestbedError("the testbed needs root (network, mount and PID namespaces)")
+    missing = [cmd for cmd in REQUIRED if shutil.which(cmd) is None]
+    if missing:
+        raise TestbedError(f"missing commands: {', '.join(missing)} (run scripts/install.sh)")
+
+
+def load_state(name: str) -> dict[str, Any] | None:
+    """The state of testbed ``name`` as ``up`` left it, or None."""
+    path = layout.testbed_dir(name) / "state.json"
+    try:
+        data: dict[str, Any] = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data
+
+
+def load_spec_of(name: str) -> TestbedSpec:
+    """The spec testbed ``name`` was built from."""
+    state = load_state(name)
+    if state is None:
+        raise TestbedError(f"no testbed named {name!r} (run 'fabtune testbed up')")
+    return build_spec(state["spec"], f"{layout.testbed_dir(name)}/state.json")
+
+
+def _check_subnet_free(spec: TestbedSpec) -> None:
+    ours = Names(spec.name).prefix
+    wanted = ipaddress.IPv4Network(f"{spec.subnet_base}.0.0/16")
+    for route in system.ip_json("-4", "route", "show"):
+        dst = route.get("dst", "")
+        if dst in ("default", "") or str(route.get("dev", "")).startswith(ours):
+            continue
+        if ipaddress.IPv4Network(dst if "/" in dst else f"{dst}/32", strict=False).overlaps(wanted):
+            raise ConfigError(
+                "testbed spec",
+                [
+                    f"subnet_base: {spec.subnet_base!r} overlaps the route {dst} on {route.get('dev')}; "
+                    "choose another (e.g. 10.124)"
+                ],
+            )
+
+
+def _make_bridges(spec: TestbedSpec, names: Names) -> None:
+    bridges = [names.mgmt_bridge] + [names.rail_bridge(r) for r in range(spec.nics_per_host)]
+    for bridge in bridges:
+        system.ip("link", "add", bridge, "type", "bridge")
+        system.ip("link", "set", bridge, "up")
+    prefix = spec.mgmt_network.prefixlen
+    system.ip("addr", "add", f"{layout.controller_ip(spec)}/{prefix}", "dev", names.mgmt_bridge)
+
+
+def _veth(outer: str, inner: str, netns: str, bridge: str) -> None:
+    system.ip("link", "add", outer, "type", "veth", "peer", "name", inner, "netns", netns)
+    system.ip("link", "set", outer, "master", bridge, "up")
+
+
+def _make_host_net(spec: TestbedSpec, names: Names, host: HostSpec) -> None:
+    ns = names.netns(host.name)
+    system.ip("netns", "add", ns)
+    system.ip("link", "set", "lo", "up", netns=ns)
+    _veth(names.mgmt_veth(host), "eth0", ns, names.mgmt_bridge)
+    system.ip(
+        "addr", "add", f"{layout.mgmt_ip(spec, host)}/{spec.mgmt_network.prefixlen}", "dev", "eth0", netns=ns
+    )
+    system.ip("link", "set", "eth0", "up", netns=ns)
+    for rail in range(spec.nics_per_host):
+        dev = layout.nic_netdev(spec, rail)
+        _veth(names.rail_veth(host, rail), dev, ns, names.rail_bridge(rail))
+        system.ip(
+            "link", "set", dev, "address", layout.mac(host, rail), "mtu", str(host.initial["mtu"]), netns=ns
+        )
+        system.ip(
+            "addr",
+            "add",
+            f"{layout.rail_ip(spec, host, rail)}/{spec.rail_network(rail).prefixlen}",
+            "dev",
+            dev,
+            netns=ns,
+        )
+        system.ip("link", "set", dev, "up", netns=ns)
+    system.ip("route", "add", "default", "via", layout.controller_ip(spec), netns=ns, check=False)
+
+
+def _start_host(spec: TestbedSpec, names: Names, host: HostSpec, tb_dir: Path) -> int:
+    host_dir = tb_dir / "hosts" / host.name
+    log = (host_dir / "init.log").open("w")
+    argv = [
+        "ip",
+        "netns",
+        "exec",
+        names.netns(host.name),
+        "unshare",
+        "--mount",
+        "--uts",
+        "--pid",
+        "--fork",
+        "--propagation",
+        "private",
+        "--kill-child",
+        "--",
+        sys.executable,
+        "-m",
+        "fabtune.testbed.hostinit",
+        str(host_dir),
+        host.name,
+    ]
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    log.close()
+    return proc.pid
+
+
+def _ssh_open(address: str) -> bool:
+    try:
+        with socket.create_connection((address, 22), timeout=0.5) as sock:
+            return sock.recv(4).startswith(b"SSH-")
+    except OSError:
+        return False
+
+
+def _wait_for_sshd(spec: TestbedSpec, tb_dir: Path) -> None:
+    deadline = time.monotonic() + SSHD_WAIT_S
+    pending = {h.name: layout.mgmt_ip(spec, h) for h in spec.hosts}
+    while pending and time.monotonic() < deadline:
+        pending = {n: a for n, a in pending.items() if not _ssh_open(a)}
+        if pending:
+            time.sleep(0.1)
+    if pending:
+        logs = "; ".join(f"{n}: {_tail(tb_dir / 'hosts' / n / 'init.log')}" for n in sorted(pending))
+        raise TestbedError(
+            f"sshd did not start on {', '.join(sorted(pending))} within {SSHD_WAIT_S:.0f} s ({logs})"
+        )
+
+
+def _tail(path: Path) -> str:
+    try:
+        lines = path.read_text().strip().splitlines()
+    except OSError:
+        return "no log"
+    return lines[-1] if lines else "empty log"
+
+
+def _write_state(spec: TestbedSpec, tb_dir: Path, pids: dict[str, int]) -> None:
+    state = {"version": 1, "spec": spec_to_doc(spec), "pids": pids, "created": time.time()}
+    tmp = tb_dir / "state.json.tmp"
+    tmp.write_text(json.dumps(state, indent=2))
+    tmp.replace(tb_dir / "state.json")
+
+
+def healthy(spec: TestbedSpec) -> bool:
+    """Whether every host of ``spec`` is up and answering SSH."""
+    return all(s.netns and s.running and s.ssh for s in status(spec.name))
+
+
+def up(spec: TestbedSpec, progress: Progress = _quiet) -> Path:
+    """Build the rack ``spec`` describes (or keep it, when it is already up and identical).
+
+    A half-built or stale testbed of the same name is removed first.
+
+    Returns:
+        The testbed directory.
+
+    Raises:
+        TestbedError: when something cannot be built; whatever was built is removed again.
+    """
+    preflight()
+    tb_dir = layout.testbed_dir(spec.name)
+    state = load_state(spec.name)
+    if state is not None and state.get("spec") == spec_to_doc(spec) and healthy(spec):
+        progress("already up")
+        return tb_dir
+    if state is not None or leftovers(spec.name):
+        progress("removing a stale testbed of the same name")
+        down(spec.name)
+    _check_subnet_free(spec)
+    try:
+        _build(spec, tb_dir, progress)
+    except BaseException:
+        down(spec.name)
+        raise
+    return tb_dir
+
+
+def _build(spec: TestbedSpec, tb_dir: Path, progress: Progress) -> None:
+    names = Names(spec.name)
+    tb_dir.mkdir(parents=True, exist_ok=True)
+    keys = files.make_keys(spec, tb_dir)
+    _make_bridges(spec, names)
+    pids: dict[str, int] = {}
+    _write_state(spec, tb_dir, pids)
+    for host in spec.hosts:
+        progress(f"host {host.name}")
+        _make_host_net(spec, names, host)
+        files.populate_host(spec, host, tb_dir, keys)
+        pids[host.name] = _start_host(spec, names, host, tb_dir)
+    _write_state(spec, tb_dir, pids)
+    progress("waiting for sshd")
+    _wait_for_sshd(spec, tb_dir)
+    files.write_inventory(spec, tb_dir)
+
+
+def status(name: str) -> list[HostStatus]:
+    """Per-host status of testbed ``name`` (empty when it does not exist)."""
+    state = load_state(name)
+    if state is None:
+        return []
+    spec = build_spec(state["spec"])
+    names = Names(name)
+    present = set(system.netns_list())
+    return [
+        HostStatus(
+            name=h.name,
+            netns=names.netns(h.name) in present,
+            running=_alive(state.get("pids", {}).get(h.name)),
+            ssh=_ssh_open(layout.mgmt_ip(spec, h)),
+            mgmt_ip=layout.mgmt_ip(spec, h),
+        )
+        for h in spec.hosts
+    ]
+
+
+def _alive(pid: object) -> bool:
+    if not isinstance(pid, int):
+        return False
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    return Path(f"/proc/{pid}/stat").exists() and " Z " not in Path(f"/proc/{pid}/stat").read_text()
+
+
+def _kill_netns(netns: str) -> list[int]:
+    proc = system.ip("netns", "pids", netns, check=False)
+    pids = [int(p) for p in proc.stdout.split()]
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    return pids
+
+
+def _wait_gone(pids: list[int], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while any(Path(f"/proc/{p}").exists() for p in pids) and time.monotonic() < deadline:
+        for pid in pids:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
+        time.sleep(0.05)
+
+
+def down(name: str) -> None:
+    """Remove testbed ``name``: processes, namespaces, links, files. Works on half-built testbeds too.
+
+    Raises:
+        TestbedError: when something of it is still there afterwards.
+    """
+    names = Names(name)
+    state = load_state(name) or {}
+    killed: list[int] = []
+    for pid in state.get("pids", {}).values():
+        if _alive(pid):
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+    for netns in [n for n in system.netns_list() if n.startswith(names.netns_prefix)]:
+        killed += _kill_netns(netns)
+    _wait_gone(killed)
+    for netns in [n for n in system.netns_list() if n.startswith(names.netns_prefix)]:
+        system.ip("netns", "del", netns)
+    for link in [n for n in system.link_names() if n.startswith(names.prefix)]:
+        system.ip("link", "del", link, check=False)
+    shutil.rmtree(layout.testbed_dir(name), ignore_errors=True)
+    left = leftovers(name)
+    if left:
+        raise TestbedError(f"testbed {name!r} not fully removed: {'; '.join(left)}")
+
+
+def leftovers(name: str) -> list[str]:
+    """Everything of testbed ``name`` that exists: namespaces, links, processes, mounts, files."""
+    names = Names(name)
+    tb_dir = layout.testbed_dir(name)
+    found = [f"netns {n}" for n in system.netns_list() if n.startswith(names.netns_prefix)]
+    found += [f"link {n}" for n in system.link_names() if n.startswith(names.prefix)]
+    found += [f"process {pid}" for pid in _processes_using(tb_dir)]
+    found += [f"mount {m}" for m in _mounts_under(tb_dir)]
+    if tb_dir.exists():
+        found.append(f"directory {tb_dir}")
+    return found
+
+
+def _processes_using(tb_dir: Path) -> list[int]:
+    needle = str(tb_dir).encode()
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if needle in cmdline:
+            pids.append(int(proc.name))
+    return pids
+
+
+def _mounts_under(tb_dir: Path) -> list[str]:
+    prefix = str(tb_dir)
+    return [
+        line.split()[4]
+        for line in Path("/proc/self/mountinfo").read_text().splitlines()
+        if line.split()[4].startswith(prefix)
+    ]

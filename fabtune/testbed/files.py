@@ -1,0 +1,168 @@
+"""Files of a testbed: SSH keys, known_hosts, each host's root additions, the Ansible inventory."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from fabtune.testbed import layout, system
+from fabtune.testbed.spec import HostSpec, TestbedSpec
+
+# Where the real packages put each tool (mlnx-tools, infiniband-diags, rdma-core, iproute2,
+# ethtool, nvidia driver): the emulated tools replace them at the same paths inside each host.
+TOOL_PATHS = {
+    "mlnx_qos": "/usr/bin/mlnx_qos",
+    "dcb": "/usr/sbin/dcb",
+    "ibdev2netdev": "/usr/bin/ibdev2netdev",
+    "show_gids": "/usr/sbin/show_gids",
+    "ibstat": "/usr/sbin/ibstat",
+    "ibstatus": "/usr/sbin/ibstatus",
+    "ibv_devinfo": "/usr/bin/ibv_devinfo",
+    "nvidia-smi": "/usr/bin/nvidia-smi",
+    "ethtool": "/usr/sbin/ethtool",
+    "cma_roce_tos": "/usr/sbin/cma_roce_tos",
+    "cma_roce_mode": "/usr/sbin/cma_roce_mode",
+    "sminfo": "/usr/sbin/sminfo",
+}
+
+SSHD_CONFIG = """\
+# sshd of an emulated fabtune testbed host (written by fabtune testbed up)
+Port 22
+HostKey /etc/ssh/ssh_host_ed25519_key
+PermitRootLogin prohibit-password
+PubkeyAuthentication yes
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UsePAM no
+AuthorizedKeysFile .ssh/authorized_keys
+PidFile none
+MaxStartups 200:30:400
+MaxSessions 64
+AcceptEnv LANG LC_* NCCL_* OMPI_*
+LogLevel ERROR
+Subsystem sftp /usr/lib/openssh/sftp-server
+"""
+
+
+@dataclass(frozen=True)
+class Keys:
+    """The testbed's client key and each host's public host key."""
+
+    private: Path
+    public: str
+    host_public: dict[str, str]
+
+
+def _keygen(path: Path, comment: str) -> str:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    system.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)])
+    return path.with_suffix(".pub").read_text().strip()
+
+
+def make_keys(spec: TestbedSpec, tb_dir: Path) -> Keys:
+    """Generate the client key and one host key per host; write known_hosts."""
+    ssh_dir = tb_dir / "ssh"
+    public = _keygen(ssh_dir / "id_ed25519", f"fabtune-testbed-{spec.name}")
+    hosts: dict[str, str] = {}
+    for host in spec.hosts:
+        key = tb_dir / "hosts" / host.name / "upper/etc/ssh/ssh_host_ed25519_key"
+        hosts[host.name] = _keygen(key, f"root@{host.name}")
+    keys = Keys(ssh_dir / "id_ed25519", public, hosts)
+    (ssh_dir / "known_hosts").write_text(known_hosts(spec, keys))
+    return keys
+
+
+def known_hosts(spec: TestbedSpec, keys: Keys) -> str:
+    """known_hosts lines: each host by name and management address."""
+    lines = []
+    for host in spec.hosts:
+        key = " ".join(keys.host_public[host.name].split()[:2])
+        lines.append(f"{host.name},{layout.mgmt_ip(spec, host)} {key}")
+    return "\n".join(lines) + "\n"
+
+
+def _etc_hosts(spec: TestbedSpec) -> str:
+    lines = ["127.0.0.1\tlocalhost", "::1\tlocalhost ip6-localhost ip6-loopback"]
+    lines += [f"{layout.mgmt_ip(spec, h)}\t{h.name}" for h in spec.hosts]
+    return "\n".join(lines) + "\n"
+
+
+def _write(path: Path, text: str, mode: int = 0o644) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    path.chmod(mode)
+
+
+def _install_tools(upper: Path) -> None:
+    for name, dest in TOOL_PATHS.items():
+        launcher = f"#!{sys.executable}\nfrom fabtune.sim.tools import run\nrun({name!r})\n"
+        _write(upper / dest.lstrip("/"), launcher, 0o755)
+
+
+def _root_ssh(upper: Path, spec: TestbedSpec, keys: Keys) -> None:
+    ssh = upper / "root/.ssh"
+    ssh.mkdir(parents=True, exist_ok=True)
+    ssh.chmod(0o700)
+    _write(ssh / "authorized_keys", keys.public + "\n", 0o600)
+    _write(ssh / "id_ed25519", keys.private.read_text(), 0o600)
+    _write(ssh / "id_ed25519.pub", keys.public + "\n")
+    _write(ssh / "known_hosts", known_hosts(spec, keys))
+
+
+def populate_host(spec: TestbedSpec, host: HostSpec, tb_dir: Path, keys: Keys) -> None:
+    """Write what makes the host a GPU node: /etc files, SSH, emulated tools and hardware."""
+    from fabtune.sim.node import provision  # the emulated hardware (sysfs, configfs, DCB state)
+
+    host_dir = tb_dir / "hosts" / host.name
+    upper = host_dir / "upper"
+    for sub in ("work", "merged", "sys/class", "configfs", "emu"):
+        (host_dir / sub).mkdir(parents=True, exist_ok=True)
+    _write(upper / "etc/hostname", host.name + "\n")
+    _write(upper / "etc/hosts", _etc_hosts(spec))
+    _write(upper / "etc/ssh/sshd_config", SSHD_CONFIG)
+    _root_ssh(upper, spec, keys)
+    _install_tools(upper)
+    node = layout.node_description(spec, host)
+    provision(host_dir, node, host.initial)
+    (host_dir / "node.json").write_text(json.dumps(node, indent=2))
+
+
+def inventory(spec: TestbedSpec, tb_dir: Path) -> dict[str, object]:
+    """The Ansible inventory of the testbed (groups: rack, fabric type, subnet managers)."""
+    ssh_args = (
+        f"-o UserKnownHostsFile={tb_dir / 'ssh/known_hosts'} -o StrictHostKeyChecking=yes "
+        "-o ControlMaster=auto -o ControlPersist=60s"
+    )
+    hosts = {h.name: {"ansible_host": layout.mgmt_ip(spec, h)} for h in spec.hosts}
+    children: dict[str, object] = {
+        f"rack_{spec.name}": {"hosts": hosts},
+        spec.fabric: {"children": {f"rack_{spec.name}": {}}},
+    }
+    if spec.sm is not None:
+        children["subnet_managers"] = {"hosts": {spec.sm.host: {}}}
+    return {
+        "all": {
+            "vars": {
+                "ansible_user": "root",
+                "ansible_connection": "ssh",
+                "ansible_ssh_private_key_file": str(tb_dir / "ssh/id_ed25519"),
+                "ansible_ssh_common_args": ssh_args,
+                "ansible_python_interpreter": "/usr/bin/python3",
+                "fabtune_fabric": spec.fabric,
+                "fabtune_testbed": spec.name,
+            },
+            "children": children,
+        }
+    }
+
+
+def write_inventory(spec: TestbedSpec, tb_dir: Path) -> Path:
+    """Write ``inventory.yml`` and return its path."""
+    path = tb_dir / "inventory.yml"
+    header = f"# Ansible inventory of fabtune testbed {spec.name!r} (generated by fabtune testbed up)\n"
+    path.write_text(header + yaml.safe_dump(inventory(spec, tb_dir), sort_keys=False))
+    return path

@@ -1,0 +1,103 @@
+"""PID 1 of an emulated host: builds its root and becomes its sshd.
+
+Started by the testbed builder as
+``ip netns exec NS unshare --mount --uts --pid --fork --propagation private --kill-child
+-- python -m fabtune.testbed.hostinit HOST_DIR HOSTNAME``: inside the host's network namespace and
+fresh mount, UTS and PID namespaces. Exits by exec'ing ``sshd -D``, which stays PID 1 of the host,
+so killing it removes every process of the host.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+# Classes the emulation owns; every other /sys/class entry points into a second, real sysfs mount.
+EMULATED_CLASSES = ("net", "infiniband")
+REAL_SYSFS = "/run/fabtune-sysfs"
+
+
+def _mount(*argv: str) -> None:
+    subprocess.run(["mount", *argv], check=True)
+
+
+def _link_real_netdevs(merged: Path, class_dir: Path) -> None:
+    """Give each real netdev of this netns a /sys/class/net entry of symlinks to its kernel files."""
+    real_net = merged / "sys/class/net"
+    for dev in sorted(real_net.iterdir()):
+        target = Path("/sys") / os.path.relpath(dev.resolve(), merged / "sys")
+        own = class_dir / "net" / dev.name
+        own.mkdir(parents=True, exist_ok=True)
+        for entry in sorted(p.name for p in dev.resolve().iterdir()):
+            link = own / entry
+            if not link.exists() and not link.is_symlink():
+                link.symlink_to(target / entry)
+
+
+def _link_real_entries(merged: Path, own: Path, sub: str, skip: tuple[str, ...]) -> None:
+    """Point every entry of the real /sys/SUB that the emulation does not own into the real sysfs."""
+    for entry in sorted(p.name for p in (merged / "sys" / sub).iterdir()):
+        link = own / entry
+        if entry not in skip and not link.is_symlink():
+            link.symlink_to(f"{REAL_SYSFS}/{sub}/{entry}")
+
+
+def _mount_root(host_dir: Path) -> Path:
+    merged = host_dir / "merged"
+    _mount(
+        "-t",
+        "overlay",
+        "overlay",
+        "-o",
+        f"lowerdir=/,upperdir={host_dir / 'upper'},workdir={host_dir / 'work'}",
+        str(merged),
+    )
+    _mount("-t", "proc", "proc", str(merged / "proc"))
+    _mount("-t", "sysfs", "sysfs", str(merged / "sys"))
+    _mount("-t", "tmpfs", "-o", "mode=0755", "tmpfs", str(merged / "run"))
+    for sub in ("sshd", "fabtune-sysfs", "fabtune-oldroot"):
+        (merged / "run" / sub).mkdir()
+    _mount("-t", "sysfs", "sysfs", str(merged / REAL_SYSFS.lstrip("/")))
+    _mount("--rbind", "/dev", str(merged / "dev"))
+    _mount("-t", "tmpfs", "-o", "mode=1777", "tmpfs", str(merged / "dev/shm"))
+    _mount("-t", "tmpfs", "-o", "mode=1777", "tmpfs", str(merged / "tmp"))
+    return merged
+
+
+def _bind_emulation(host_dir: Path, merged: Path) -> None:
+    class_dir, kernel_dir = host_dir / "sys/class", host_dir / "sys/kernel"
+    (kernel_dir / "config").mkdir(parents=True, exist_ok=True)
+    _link_real_netdevs(merged, class_dir)
+    _link_real_entries(merged, class_dir, "class", EMULATED_CLASSES)
+    _link_real_entries(merged, kernel_dir, "kernel", ("config",))
+    _mount("--bind", str(class_dir), str(merged / "sys/class"))
+    _mount("--bind", str(kernel_dir), str(merged / "sys/kernel"))
+    _mount("--bind", str(host_dir / "configfs"), str(merged / "sys/kernel/config"))
+    emu = merged / "var/lib/fabtune-emu"
+    emu.mkdir(parents=True, exist_ok=True)
+    _mount("--bind", str(host_dir / "emu"), str(emu))
+
+
+def _enter(merged: Path) -> None:
+    os.chdir(merged)
+    subprocess.run(["pivot_root", ".", "run/fabtune-oldroot"], check=True)
+    os.chdir("/")
+    subprocess.run(["umount", "-l", "/run/fabtune-oldroot"], check=True)
+
+
+def main(argv: list[str]) -> None:
+    """Build the host's root, then exec sshd as the host's PID 1."""
+    host_dir, hostname = Path(argv[0]), argv[1]
+    socket.sethostname(hostname)
+    merged = _mount_root(host_dir)
+    _bind_emulation(host_dir, merged)
+    _enter(merged)
+    sys.stdout.flush()
+    os.execv("/usr/sbin/sshd", ["/usr/sbin/sshd", "-D", "-e", "-f", "/etc/ssh/sshd_config"])
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

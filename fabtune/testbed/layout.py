@@ -1,0 +1,132 @@
+"""Names, addresses and paths of a testbed: derived from the spec, never stored twice."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fabtune.testbed.spec import HostSpec, TestbedSpec
+
+GPU_MODEL = "NVIDIA H100 80GB HBM3"
+CPUS_PER_SOCKET = 48
+HOST_OFFSET = 10  # host N gets .N+10 on every subnet; .1 is the controller
+
+
+def fabtune_home() -> Path:
+    """Where fabtune keeps testbeds, runs and locks (``$FABTUNE_HOME``, default /var/lib/fabtune)."""
+    return Path(os.environ.get("FABTUNE_HOME", "/var/lib/fabtune"))
+
+
+def testbed_dir(name: str) -> Path:
+    """The directory of testbed ``name``."""
+    return fabtune_home() / "testbeds" / name
+
+
+@dataclass(frozen=True)
+class Names:
+    """Kernel object names of one testbed (interface names stay within 15 characters)."""
+
+    tb: str
+
+    @property
+    def prefix(self) -> str:
+        return f"ft{self.tb}"
+
+    def netns(self, host: str) -> str:
+        return f"ft-{self.tb}-{host}"
+
+    @property
+    def netns_prefix(self) -> str:
+        return f"ft-{self.tb}-"
+
+    @property
+    def mgmt_bridge(self) -> str:
+        return f"{self.prefix}m"
+
+    def rail_bridge(self, rail: int) -> str:
+        return f"{self.prefix}r{rail}"
+
+    def mgmt_veth(self, host: HostSpec) -> str:
+        return f"{self.prefix}{host.index:02d}m"
+
+    def rail_veth(self, host: HostSpec, rail: int) -> str:
+        return f"{self.prefix}{host.index:02d}r{rail}"
+
+
+def pci_bus(kind: str, index: int) -> int:
+    """A PCIe bus number per device: GPUs and NICs in pairs under one switch, as on HGX boards."""
+    return 0x18 + 0x10 * index + (0 if kind == "gpu" else 1)
+
+
+def nic_netdev(spec: TestbedSpec, rail: int) -> str:
+    """The netdev name of NIC ``rail``, as udev names it on a real node."""
+    bus = pci_bus("nic", rail)
+    return f"ibp{bus}s0" if spec.fabric == "ib" else f"enp{bus}s0np0"
+
+
+def mgmt_ip(spec: TestbedSpec, host: HostSpec) -> str:
+    return str(spec.mgmt_network.network_address + HOST_OFFSET + host.index)
+
+
+def rail_ip(spec: TestbedSpec, host: HostSpec, rail: int) -> str:
+    return str(spec.rail_network(rail).network_address + HOST_OFFSET + host.index)
+
+
+def controller_ip(spec: TestbedSpec) -> str:
+    return str(spec.mgmt_network.network_address + 1)
+
+
+def mac(host: HostSpec, rail: int) -> str:
+    return f"02:fa:b7:{host.index:02x}:{rail:02x}:01"
+
+
+def _nic(spec: TestbedSpec, host: HostSpec, rail: int) -> dict[str, Any]:
+    bus = pci_bus("nic", rail)
+    guid = f"0x{0xB83FD20300000000 + host.index * 0x100 + rail:016x}"
+    numa = host.nic_numa[rail]
+    return {
+        "dev": f"mlx5_{rail}",
+        "netdev": nic_netdev(spec, rail),
+        "link_layer": "InfiniBand" if spec.fabric == "ib" else "Ethernet",
+        "rate_gbps": spec.rate_gbps,
+        "fw": spec.firmware,
+        "bus_id": f"0000:{bus:02x}:00.0",
+        "numa": numa,
+        "pcie_switch": rail if numa == _home_numa(host, rail) else 100 + rail,
+        "mac": mac(host, rail),
+        "ipv4": rail_ip(spec, host, rail),
+        "prefix": spec.rail_network(rail).prefixlen,
+        "node_guid": guid,
+        "lid": host.index * 16 + rail + 1 if spec.fabric == "ib" else 0,
+        "sm_lid": 1 if spec.fabric == "ib" else 0,
+    }
+
+
+def _home_numa(host: HostSpec, rail: int) -> int:
+    """The socket NIC ``rail`` sits on when it is placed as designed (beside GPU ``rail``)."""
+    return host.gpu_numa[rail % host.gpus]
+
+
+def node_description(spec: TestbedSpec, host: HostSpec) -> dict[str, Any]:
+    """The emulated node's hardware (``node.json``), as :mod:`fabtune.sim.node` reads it."""
+    gpus = [
+        {
+            "index": g,
+            "model": GPU_MODEL,
+            "bus_id": f"0000:{pci_bus('gpu', g):02x}:00.0",
+            "numa": host.gpu_numa[g],
+            "pcie_switch": g,
+        }
+        for g in range(host.gpus)
+    ]
+    return {
+        "hostname": host.name,
+        "fabric": spec.fabric,
+        "sockets": host.sockets,
+        "cpus_per_socket": CPUS_PER_SOCKET,
+        "gpus": gpus,
+        "nvlink": "NV18" if host.gpus > 1 else None,
+        "nics": [_nic(spec, host, r) for r in range(spec.nics_per_host)],
+    }

@@ -1,0 +1,346 @@
+"""The testbed spec: what rack to emulate. Validated once, at load, with every error named."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from fabtune.errors import ConfigError
+
+NAME_RE = re.compile(r"^[a-z][a-z0-9]{0,5}$")
+FABRICS = ("roce", "ib")
+RATES_GBPS = (25, 50, 100, 200, 400, 800)
+MAX_HOSTS = 32
+PRIORITIES = 8
+
+# A fresh mlx5 port: trust pcp, no PFC, every priority in TC0... (see docs/testbed.md)
+DEFAULT_INITIAL: dict[str, Any] = {
+    "trust": "pcp",
+    "pfc": [0] * PRIORITIES,
+    "ecn_np": [1] * PRIORITIES,
+    "ecn_rp": [1] * PRIORITIES,
+    "cnp_dscp": 48,
+    "cnp_prio": 6,
+    "roce_tos": 0,
+    "roce_mode": 2,
+    "mtu": 1500,
+}
+
+
+@dataclass(frozen=True)
+class SwitchSpec:
+    """The emulated leaf/spine switches (not a host: the fabric model reads it)."""
+
+    pfc_priorities: tuple[int, ...] = (3,)
+    ecn_priorities: tuple[int, ...] = (3,)
+    trust: str = "dscp"
+    nodes_per_leaf: int = 32
+    oversubscription: float = 1.0
+
+
+@dataclass(frozen=True)
+class SmSpec:
+    """The InfiniBand subnet manager (ib fabrics only)."""
+
+    host: str
+    routing_engine: str = "minhop"
+    adaptive_routing: bool = False
+
+
+@dataclass(frozen=True)
+class HostSpec:
+    """One emulated GPU node."""
+
+    name: str
+    index: int
+    gpus: int
+    sockets: int
+    nic_numa: tuple[int, ...]
+    gpu_numa: tuple[int, ...]
+    initial: dict[str, Any] = field(hash=False, compare=False)
+
+
+@dataclass(frozen=True)
+class TestbedSpec:
+    """A whole emulated rack."""
+
+    __test__ = False
+    name: str
+    fabric: str
+    subnet_base: str
+    seed: int
+    rate_gbps: int
+    firmware: str
+    nics_per_host: int
+    hosts: tuple[HostSpec, ...]
+    switch: SwitchSpec
+    sm: SmSpec | None
+
+    def host(self, name: str) -> HostSpec:
+        """Return the host called ``name`` (raises KeyError)."""
+        for host in self.hosts:
+            if host.name == name:
+                return host
+        raise KeyError(name)
+
+    @property
+    def mgmt_network(self) -> ipaddress.IPv4Network:
+        """The management subnet (SSH, mpirun's out-of-band TCP)."""
+        return ipaddress.IPv4Network(f"{self.subnet_base}.0.0/24")
+
+    def rail_network(self, rail: int) -> ipaddress.IPv4Network:
+        """The subnet of rail ``rail`` (NIC i of every host)."""
+        return ipaddress.IPv4Network(f"{self.subnet_base}.{rail + 1}.0/24")
+
+
+class _Checker:
+    """Collects every problem of one document instead of stopping at the first."""
+
+    def __init__(self) -> None:
+        self.problems: list[str] = []
+
+    def add(self, path: str, value: object, why: str) -> None:
+        self.problems.append(f"{path}: {value!r} {why}")
+
+    def int_in(self, path: str, value: object, low: int, high: int) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            self.add(path, value, f"must be an integer from {low} to {high}")
+            return low
+        return value
+
+    def choice(self, path: str, value: object, choices: tuple[Any, ...]) -> Any:
+        if value not in choices:
+            self.add(path, value, f"must be one of {', '.join(map(str, choices))}")
+            return choices[0]
+        return value
+
+    def mapping(self, path: str, value: object, known: tuple[str, ...]) -> dict[str, Any]:
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            self.add(path, value, "must be a mapping")
+            return {}
+        for key in value:
+            if key not in known:
+                self.add(f"{path}.{key}", value[key], f"is not a known key (known: {', '.join(known)})")
+        return value
+
+    def int_list(self, path: str, value: object, length: int, low: int, high: int) -> list[int]:
+        if not isinstance(value, list) or len(value) != length:
+            self.add(path, value, f"must be a list of {length} integers")
+            return [low] * length
+        return [self.int_in(f"{path}[{i}]", v, low, high) for i, v in enumerate(value)]
+
+
+TOP_KEYS = (
+    "name",
+    "fabric",
+    "hosts",
+    "seed",
+    "subnet_base",
+    "gpus_per_host",
+    "nics_per_host",
+    "sockets",
+    "rate_gbps",
+    "firmware",
+    "initial",
+    "overrides",
+    "switch",
+    "sm",
+)
+INITIAL_KEYS = tuple(DEFAULT_INITIAL)
+OVERRIDE_KEYS = ("nic_numa", "initial")
+SWITCH_KEYS = ("pfc_priorities", "ecn_priorities", "trust", "nodes_per_leaf", "oversubscription")
+SM_KEYS = ("host", "routing_engine", "adaptive_routing")
+ROUTING_ENGINES = ("minhop", "updn", "dnup", "ftree", "lash", "dor", "dfsssp", "sssp", "ar_updn", "ar_ftree")
+
+
+def _check_initial(c: _Checker, path: str, raw: object, base: dict[str, Any]) -> dict[str, Any]:
+    data = c.mapping(path, raw, INITIAL_KEYS)
+    out = dict(base)
+    for key, value in data.items():
+        if key == "trust":
+            out[key] = c.choice(f"{path}.trust", value, ("pcp", "dscp"))
+        elif key in ("pfc", "ecn_np", "ecn_rp"):
+            out[key] = c.int_list(f"{path}.{key}", value, PRIORITIES, 0, 1)
+        elif key == "cnp_dscp":
+            out[key] = c.int_in(f"{path}.cnp_dscp", value, 0, 63)
+        elif key == "cnp_prio":
+            out[key] = c.int_in(f"{path}.cnp_prio", value, 0, 7)
+        elif key == "roce_tos":
+            out[key] = c.int_in(f"{path}.roce_tos", value, 0, 255)
+        elif key == "roce_mode":
+            out[key] = c.choice(f"{path}.roce_mode", value, (1, 2))
+        elif key == "mtu":
+            out[key] = c.int_in(f"{path}.mtu", value, 1280, 9216)
+    return out
+
+
+def _check_hosts(c: _Checker, doc: dict[str, Any]) -> list[str]:
+    count = c.int_in("hosts", doc.get("hosts"), 2, MAX_HOSTS)
+    return [f"h{i:02d}" for i in range(1, count + 1)]
+
+
+def _numa_of(index: int, count: int, sockets: int) -> int:
+    return index * sockets // max(count, 1)
+
+
+def _build_host(c: _Checker, doc: dict[str, Any], name: str, index: int) -> HostSpec:
+    gpus = c.int_in("gpus_per_host", doc.get("gpus_per_host", 4), 1, 8)
+    nics = c.int_in("nics_per_host", doc.get("nics_per_host", 4), 1, 8)
+    sockets = c.int_in("sockets", doc.get("sockets", 2), 1, 2)
+    base = _check_initial(c, "initial", doc.get("initial"), DEFAULT_INITIAL)
+    overrides = c.mapping("overrides", doc.get("overrides"), tuple(_check_hosts(_Checker(), doc)))
+    own = c.mapping(f"overrides.{name}", overrides.get(name), OVERRIDE_KEYS)
+    initial = _check_initial(c, f"overrides.{name}.initial", own.get("initial"), base)
+    nic_numa = [_numa_of(i, nics, sockets) for i in range(nics)]
+    moved = c.mapping(
+        f"overrides.{name}.nic_numa", own.get("nic_numa"), tuple(f"mlx5_{i}" for i in range(nics))
+    )
+    for dev, numa in moved.items():
+        nic_numa[int(dev.split("_")[1])] = c.int_in(f"overrides.{name}.nic_numa.{dev}", numa, 0, sockets - 1)
+    gpu_numa = tuple(_numa_of(i, gpus, sockets) for i in range(gpus))
+    return HostSpec(name, index, gpus, sockets, tuple(nic_numa), gpu_numa, initial)
+
+
+def _build_switch(c: _Checker, raw: object) -> SwitchSpec:
+    data = c.mapping("switch", raw, SWITCH_KEYS)
+    default = SwitchSpec()
+    prios = [
+        tuple(
+            c.int_in(f"switch.{key}[{i}]", p, 0, 7)
+            for i, p in enumerate(data.get(key, getattr(default, key)))
+        )
+        for key in ("pfc_priorities", "ecn_priorities")
+    ]
+    return SwitchSpec(
+        pfc_priorities=prios[0],
+        ecn_priorities=prios[1],
+        trust=c.choice("switch.trust", data.get("trust", default.trust), ("dscp", "pcp")),
+        nodes_per_leaf=c.int_in("switch.nodes_per_leaf", data.get("nodes_per_leaf", 32), 1, 256),
+        oversubscription=float(data.get("oversubscription", 1.0)),
+    )
+
+
+def _build_sm(c: _Checker, fabric: str, raw: object, hosts: list[str]) -> SmSpec | None:
+    data = c.mapping("sm", raw, SM_KEYS)
+    if fabric != "ib":
+        if data:
+            c.add("sm", raw, "is only valid with fabric: ib")
+        return None
+    host = c.choice("sm.host", data.get("host", hosts[0] if hosts else "h01"), tuple(hosts) or ("h01",))
+    engine = c.choice("sm.routing_engine", data.get("routing_engine", "minhop"), ROUTING_ENGINES)
+    ar = data.get("adaptive_routing", False)
+    if not isinstance(ar, bool):
+        c.add("sm.adaptive_routing", ar, "must be true or false")
+        ar = False
+    return SmSpec(host=host, routing_engine=engine, adaptive_routing=ar)
+
+
+def _check_subnet_base(c: _Checker, value: object) -> str:
+    text = str(value)
+    try:
+        net = ipaddress.IPv4Network(f"{text}.0.0/16")
+    except ValueError:
+        c.add("subnet_base", value, "must be the first two octets of a /16, e.g. '10.123'")
+        return "10.123"
+    if not net.is_private:
+        c.add("subnet_base", value, "must be a private range (the testbed never routes outside)")
+    return text
+
+
+def build_spec(doc: object, source: str = "testbed spec") -> TestbedSpec:
+    """Validate a spec document and build the typed spec.
+
+    Args:
+        doc: the parsed YAML document.
+        source: how to name the document in errors.
+
+    Returns:
+        The validated spec.
+
+    Raises:
+        ConfigError: listing every problem found.
+    """
+    c = _Checker()
+    data = c.mapping("(top level)", doc, TOP_KEYS) if doc is not None else {}
+    name = str(data.get("name", "fab"))
+    if not NAME_RE.match(name):
+        c.add("name", name, "must be 1-6 lowercase letters or digits, starting with a letter")
+    fabric = c.choice("fabric", data.get("fabric", "roce"), FABRICS)
+    host_names = _check_hosts(c, data)
+    hosts = tuple(_build_host(c, data, h, i) for i, h in enumerate(host_names, start=1))
+    spec = TestbedSpec(
+        name=name,
+        fabric=fabric,
+        subnet_base=_check_subnet_base(c, data.get("subnet_base", "10.123")),
+        seed=c.int_in("seed", data.get("seed", 1), 0, 2**31 - 1),
+        rate_gbps=c.choice("rate_gbps", data.get("rate_gbps", 400), RATES_GBPS),
+        firmware=str(data.get("firmware", "28.39.1002")),
+        nics_per_host=c.int_in("nics_per_host", data.get("nics_per_host", 4), 1, 8),
+        hosts=hosts,
+        switch=_build_switch(c, data.get("switch")),
+        sm=_build_sm(c, fabric, data.get("sm"), host_names),
+    )
+    if c.problems:
+        raise ConfigError(source, sorted(set(c.problems)))
+    return spec
+
+
+def load_spec(path: Path | None, overrides: dict[str, Any]) -> TestbedSpec:
+    """Read a spec file (or start from defaults) and apply command-line overrides."""
+    doc: dict[str, Any] = {}
+    source = "testbed spec (defaults)"
+    if path is not None:
+        try:
+            loaded = yaml.safe_load(path.read_text())
+        except (OSError, yaml.YAMLError) as err:
+            raise ConfigError(str(path), [f"cannot be read: {err}"]) from err
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError(str(path), [f"(top level): {type(loaded).__name__} must be a mapping"])
+        doc = loaded or {}
+        source = str(path)
+    doc.update({k: v for k, v in overrides.items() if v is not None})
+    return build_spec(doc, source)
+
+
+def spec_to_doc(spec: TestbedSpec) -> dict[str, Any]:
+    """The spec as a plain document (what ``state.json`` keeps; round-trips through build_spec)."""
+    doc: dict[str, Any] = {
+        "name": spec.name,
+        "fabric": spec.fabric,
+        "hosts": len(spec.hosts),
+        "seed": spec.seed,
+        "subnet_base": spec.subnet_base,
+        "gpus_per_host": spec.hosts[0].gpus,
+        "nics_per_host": spec.nics_per_host,
+        "sockets": spec.hosts[0].sockets,
+        "rate_gbps": spec.rate_gbps,
+        "firmware": spec.firmware,
+        "switch": {
+            "pfc_priorities": list(spec.switch.pfc_priorities),
+            "ecn_priorities": list(spec.switch.ecn_priorities),
+            "trust": spec.switch.trust,
+            "nodes_per_leaf": spec.switch.nodes_per_leaf,
+            "oversubscription": spec.switch.oversubscription,
+        },
+        "overrides": {
+            h.name: {
+                "initial": h.initial,
+                "nic_numa": {f"mlx5_{i}": n for i, n in enumerate(h.nic_numa)},
+            }
+            for h in spec.hosts
+        },
+    }
+    if spec.sm is not None:
+        doc["sm"] = {
+            "host": spec.sm.host,
+            "routing_engine": spec.sm.routing_engine,
+            "adaptive_routing": spec.sm.adaptive_routing,
+        }
+    return doc

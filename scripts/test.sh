@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# The whole test suite: lint, types, unit and testbed integration tests. Needs root (the testbed
+# builds network namespaces) and scripts/install.sh run first.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+.venv/bin/ruff check fabtune tests
+.venv/bin/mypy
+if [ -d roles ] && compgen -G "roles/*/tasks" >/dev/null; then
+    .venv/bin/ansible-lint --profile production roles playbooks
+fi
+.venv/bin/pytest -q "$@"
