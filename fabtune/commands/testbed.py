@@ -81,5 +81,5 @@ def inventory(name: str) -> None:
 @click.pass_context
 def ssh(ctx: click.Context, name: str, host: str, command: tuple[str, ...]) -> None:
     """Open a shell on HOST, or run COMMAND there."""
-    argv = ssh_argv(name, host, command, tty=not command and sys.stdin.isatty())
+    argv = ssh_argv(name, host, " ".join(command), tty=not command and sys.stdin.isatty())
     ctx.exit(subprocess.run(argv, check=False).returncode)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Sequence
 
 from fabtune.errors import TestbedError
@@ -9,8 +10,10 @@ from fabtune.testbed import layout
 from fabtune.testbed.build import load_spec_of
 
 
-def ssh_argv(name: str, host: str, command: Sequence[str] = (), *, tty: bool = False) -> list[str]:
+def ssh_argv(name: str, host: str, command: Sequence[str] | str = (), *, tty: bool = False) -> list[str]:
     """The ssh command line that reaches ``host`` of testbed ``name`` (strict host-key checking).
+
+    ``command`` is an argv list (quoted for the remote shell) or a shell string (sent as is, like ssh).
 
     Raises:
         TestbedError: when the testbed or the host does not exist.
@@ -38,5 +41,5 @@ def ssh_argv(name: str, host: str, command: Sequence[str] = (), *, tty: bool = F
         f"root@{layout.mgmt_ip(spec, target)}",
     ]
     if command:
-        argv += ["--", *command]
+        argv += ["--", command if isinstance(command, str) else shlex.join(command)]
     return argv

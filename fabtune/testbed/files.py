@@ -134,8 +134,7 @@ def populate_host(spec: TestbedSpec, host: HostSpec, tb_dir: Path, keys: Keys) -
 def inventory(spec: TestbedSpec, tb_dir: Path) -> dict[str, object]:
     """The Ansible inventory of the testbed (groups: rack, fabric type, subnet managers)."""
     ssh_args = (
-        f"-o UserKnownHostsFile={tb_dir / 'ssh/known_hosts'} -o StrictHostKeyChecking=yes "
-        "-o ControlMaster=auto -o ControlPersist=60s"
+        f"-o UserKnownHostsFile={tb_dir / 'ssh/known_hosts'} -o StrictHostKeyChecking=yes"
     )
     hosts = {h.name: {"ansible_host": layout.mgmt_ip(spec, h)} for h in spec.hosts}
     children: dict[str, object] = {

@@ -104,7 +104,14 @@ class MlnxQos:
 
 @dataclass
 class _Builder:
-    values: dict[str, object] = field(default_factory=dict)
+    dcbx_mode: str | None = None
+    trust: str | None = None
+    cable_len: int | None = None
+    buffer_sizes: tuple[int, ...] = ()
+    max_buffer_size: int | None = None
+    pfc_enabled: tuple[bool, ...] = ()
+    pfc_buffer: tuple[int, ...] = ()
+    recognised: bool = False
     dscp2prio: dict[int, list[int]] = field(default_factory=dict)
     last_prio: int | None = None
     tcs: list[MlnxQosTc] = field(default_factory=list)
@@ -126,7 +133,7 @@ def parse(text: str) -> MlnxQos:
     builder = _Builder()
     for number, line in enumerate(content_lines(text), start=1):
         _scan_line(builder, number, line)
-    if not builder.values and not builder.dscp2prio and not builder.tcs:
+    if not builder.recognised and not builder.dscp2prio and not builder.tcs:
         fail(
             TOOL,
             "no mlnx_qos output found (expected 'DCBX mode:', 'Priority trust state:', "
@@ -150,13 +157,16 @@ def _scan_line(builder: _Builder, number: int, line: str) -> None:
 
 def _scan_scalar(builder: _Builder, line: str) -> None:
     if match := _DCBX_RE.match(line):
-        builder.values["dcbx_mode"] = match["mode"]
+        builder.dcbx_mode = match["mode"]
     elif match := _TRUST_RE.match(line):
-        builder.values["trust"] = match["trust"]
+        builder.trust = match["trust"]
     elif match := _CABLE_RE.match(line):
-        builder.values["cable_len"] = int(match["len"])
+        builder.cable_len = int(match["len"])
     elif match := _BUFFER_RE.match(line):
         _buffers(builder, match["sizes"])
+    else:
+        return
+    builder.recognised = True
 
 
 def _tc(match: re.Match[str]) -> MlnxQosTc:
@@ -186,10 +196,11 @@ def _pfc_row(builder: _Builder, number: int, name: str, values: list[str]) -> No
     if len(values) != _PRIORITIES:
         fail(TOOL, f"line {number}: PFC '{name}' row has {len(values)} columns, expected 8")
     ints = tuple(int(v) for v in values)
+    builder.recognised = True
     if name == "enabled":
-        builder.values["pfc_enabled"] = tuple(v == 1 for v in ints)
+        builder.pfc_enabled = tuple(v == 1 for v in ints)
     elif name == "buffer":
-        builder.values["pfc_buffer"] = ints
+        builder.pfc_buffer = ints
     elif ints != tuple(range(_PRIORITIES)):
         fail(TOOL, f"line {number}: PFC priority row should list 0..7, got {values}")
 
@@ -207,42 +218,21 @@ def _buffers(builder: _Builder, sizes: str) -> None:
     values: list[int] = []
     for token in sizes.split(","):
         if token.startswith("max_buffer_size="):
-            builder.values["max_buffer_size"] = to_int(TOOL, token.split("=", 1)[1], "max")
+            builder.max_buffer_size = to_int(TOOL, token.split("=", 1)[1], "max_buffer_size")
         elif token:
             values.append(to_int(TOOL, token, "receive buffer size"))
-    builder.values["buffer_sizes"] = tuple(values)
+    builder.buffer_sizes = tuple(values)
 
 
 def _build(builder: _Builder) -> MlnxQos:
-    values = builder.values
-
-    def get(name: str) -> object:
-        return values.get(name)
-
     return MlnxQos(
-        dcbx_mode=_str(get("dcbx_mode")),
-        trust=_str(get("trust")),
+        dcbx_mode=builder.dcbx_mode,
+        trust=builder.trust,
         dscp2prio={p: tuple(d) for p, d in builder.dscp2prio.items()},
-        buffer_sizes=_tuple_int(get("buffer_sizes")),
-        max_buffer_size=_int(get("max_buffer_size")),
-        cable_len=_int(get("cable_len")),
-        pfc_enabled=tuple(bool(v) for v in _tuple_any(get("pfc_enabled"))),
-        pfc_buffer=_tuple_int(get("pfc_buffer")),
+        buffer_sizes=builder.buffer_sizes,
+        max_buffer_size=builder.max_buffer_size,
+        cable_len=builder.cable_len,
+        pfc_enabled=builder.pfc_enabled,
+        pfc_buffer=builder.pfc_buffer,
         tcs=tuple(builder.tcs),
     )
-
-
-def _str(value: object) -> str | None:
-    return value if isinstance(value, str) else None
-
-
-def _int(value: object) -> int | None:
-    return value if isinstance(value, int) else None
-
-
-def _tuple_any(value: object) -> tuple[object, ...]:
-    return value if isinstance(value, tuple) else ()
-
-
-def _tuple_int(value: object) -> tuple[int, ...]:
-    return tuple(v for v in _tuple_any(value) if isinstance(v, int))

@@ -33,7 +33,7 @@ _SOCKET_IF_RE = re.compile(r"\[\d+\](?P<iface>[^:\s\[]+):(?P<addr>\S+?)<\d+>")
 # "Using network IB" | "Using network Socket" | "Using network IBext_v8"
 _USING_NETWORK_RE = re.compile(r"^Using network (?P<net>\S+)")
 # "Bootstrap : Using enp220s0np0:11.1.128.136<0>" (newer: "Bootstrap: Using ...")
-_BOOTSTRAP_RE = re.compile(r"^Bootstrap\s*:\s*Using (?P<iface>\S+)")
+_BOOTSTRAP_RE = re.compile(r"^Bootstrap\s*:\s*Using (?:\[\d+\])?(?P<iface>\S+)")
 # "Channel 00/0 : 0[0] -> 8[0] [send] via NET/IB/0/GDRDMA"; older "Channel 00 : 2[c7000] -> ..."
 _CHANNEL_RE = re.compile(
     r"^Channel (?P<channel>\d+)(?:/(?P<conn>\d+))? : (?P<src>\d+)\[(?P<srcdev>[0-9a-fA-F]+)\]"
@@ -103,8 +103,10 @@ class NcclDebugSummary:
 
     @property
     def socket_fallback(self) -> bool:
-        """True if NCCL used its socket transport for the network."""
-        return "Socket" in self.networks or any(c.transport == "NET/Socket" for c in self.channels)
+        """True if NCCL used (or, with no IB device found, fell back to) its socket transport."""
+        if "Socket" in self.networks or any(c.transport == "NET/Socket" for c in self.channels):
+            return True
+        return self.ib_no_device and bool(self.socket_interfaces)
 
     @property
     def hcas(self) -> tuple[str, ...]:

@@ -281,11 +281,9 @@ def to_gbps(value: float, unit: str | None) -> float:
     Raises:
         ParseError: for an unknown unit.
     """
-    if unit == "Gb/sec":
-        return value
-    if unit in ("MiB/sec", "MB/sec"):
-        return value * 2**20 * 8 / 1e9
-    fail(TOOL, f"unknown bandwidth unit {unit!r} (expected Gb/sec, MiB/sec or MB/sec)")
+    if unit not in ("Gb/sec", "MiB/sec", "MB/sec"):
+        fail(TOOL, f"unknown bandwidth unit {unit!r} (expected Gb/sec, MiB/sec or MB/sec)")
+    return value if unit == "Gb/sec" else value * 2**20 * 8 / 1e9
 
 
 @dataclass

@@ -127,7 +127,7 @@ def parse(text: str) -> TopoMatrix:
     for number, line in enumerate(lines[start + 1 :], start=start + 2):
         if not line.strip() or _LEGEND_RE.match(line):
             break
-        _row(line, number, columns, affinity, cells, extras)
+        _row(line, number, columns, affinity, cells=cells, extras=extras)
     if not cells:
         fail(TOOL, "matrix has a header but no rows (expected lines starting 'GPU0')")
     return TopoMatrix(
@@ -157,6 +157,7 @@ def _row(
     number: int,
     columns: tuple[str, ...],
     affinity: tuple[str, ...],
+    *,
     cells: dict[str, dict[str, str]],
     extras: dict[str, dict[str, str]],
 ) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fabtune.sim.model import params as P
+from fabtune.sim.model import params
 
 
 def rng_for(seed: int, run_index: int, stream: int) -> np.random.Generator:
@@ -19,12 +19,12 @@ def rng_for(seed: int, run_index: int, stream: int) -> np.random.Generator:
 def factor(rng: np.random.Generator, cv: float) -> float:
     """Return a multiplicative noise factor: exp(N(0, cv)), or a slow-run outlier."""
     jitter = float(np.exp(rng.normal(0.0, cv)))
-    if rng.random() < P.OUTLIER_P:
-        return jitter * float(rng.uniform(*P.OUTLIER_RANGE))
+    if rng.random() < params.OUTLIER_P:
+        return jitter * float(rng.uniform(*params.OUTLIER_RANGE))
     return jitter
 
 
 def cv_for_size(size: int) -> float:
     """Return the busbw CV for a message size: larger for 1-64 MiB (cal §7)."""
     mid = 2**20 <= size <= 64 * 2**20
-    return P.CV_BUSBW * (P.CV_MIDSIZE_MULT if mid else 1.0)
+    return params.CV_BUSBW * (params.CV_MIDSIZE_MULT if mid else 1.0)

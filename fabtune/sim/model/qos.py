@@ -41,6 +41,8 @@ class ClassPath:
     lossless: bool
     dcqcn: bool
     cnp_separate: bool
+    marked: bool = False
+    np_on: bool = False
 
 
 def _cnp_class(sw: SwitchConfig, rx: NicConfig) -> int:
@@ -59,14 +61,18 @@ def class_path(tx: NicConfig, rx: NicConfig, sw: SwitchConfig, tos: int) -> Clas
         tos: the IP ToS byte the sender puts on data packets.
 
     Returns:
-        The priorities at each stage, losslessness, whether DCQCN closes its loop
-        (switch marks ECN on the class, receiver NP and sender RP enabled), and whether CNPs
-        travel in a class of their own.
+        The priorities at each stage, losslessness, whether DCQCN closes its loop (the switch
+        marks ECN on the class, the packet is ECT, receiver NP and sender RP are enabled), and
+        whether CNPs travel in a class of their own. A packet is ECT when its ToS says so
+        (ECT(0)/ECT(1)) or when the sender's RP is enabled on its priority.
     """
     if is_ib(tx):
         return ClassPath(0, 0, 0, lossless=True, dcqcn=False, cnp_separate=True)
     p_tx, p_rx = nic_prio(tx, tos), nic_prio(rx, tos)
     p_sw = switch_prio(sw, tos, tx.vlan_pcp)
     lossless = p_tx == p_sw == p_rx and tx.pfc[p_tx] and sw.pfc[p_sw] and rx.pfc[p_rx]
-    dcqcn = sw.ecn[p_sw] and rx.ecn_np[p_rx] and tx.ecn_rp[p_tx]
-    return ClassPath(p_tx, p_sw, p_rx, lossless, dcqcn, _cnp_class(sw, rx) != p_sw)
+    ect = (tos & 3) in (1, 2) or tx.ecn_rp[p_tx]
+    marked = sw.ecn[p_sw] and ect
+    dcqcn = marked and rx.ecn_np[p_rx] and tx.ecn_rp[p_tx]
+    cnp_sep = _cnp_class(sw, rx) != p_sw
+    return ClassPath(p_tx, p_sw, p_rx, lossless, dcqcn, cnp_sep, marked, rx.ecn_np[p_rx])

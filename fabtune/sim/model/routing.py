@@ -11,7 +11,7 @@ import functools
 
 import numpy as np
 
-from fabtune.sim.model import params as P
+from fabtune.sim.model import params
 from fabtune.sim.model.config import CollectiveOp, FabricConfig, SwitchConfig
 
 
@@ -48,23 +48,23 @@ def ecmp_prior(k: int, q: int, stages: int = 2) -> float:
     if k <= 1:
         return 1.0
     rng = np.random.default_rng(4000 + 97 * k + q)
-    worst = _max_loads(rng, k, q, P.ECMP_TRIALS)
+    worst = _max_loads(rng, k, q, params.ECMP_TRIALS)
     for _ in range(stages - 1):
-        worst = np.maximum(worst, _max_loads(rng, k, q, P.ECMP_TRIALS))
+        worst = np.maximum(worst, _max_loads(rng, k, q, params.ECMP_TRIALS))
     return float(np.mean(1.0 / worst))
 
 
 def roce_route_eff(fabric: FabricConfig, qps: int) -> float:
-    """Return the cross-leaf efficiency of RoCE: AR/spraying, or hashed ECMP calibrated as prior^α."""
+    """Return the cross-leaf efficiency of RoCE: AR/spraying, or hashed ECMP calibrated as prior**alpha."""
     if fabric.switch.adaptive_routing:
-        return P.F_ROUTE_AR
-    return ecmp_prior(fabric.switch.spines, max(1, qps)) ** P.ECMP_ALPHA
+        return params.F_ROUTE_AR
+    return float(ecmp_prior(fabric.switch.spines, max(1, qps)) ** params.ECMP_ALPHA)
 
 
 def ib_ar_active(fabric: FabricConfig, nccl_ar: str | None, sl: int) -> bool:
     """Return True when IB adaptive routing carries the traffic (SM, engine, SL mask, NCCL)."""
     sm = fabric.sm
-    engine_ok = sm.routing_engine.split(",")[0].strip() in P.AR_ENGINES
+    engine_ok = sm.routing_engine.split(",")[0].strip() in params.AR_ENGINES
     sl_ok = bool(sm.ar_sl_mask >> (sl & 15) & 1)
     return sm.adaptive_routing and engine_ok and sl_ok and nccl_ar != "0"
 
@@ -73,12 +73,12 @@ def ib_route_eff(fabric: FabricConfig, op: CollectiveOp, ar: bool) -> float:
     """Return the cross-leaf efficiency of IB routing for a collective pattern (cal §4, §8)."""
     engine = fabric.sm.routing_engine.split(",")[0].strip()
     if ar:
-        return P.F_ROUTE_AR
-    if engine in P.FTREE_ENGINES and op != "alltoall":
-        return P.F_ROUTE_FTREE_SHIFT
-    if engine in P.BALANCED_ENGINES:
-        return P.F_ROUTE_BALANCED
-    return P.F_ROUTE_STATIC
+        return params.F_ROUTE_AR
+    if engine in params.FTREE_ENGINES and op != "alltoall":
+        return params.F_ROUTE_FTREE_SHIFT
+    if engine in params.BALANCED_ENGINES:
+        return params.F_ROUTE_BALANCED
+    return params.F_ROUTE_STATIC
 
 
 def oversub_cap(sw: SwitchConfig) -> float:

@@ -1,0 +1,205 @@
+"""The one adapter over ansible-runner.
+
+Every Ansible run of fabtune goes through :func:`run_playbook` or :func:`run_module`: typed
+arguments, a private data directory per run with its artifacts kept, and an outcome read from
+runner status, stats and events, never from stdout text.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import ansible_runner
+
+from fabtune.errors import PlaybookFailed
+from fabtune.testbed.layout import fabtune_home
+
+CONTENT_ROOT = Path(__file__).resolve().parent.parent
+PLAYBOOKS = CONTENT_ROOT / "playbooks"
+ROLES = CONTENT_ROOT / "roles"
+LIBRARY = CONTENT_ROOT / "library"
+MODULE_UTILS = CONTENT_ROOT / "module_utils"
+KEPT_EVENTS = frozenset({
+    "runner_on_ok", "runner_on_failed", "runner_on_unreachable", "runner_on_skipped",
+    "runner_item_on_ok", "runner_item_on_failed",
+})
+TaskCallback = Callable[["TaskResult"], None]
+
+
+@dataclass(frozen=True)
+class TaskResult:
+    """One host's result of one task, from a runner event."""
+
+    host: str
+    task: str
+    action: str
+    event: str
+    changed: bool
+    result: Mapping[str, Any]
+
+    @property
+    def failed(self) -> bool:
+        return self.event in ("runner_on_failed", "runner_item_on_failed", "runner_on_unreachable")
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """What an Ansible run did, per host."""
+
+    status: str
+    rc: int
+    stats: Mapping[str, Mapping[str, int]]
+    tasks: tuple[TaskResult, ...] = field(repr=False)
+    artifact_dir: Path
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "successful" and not self.failed_hosts and not self.unreachable_hosts
+
+    @property
+    def failed_hosts(self) -> list[str]:
+        return sorted(self.stats.get("failures", {}))
+
+    @property
+    def unreachable_hosts(self) -> list[str]:
+        return sorted(self.stats.get("dark", {}))
+
+    def changed_count(self, host: str) -> int:
+        return int(self.stats.get("changed", {}).get(host, 0))
+
+    def results(self, task: str) -> dict[str, Mapping[str, Any]]:
+        """Per host, the result of the task named ``task`` (its last occurrence)."""
+        return {t.host: t.result for t in self.tasks if t.task == task}
+
+    def failures(self) -> list[TaskResult]:
+        return [t for t in self.tasks if t.failed]
+
+    def raise_for_failure(self, what: str) -> RunOutcome:
+        """Raise PlaybookFailed naming each failed or unreachable host and why."""
+        if self.ok:
+            return self
+        reasons = [f"{t.host}: {t.task}: {_message(t.result)}" for t in self.failures()]
+        detail = "; ".join(reasons) or f"runner status {self.status}, rc {self.rc}"
+        raise PlaybookFailed(f"{what} failed: {detail} (artifacts: {self.artifact_dir})")
+
+
+def _message(result: Mapping[str, Any]) -> str:
+    msg = result.get("msg") or result.get("stderr") or result.get("module_stderr") or "failed"
+    return str(msg).strip().splitlines()[0][:300] if str(msg).strip() else "failed"
+
+
+def _private_dir(kind: str) -> tuple[Path, str]:
+    base = fabtune_home() / "ansible"
+    base.mkdir(parents=True, exist_ok=True)
+    return base, f"{time.strftime('%Y%m%dT%H%M%S')}-{kind}-{uuid.uuid4().hex[:6]}"
+
+
+def _envvars() -> dict[str, str]:
+    return {
+        "ANSIBLE_ROLES_PATH": str(ROLES),
+        "ANSIBLE_LIBRARY": str(LIBRARY),
+        "ANSIBLE_MODULE_UTILS": str(MODULE_UTILS),
+        "ANSIBLE_HOST_KEY_CHECKING": "True",
+        "ANSIBLE_PIPELINING": "True",
+        "ANSIBLE_RETRY_FILES_ENABLED": "False",
+        "ANSIBLE_NOCOLOR": "True",
+        "ANSIBLE_STDOUT_CALLBACK": "default",
+        "PATH": _path(),
+    }
+
+
+class _Collector:
+    """Keeps the task results of a run (cheap handler; drops nothing from the artifacts)."""
+
+    def __init__(self, on_task: TaskCallback | None) -> None:
+        self.tasks: list[TaskResult] = []
+        self.on_task = on_task
+
+    def __call__(self, event: Mapping[str, Any]) -> bool:
+        name = event.get("event", "")
+        if name in KEPT_EVENTS:
+            data = event.get("event_data", {})
+            res = data.get("res", {}) or {}
+            task = TaskResult(
+                host=str(data.get("host", "")), task=str(data.get("task", "")),
+                action=str(data.get("task_action", "")), event=name,
+                changed=bool(res.get("changed", False)), result=res,
+            )
+            self.tasks.append(task)
+            if self.on_task is not None:
+                self.on_task(task)
+        return True
+
+
+def _path() -> str:
+    """PATH with this Python's bin directory first, so the venv's Ansible runs."""
+    return os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", os.defpath)])
+
+
+def _run(kind: str, on_task: TaskCallback | None, **kwargs: Any) -> RunOutcome:
+    private, ident = _private_dir(kind)
+    collector = _Collector(on_task)
+    runner = ansible_runner.run(
+        private_data_dir=str(private), ident=ident, quiet=True, rotate_artifacts=200,
+        envvars=_envvars(), event_handler=collector, suppress_env_files=True, **kwargs,
+    )
+    return RunOutcome(
+        status=str(runner.status), rc=int(runner.rc), stats=runner.stats or {},
+        tasks=tuple(collector.tasks), artifact_dir=Path(runner.config.artifact_dir),
+    )
+
+
+def run_playbook(
+    playbook: str | Path,
+    inventory: Path,
+    *,
+    extravars: Mapping[str, Any] | None = None,
+    limit: str | None = None,
+    check: bool = False,
+    diff: bool = False,
+    forks: int = 32,
+    tags: Sequence[str] = (),
+    on_task: TaskCallback | None = None,
+) -> RunOutcome:
+    """Run a playbook (a name under ``playbooks/`` or a path) against ``inventory``.
+
+    Args:
+        playbook: ``facts.yml`` style name in the project's playbooks, or a path.
+        inventory: the inventory file.
+        extravars: variables passed with ``-e`` (the desired state, typically).
+        limit: a host pattern to restrict the run.
+        check: run in check mode.
+        diff: report diffs.
+        forks: parallel hosts.
+        tags: only run tasks with these tags.
+        on_task: called with each task result as it arrives (for progress).
+
+    Returns:
+        The outcome; callers decide whether a failure is fatal (``raise_for_failure``).
+    """
+    path = Path(playbook) if Path(playbook).is_absolute() else PLAYBOOKS / playbook
+    flags = [f for f, on in (("--check", check), ("--diff", diff)) if on]
+    if tags:
+        flags.append(f"--tags={','.join(tags)}")
+    return _run(
+        path.stem, on_task, playbook=str(path), inventory=str(inventory), extravars=dict(extravars or {}),
+        limit=limit, forks=forks, cmdline=" ".join(flags) or None,
+    )
+
+
+def run_module(
+    module: str, args: str | Mapping[str, Any], inventory: Path, pattern: str = "all", *, forks: int = 32
+) -> RunOutcome:
+    """Run one module ad hoc on ``pattern`` (``ansible.builtin.ping`` for reachability)."""
+    module_args = args if isinstance(args, str) else " ".join(f"{k}={v}" for k, v in args.items())
+    return _run(
+        module.rsplit(".", 1)[-1], None, module=module, module_args=module_args or None,
+        host_pattern=pattern, inventory=str(inventory), forks=forks,
+    )

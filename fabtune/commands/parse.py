@@ -1,0 +1,196 @@
+"""``fabtune parse TOOL FILE``: read a tool's saved output and show it as a table or JSON."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from fabtune.bench.parsers import (
+    dcb,
+    ethtool,
+    ibdev2netdev,
+    ibstat,
+    mlnx_qos,
+    nccl_debug,
+    nccl_tests,
+    perftest,
+    show_gids,
+    topo,
+)
+from fabtune.errors import ConfigError
+
+PARSERS: dict[str, Callable[[str], Any]] = {
+    "ib_write_bw": perftest.parse,
+    "ib_read_bw": perftest.parse,
+    "ib_send_bw": perftest.parse,
+    "nccl-tests": nccl_tests.parse,
+    "nccl-debug": nccl_debug.parse,
+    "topo": topo.parse,
+    "mlnx_qos": mlnx_qos.parse,
+    "show_gids": show_gids.parse,
+    "ibstat": ibstat.parse,
+    "ibdev2netdev": ibdev2netdev.parse,
+    "ethtool": ethtool.parse,
+    "dcb": dcb.parse,
+}
+
+
+@click.command("parse")
+@click.argument("tool", type=click.Choice(sorted(PARSERS)))
+@click.argument("file", type=click.Path(dir_okay=False, allow_dash=True))
+@click.option("--json", "as_json", is_flag=True, help="Print the parsed record as JSON.")
+def parse(tool: str, file: str, as_json: bool) -> None:
+    """Parse saved output of TOOL from FILE ('-' reads standard input)."""
+    record = PARSERS[tool](_read(file))
+    console = Console(highlight=False, soft_wrap=True)
+    if as_json:
+        click.echo(json.dumps(dataclasses.asdict(record), indent=2, default=str))
+        return
+    for renderable in _render(record):
+        console.print(renderable)
+
+
+def _read(file: str) -> str:
+    if file == "-":
+        return sys.stdin.read()
+    try:
+        return Path(file).read_text(encoding="utf-8", errors="replace")
+    except OSError as err:
+        raise ConfigError(file, [f"cannot read: {err.strerror or err}"]) from err
+
+
+def _render(record: Any) -> list[Any]:
+    renderers: list[tuple[type[Any], Callable[[Any], list[Any]]]] = [
+        (perftest.PerftestResult, _perftest),
+        (nccl_tests.NcclTestsResult, _nccl_tests),
+        (nccl_debug.NcclDebugSummary, _nccl_debug),
+        (topo.TopoMatrix, _topo),
+        (mlnx_qos.MlnxQos, _mlnx_qos),
+        (show_gids.ShowGids, _show_gids),
+        (ibstat.IbStat, _ibstat),
+        (ibdev2netdev.IbDev2NetDev, _ibdev2netdev),
+        (ethtool.EthtoolStats, _ethtool),
+        (dcb.DcbShow, _dcb),
+    ]
+    for kind, renderer in renderers:
+        if isinstance(record, kind):
+            return renderer(record)
+    return [repr(record)]
+
+
+def _table(title: str, columns: list[str], rows: list[list[Any]]) -> Table:
+    table = Table(title=title)
+    for column in columns:
+        table.add_column(column)
+    for row in rows:
+        table.add_row(*("" if cell is None else str(cell) for cell in row))
+    return table
+
+
+def _perftest(result: perftest.PerftestResult) -> list[Any]:
+    header = result.header
+    lines: list[Any] = [
+        f"{header.test or 'perftest'}: device {header.device}, link {header.link_type}, "
+        f"qps {header.num_qps}, mtu {header.mtu}, gid index {header.gid_index}"
+    ]
+    if result.error is not None:
+        lines.append(f"[bold red]error ({result.error.kind}):[/] " + "; ".join(result.error.messages))
+    if result.bw_rows:
+        unit = result.unit or "?"
+        rows = [[r.bytes, r.iterations, r.bw_peak, r.bw_average, r.msg_rate_mpps]
+                for r in result.bw_rows]
+        lines.append(_table("bandwidth", ["bytes", "iterations", f"peak [{unit}]",
+                                          f"average [{unit}]", "Mpps"], rows))
+    if result.lat_rows:
+        rows = [[r.bytes, r.iterations, r.t_min, r.t_avg, r.t_max, r.p99] for r in result.lat_rows]
+        lines.append(_table("latency [usec]", ["bytes", "iterations", "min", "avg", "max", "p99"],
+                            rows))
+    return lines
+
+
+def _nccl_tests(result: nccl_tests.NcclTestsResult) -> list[Any]:
+    lines: list[Any] = [f"{len(result.devices)} ranks listed, {len(result.rows)} rows"]
+    rows = [[r.size_bytes, r.type, r.redop, r.out_of_place.time_us, r.out_of_place.busbw_gbps,
+             r.in_place.time_us, r.in_place.busbw_gbps] for r in result.rows]
+    if rows:
+        lines.append(_table("nccl-tests", ["bytes", "type", "redop", "oop us", "oop busbw",
+                                           "ip us", "ip busbw"], rows))
+    if result.avg_busbw_gbps is not None:
+        lines.append(f"avg bus bandwidth: {result.avg_busbw_gbps} GB/s")
+    lines.extend(f"[bold red]{f.kind} failure[/] on {f.host} at {f.where}: {f.message}"
+                 for f in result.failures)
+    return lines
+
+
+def _nccl_debug(summary: nccl_debug.NcclDebugSummary) -> list[Any]:
+    rows = [
+        ["NCCL version", summary.version],
+        ["networks", ", ".join(summary.networks)],
+        ["IB/RoCE devices", ", ".join(f"{d.name}:{d.port}/{d.link_layer}"
+                                      for d in summary.ib_devices)],
+        ["socket interfaces", ", ".join(summary.socket_interfaces)],
+        ["transports", ", ".join(summary.transports)],
+        ["GPUDirect RDMA", summary.gdrdma],
+        ["socket fallback", summary.socket_fallback],
+        ["GID index", summary.gid_index],
+        ["traffic class", summary.traffic_class],
+        ["warnings", len(summary.warnings)],
+    ]
+    return [_table("NCCL debug summary", ["item", "value"], rows)]
+
+
+def _topo(matrix: topo.TopoMatrix) -> list[Any]:
+    rows = [[label, *(cells.get(c) for c in matrix.columns)] for label, cells in
+            matrix.cells.items()]
+    return [_table("nvidia-smi topo -m", ["", *matrix.columns], rows)]
+
+
+def _mlnx_qos(qos: mlnx_qos.MlnxQos) -> list[Any]:
+    rows = [[tc.tc, tc.tsa, tc.bw_percent, tc.ratelimit_gbps or "unlimited",
+             " ".join(map(str, tc.priorities))] for tc in qos.tcs]
+    return [
+        f"DCBX {qos.dcbx_mode}, trust {qos.trust}, PFC on priorities "
+        f"{list(qos.pfc_priorities)}",
+        _table("traffic classes", ["tc", "tsa", "bw %", "rate", "priorities"], rows),
+    ]
+
+
+def _show_gids(gids: show_gids.ShowGids) -> list[Any]:
+    rows = [[g.device, g.port, g.index, g.gid, g.ipv4, g.version, g.netdev]
+            for g in gids.entries]
+    return [_table("GIDs", ["dev", "port", "index", "gid", "ipv4", "ver", "netdev"], rows)]
+
+
+def _ibstat(stat: ibstat.IbStat) -> list[Any]:
+    rows = [[ca.name, p.port, p.state, p.physical_state, p.rate, p.link_layer]
+            for ca in stat.cas for p in ca.ports]
+    lines: list[Any] = [_table("ibstat", ["CA", "port", "state", "physical", "rate", "link"],
+                               rows)]
+    lines.extend(f"[bold red]ibpanic:[/] {e}" for e in stat.errors)
+    return lines
+
+
+def _ibdev2netdev(mapping: ibdev2netdev.IbDev2NetDev) -> list[Any]:
+    rows = [[e.device, e.port, e.netdev, "Up" if e.up else "Down"] for e in mapping.entries]
+    return [_table("ibdev2netdev", ["device", "port", "netdev", "state"], rows)]
+
+
+def _ethtool(stats: ethtool.EthtoolStats) -> list[Any]:
+    rows = [[name, value] for name, value in stats.counters.items()]
+    return [_table("NIC statistics", ["counter", "value"], rows)]
+
+
+def _dcb(show: dcb.DcbShow) -> list[Any]:
+    rows: list[list[Any]] = [[k, v] for k, v in show.scalars.items()]
+    rows.extend([k, " ".join(f"{a}:{b}" for a, b in v)] for k, v in show.arrays.items())
+    if show.order is not None:
+        rows.append(["order", " ".join(show.order)])
+    return [_table("dcb", ["parameter", "value"], rows)]

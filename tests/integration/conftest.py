@@ -1,0 +1,44 @@
+"""A testbed shared by the integration tests of one module, built and removed by the fixture."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from fabtune.testbed import build
+from fabtune.testbed.spec import TestbedSpec, build_spec
+from tests.conftest import testbed_unavailable
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _fabtune_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    home = tmp_path_factory.mktemp("fabtune-home")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("FABTUNE_HOME", str(home))
+    yield home
+    mp.undo()
+
+
+def make_testbed(doc: dict[str, object]) -> Iterator[TestbedSpec]:
+    """Build a testbed for a test module and remove it afterwards, asserting nothing is left."""
+    reason = testbed_unavailable()
+    if reason:
+        pytest.skip(reason)
+    spec = build_spec(doc)
+    build.up(spec)
+    try:
+        yield spec
+    finally:
+        build.down(spec.name)
+    assert build.leftovers(spec.name) == []
+
+
+@pytest.fixture(scope="module")
+def roce3() -> Iterator[TestbedSpec]:
+    """A 3-host RoCE rack, h03 with NIC mlx5_1 moved across the CPU socket from its GPU."""
+    yield from make_testbed({
+        "name": "itroce", "fabric": "roce", "hosts": 3, "subnet_base": "10.201", "seed": 3,
+        "overrides": {"h03": {"nic_numa": {"mlx5_0": 1}}},
+    })
