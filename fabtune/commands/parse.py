@@ -12,6 +12,7 @@ from typing import Any
 import click
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from fabtune.bench.parsers import (
     dcb,
@@ -86,23 +87,30 @@ def _render(record: Any) -> list[Any]:
     return [repr(record)]
 
 
+def _alert(label: str, message: str) -> Text:
+    return Text.assemble((label, "bold red"), message)
+
+
 def _table(title: str, columns: list[str], rows: list[list[Any]]) -> Table:
     table = Table(title=title)
     for column in columns:
         table.add_column(column)
     for row in rows:
-        table.add_row(*("" if cell is None else str(cell) for cell in row))
+        table.add_row(*(Text("" if cell is None else str(cell)) for cell in row))
     return table
 
 
 def _perftest(result: perftest.PerftestResult) -> list[Any]:
     header = result.header
+    rows: list[list[Any]]
     lines: list[Any] = [
-        f"{header.test or 'perftest'}: device {header.device}, link {header.link_type}, "
-        f"qps {header.num_qps}, mtu {header.mtu}, gid index {header.gid_index}"
+        Text(
+            f"{header.test or 'perftest'}: device {header.device}, link {header.link_type}, "
+            f"qps {header.num_qps}, mtu {header.mtu}, gid index {header.gid_index}"
+        )
     ]
     if result.error is not None:
-        lines.append(f"[bold red]error ({result.error.kind}):[/] " + "; ".join(result.error.messages))
+        lines.append(_alert(f"error ({result.error.kind}): ", "; ".join(result.error.messages)))
     if result.bw_rows:
         unit = result.unit or "?"
         rows = [[r.bytes, r.iterations, r.bw_peak, r.bw_average, r.msg_rate_mpps]
@@ -110,7 +118,8 @@ def _perftest(result: perftest.PerftestResult) -> list[Any]:
         lines.append(_table("bandwidth", ["bytes", "iterations", f"peak [{unit}]",
                                           f"average [{unit}]", "Mpps"], rows))
     if result.lat_rows:
-        rows = [[r.bytes, r.iterations, r.t_min, r.t_avg, r.t_max, r.p99] for r in result.lat_rows]
+        rows = [[r.bytes, r.iterations, r.t_min, r.t_avg, r.t_max, r.p99]
+                for r in result.lat_rows]
         lines.append(_table("latency [usec]", ["bytes", "iterations", "min", "avg", "max", "p99"],
                             rows))
     return lines
@@ -125,13 +134,13 @@ def _nccl_tests(result: nccl_tests.NcclTestsResult) -> list[Any]:
                                            "ip us", "ip busbw"], rows))
     if result.avg_busbw_gbps is not None:
         lines.append(f"avg bus bandwidth: {result.avg_busbw_gbps} GB/s")
-    lines.extend(f"[bold red]{f.kind} failure[/] on {f.host} at {f.where}: {f.message}"
+    lines.extend(_alert(f"{f.kind} failure ", f"on {f.host} at {f.where}: {f.message}")
                  for f in result.failures)
     return lines
 
 
 def _nccl_debug(summary: nccl_debug.NcclDebugSummary) -> list[Any]:
-    rows = [
+    rows: list[list[Any]] = [
         ["NCCL version", summary.version],
         ["networks", ", ".join(summary.networks)],
         ["IB/RoCE devices", ", ".join(f"{d.name}:{d.port}/{d.link_layer}"
@@ -157,8 +166,10 @@ def _mlnx_qos(qos: mlnx_qos.MlnxQos) -> list[Any]:
     rows = [[tc.tc, tc.tsa, tc.bw_percent, tc.ratelimit_gbps or "unlimited",
              " ".join(map(str, tc.priorities))] for tc in qos.tcs]
     return [
-        f"DCBX {qos.dcbx_mode}, trust {qos.trust}, PFC on priorities "
-        f"{list(qos.pfc_priorities)}",
+        Text(
+            f"DCBX {qos.dcbx_mode}, trust {qos.trust}, PFC on priorities "
+            f"{list(qos.pfc_priorities)}"
+        ),
         _table("traffic classes", ["tc", "tsa", "bw %", "rate", "priorities"], rows),
     ]
 
@@ -174,7 +185,7 @@ def _ibstat(stat: ibstat.IbStat) -> list[Any]:
             for ca in stat.cas for p in ca.ports]
     lines: list[Any] = [_table("ibstat", ["CA", "port", "state", "physical", "rate", "link"],
                                rows)]
-    lines.extend(f"[bold red]ibpanic:[/] {e}" for e in stat.errors)
+    lines.extend(_alert("ibpanic: ", e) for e in stat.errors)
     return lines
 
 

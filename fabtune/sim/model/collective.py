@@ -17,7 +17,7 @@ import math
 from collections.abc import Sequence
 
 from fabtune.sim.model import link, noise, params
-from fabtune.sim.model.config import CollectiveOp, FabricConfig, HostConfig
+from fabtune.sim.model.config import CollectiveOp, FabricConfig, GidEntry, HostConfig
 from fabtune.sim.model.congestion import Traffic, f_cc, flow_counters
 from fabtune.sim.model.qos import ClassPath, class_path
 from fabtune.sim.model.results import (
@@ -113,7 +113,194 @@ def _connect(fabric: FabricConfig, a: NicRef, b: NicRef) -> tuple[ClassPath | No
     return class_path(with_gid(tx, gids[0]), with_gid(rx, gids[1]), fabric.switch, tos), None
 
 
-def _nccl_gid(host: HostConfig, nic: int) -> object:
+def _nccl_gid(host: HostConfig, nic: int) -> GidEntry | None:
     """Return the GID NCCL uses on a NIC (``NCCL_IB_GID_INDEX``; unset = dynamic v2 IPv4)."""
     raw = host.env("NCCL_IB_GID_INDEX")
     return resolve_gid(host.nics[nic], int(raw) if raw not in (None, "") else None)
+
+
+def _qps(fabric: FabricConfig) -> int:
+    """Return ``NCCL_IB_QPS_PER_CONNECTION`` (the smallest any host sets; default 1)."""
+    return min((int(h.env("NCCL_IB_QPS_PER_CONNECTION") or 1) for h in fabric.hosts), default=1)
+
+
+def _overload(fabric: FabricConfig, op: CollectiveOp) -> float:
+    """Return the worst offered overload RoCE collective traffic meets (1.0 = none).
+
+    Beyond one leaf the hashed uplinks carry 1/prior of a link (cal §4) or the
+    oversubscription; an all-to-all over 3+ nodes adds transient incast at every receiver.
+    """
+    sw, rho = fabric.switch, 1.0
+    if spans_leaves(fabric):
+        hashed = 1 / params.F_ROUTE_AR if sw.adaptive_routing else 1 / ecmp_prior(sw.spines, _qps(fabric))
+        rho = max(hashed, sw.oversubscription)
+    if op == "alltoall" and len(fabric.hosts) > 2:
+        rho = max(rho, params.ALLTOALL_INCAST)
+    return rho
+
+
+def _route(fabric: FabricConfig, op: CollectiveOp, ib: bool) -> float:
+    """Return f_route: 1 on one leaf; beyond it ECMP (RoCE) or SM routing / AR (IB)."""
+    if not spans_leaves(fabric):
+        return 1.0
+    if ib:
+        host = fabric.hosts[0]
+        sl = int(host.env("NCCL_IB_SL") or 0)
+        ar = ib_ar_active(fabric, host.env("NCCL_IB_ADAPTIVE_ROUTING"), sl)
+        eff = ib_route_eff(fabric, op, ar)
+    else:
+        eff = roce_route_eff(fabric, _qps(fabric))
+    return min(eff, oversub_cap(fabric.switch))
+
+
+def _tree_allowed(fabric: FabricConfig) -> bool:
+    """Return True when ``NCCL_ALGO`` lets NCCL pick (NVLS-)tree."""
+    algo = (fabric.hosts[0].env("NCCL_ALGO") or "").upper()
+    return algo == "" or "TREE" in algo or "NVLS" in algo
+
+
+def _peak(fabric: FabricConfig, op: CollectiveOp, net: float) -> float:
+    """Return the large-message busbw from the network term ``net`` (already x f_route x f_cc)."""
+    g, n = ranks(fabric)
+    hosts = len(fabric.hosts)
+    tree = op == "all_reduce" and _tree_allowed(fabric)
+    if hosts == 1:
+        return params.B_NVLS if tree else params.B_INTRA_RING
+    if op == "alltoall":
+        return min(params.B_INTRA_RING, net * (n - 1) / (g * (n - g)))
+    if hosts == 2 and tree:
+        nvls = params.NVLS_TREE_2NODE * params.B_NVLS
+        return min(nvls, bus_factor(op, n) * net)
+    return min(params.B_INTRA_RING, net)
+
+
+def _classes(
+    fabric: FabricConfig, rails: int
+) -> tuple[list[tuple[NicRef, NicRef, ClassPath]], Failure | None]:
+    """Return the class path of every ring hop, or the first connection failure."""
+    out: list[tuple[NicRef, NicRef, ClassPath]] = []
+    for a, b in _ring_pairs(fabric, rails):
+        cp, failure = _connect(fabric, a, b)
+        if failure is not None or cp is None:
+            return out, failure
+        out.append((a, b, cp))
+    return out, None
+
+
+def _socket_plan(fabric: FabricConfig, op: CollectiveOp) -> Plan:
+    """Return the plan of a run that fell back to NCCL's socket transport."""
+    net = min((socket_gbytes(h) for h in fabric.hosts), default=0.0)
+    return Plan("Socket", gdr=False, channels=2, peak=_peak(fabric, op, net), rails=0, rho=1.0)
+
+
+def plan(fabric: FabricConfig, op: CollectiveOp) -> Plan:
+    """Return the size-independent part of a collective: transport, GDR, peak busbw.
+
+    Args:
+        fabric: the rack.
+        op: the collective.
+
+    Returns:
+        The plan; ``failure`` is set when RoCE connections cannot come up.
+    """
+    rails = _rails(fabric)
+    if rails == 0 or len(fabric.hosts) < 2:
+        return _socket_plan(fabric, op) if len(fabric.hosts) > 1 else _local_plan(fabric, op)
+    ib = link.is_ib(fabric.hosts[0].nics[usable_hcas(fabric.hosts[0])[0]])
+    transport: Transport = "IB" if ib else "RoCE"
+    classes, failure = _classes(fabric, rails)
+    gdr = all(gdr_used(h, h.nics[i]) for h in fabric.hosts for i in usable_hcas(h)[:rails])
+    if failure is not None:
+        return Plan(transport, gdr, 0, 0.0, rails, 1.0, (), failure)
+    rho = 1.0 if ib else _overload(fabric, op)
+    fcc = min(f_cc(cp, rho, collective=True) for _, _, cp in classes)
+    net = min(_host_net(h, rails, op) for h in fabric.hosts) * _route(fabric, op, ib) * fcc
+    chans = params.CHANNELS_PER_NIC * rails
+    return Plan(transport, gdr, chans, _peak(fabric, op, net), rails, rho, tuple(classes))
+
+
+def _local_plan(fabric: FabricConfig, op: CollectiveOp) -> Plan:
+    """Return the plan of a single-node run (NVLink only, no network)."""
+    transport: Transport = "IB" if fabric.hosts and fabric.hosts[0].nics else "Socket"
+    return Plan(
+        transport, gdr=False, channels=params.CHANNELS_PER_NIC, peak=_peak(fabric, op, 0.0), rails=0, rho=1.0
+    )
+
+
+def busbw_at(peak: float, size: int) -> float:
+    """Return the noise-free bandwidth-term busbw at ``size``: peak / (1 + (S_half/S)^beta)."""
+    if size <= 0:
+        return 0.0
+    return float(peak / (1.0 + (params.ROLL_OFF_HALF_BYTES / size) ** params.ROLL_OFF_EXP))
+
+
+def latency_floor_us(n: int) -> float:
+    """Return the small-message time floor of a collective over ``n`` ranks."""
+    return params.LAT_BASE_US + params.LAT_PER_LOG2_RANK_US * math.log2(max(n, 2))
+
+
+def _row(p: Plan, op: CollectiveOp, size: int, n: int, factor: float) -> SizeResult:
+    """Return one nccl-tests row: noisy bandwidth term, plus latency, then algbw and busbw."""
+    bf = bus_factor(op, n) or 1.0
+    bw = min(busbw_at(p.peak, size) * factor, p.peak)
+    t_us = (size / (bw / bf * 1e9) * 1e6 if bw > 0 else math.inf) + latency_floor_us(n)
+    algbw = size / (t_us * 1e-6) / 1e9
+    return SizeResult(size, t_us, algbw, algbw * bf)
+
+
+def _counters(
+    fabric: FabricConfig, p: Plan, rows: Sequence[SizeResult], iters: int
+) -> dict[NicRef, Counters]:
+    """Return counter deltas of a run: each ring hop carries its rail's share of busbw."""
+    secs = sum(r.time_us for r in rows) * 1e-6 * iters
+    busy = max((r.busbw for r in rows), default=0.0)
+    out: dict[NicRef, Counters] = {}
+    for a, b, cp in p.classes:
+        h, i = _nic(fabric, a)
+        nic = h.nics[i]
+        t = Traffic(busy * 8 / max(p.rails, 1), secs, link.active_mtu(nic), _qps(fabric), nic.rate_gbps)
+        tx, rx = flow_counters(cp, p.rho, t)
+        out[a] = out.get(a, Counters()) + tx
+        out[b] = out.get(b, Counters()) + rx
+    return out
+
+
+def collective(
+    fabric: FabricConfig,
+    op: CollectiveOp,
+    sizes: Sequence[int],
+    run_index: int = 0,
+    iters: int = 20,
+) -> CollectiveResult:
+    """Run one nccl-tests collective over every host x GPU through the model.
+
+    Args:
+        fabric: the rack.
+        op: all_reduce, all_gather, reduce_scatter or alltoall.
+        sizes: message sizes in bytes (nccl-tests ``S``).
+        run_index: which repetition (selects the noise).
+        iters: timed iterations per size (``-n``), for counter deltas.
+
+    Returns:
+        A row per size, the transport, GDR use, channels and counter deltas; on a connection
+        failure, no rows and ``failure`` set.
+    """
+    p = plan(fabric, op)
+    if p.failure is not None:
+        return CollectiveResult(op, (), p.transport, p.gdr, 0, {}, p.failure)
+    _, n = ranks(fabric)
+    rows = []
+    for i, size in enumerate(sizes):
+        rng = noise.rng_for(fabric.seed, run_index, 7_000_000 + i)
+        rows.append(_row(p, op, size, n, noise.factor(rng, noise.cv_for_size(size))))
+    counters = _counters(fabric, p, rows, iters)
+    return CollectiveResult(op, tuple(rows), p.transport, p.gdr, p.channels, counters)
+
+
+def expected_busbw(fabric: FabricConfig, op: CollectiveOp, size: int) -> float:
+    """Return the noise-free busbw at ``size`` (0 on failure): the oracle's objective."""
+    p = plan(fabric, op)
+    if p.failure is not None:
+        return 0.0
+    _, n = ranks(fabric)
+    return _row(p, op, size, n, 1.0).busbw

@@ -1,0 +1,33 @@
+"""The CLI maps errors to exit codes in one place, with one clear message."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fabtune.cli import main
+from fabtune.errors import ExitStatus
+
+
+def test_version() -> None:
+    assert main(["--version"]) == 0
+
+
+def test_unknown_verb_is_a_usage_error() -> None:
+    assert main(["frobnicate"]) == ExitStatus.USAGE
+
+
+def test_bad_spec_exits_config_and_names_field(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = tmp_path / "rack.yml"
+    spec.write_text("hosts: 99\nfabric: roce\n")
+    assert main(["testbed", "up", "--spec", str(spec)]) == ExitStatus.CONFIG
+    err = capsys.readouterr().err
+    assert "hosts: 99 must be an integer from 2 to 32" in err
+    assert "Traceback" not in err
+
+
+def test_missing_testbed_is_a_testbed_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("FABTUNE_HOME", str(tmp_path))
+    assert main(["testbed", "inventory", "--name", "nope"]) == ExitStatus.TESTBED
+    assert main(["testbed", "ssh", "--name", "nope", "h01", "true"]) == ExitStatus.TESTBED

@@ -1,0 +1,84 @@
+"""Testbed spec validation: every error named with its field and value, all at once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fabtune.errors import ConfigError
+from fabtune.testbed import layout
+from fabtune.testbed.spec import build_spec, load_spec, spec_to_doc
+
+EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "inventory/testbed").glob("*.yml"))
+
+
+def test_defaults_build_a_small_roce_rack() -> None:
+    spec = build_spec({"hosts": 2})
+    assert (spec.fabric, len(spec.hosts), spec.nics_per_host, spec.rate_gbps) == ("roce", 2, 4, 400)
+    assert spec.sm is None
+
+
+def test_every_problem_is_reported_at_once() -> None:
+    with pytest.raises(ConfigError) as err:
+        build_spec({"hosts": 1, "fabric": "ethernet", "rate_gbps": 300, "initial": {"pfc": [1, 2]}, "typo": 1})
+    problems = "\n".join(err.value.problems)
+    for expected in ("hosts: 1", "fabric: 'ethernet'", "rate_gbps: 300", "initial.pfc: [1, 2]", "typo"):
+        assert expected in problems
+    assert len(err.value.problems) == 5
+
+
+def test_nic_can_be_moved_across_the_socket() -> None:
+    spec = build_spec({"hosts": 2, "overrides": {"h02": {"nic_numa": {"mlx5_0": 1}}}})
+    h02 = spec.host("h02")
+    assert h02.gpu_numa[0] == 0
+    assert h02.nic_numa[0] == 1
+    nic = layout.node_description(spec, h02)["nics"][0]
+    assert nic["numa"] == 1
+    assert nic["pcie_switch"] != layout.node_description(spec, h02)["gpus"][0]["pcie_switch"]
+
+
+def test_override_of_an_unknown_host_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"overrides.h09"):
+        build_spec({"hosts": 2, "overrides": {"h09": {}}})
+
+
+def test_sm_only_on_ib() -> None:
+    assert build_spec({"hosts": 2, "fabric": "ib"}).sm is not None
+    with pytest.raises(ConfigError, match="only valid with fabric: ib"):
+        build_spec({"hosts": 2, "sm": {"routing_engine": "ftree"}})
+
+
+def test_public_subnet_is_refused() -> None:
+    with pytest.raises(ConfigError, match="subnet_base: '8.8'"):
+        build_spec({"hosts": 2, "subnet_base": "8.8"})
+
+
+def test_spec_round_trips_through_its_document() -> None:
+    spec = build_spec({"hosts": 3, "fabric": "ib", "initial": {"mtu": 4200, "trust": "dscp"}})
+    assert build_spec(spec_to_doc(spec)) == spec
+
+
+def test_unreadable_file_is_a_config_error(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yml"
+    bad.write_text("hosts: [unclosed\n")
+    with pytest.raises(ConfigError, match="cannot be read"):
+        load_spec(bad, {})
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_example_specs_validate(path: Path) -> None:
+    load_spec(path, {})
+
+
+def test_interface_names_fit_the_kernel_limit() -> None:
+    spec = build_spec({"name": "abcdef", "hosts": 32, "nics_per_host": 8})
+    names = layout.Names(spec.name)
+    longest = max(
+        [names.mgmt_veth(h) for h in spec.hosts]
+        + [names.rail_veth(h, r) for h in spec.hosts for r in range(8)]
+        + [names.rail_bridge(7), names.mgmt_bridge]
+        + [layout.nic_netdev(spec, 7)],
+        key=len,
+    )
+    assert len(longest) <= 15
