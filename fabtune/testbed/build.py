@@ -230,6 +230,7 @@ def _build(spec: TestbedSpec, tb_dir: Path, progress: Progress) -> None:
     names = Names(spec.name)
     tb_dir.mkdir(parents=True, exist_ok=True)
     keys = files.make_keys(spec, tb_dir)
+    files.write_fabric(spec, tb_dir)
     _make_bridges(spec, names)
     pids: dict[str, int] = {}
     _write_state(spec, tb_dir, pids)

@@ -131,6 +131,28 @@ def populate_host(spec: TestbedSpec, host: HostSpec, tb_dir: Path, keys: Keys) -
     (host_dir / "node.json").write_text(json.dumps(node, indent=2))
 
 
+def write_fabric(spec: TestbedSpec, tb_dir: Path) -> None:
+    """The shared fabric directory (the switches): bound at /var/lib/fabtune-fabric in every host."""
+    fabric = tb_dir / "fabric"
+    (fabric / "flows").mkdir(parents=True, exist_ok=True)
+    (fabric / "jobs").mkdir(parents=True, exist_ok=True)
+    doc = {
+        "testbed": spec.name, "fabric": spec.fabric, "seed": spec.seed, "hosts": len(spec.hosts),
+        "switch": {
+            "pfc_priorities": list(spec.switch.pfc_priorities),
+            "ecn_priorities": list(spec.switch.ecn_priorities),
+            "trust": spec.switch.trust, "nodes_per_leaf": spec.switch.nodes_per_leaf,
+            "oversubscription": spec.switch.oversubscription,
+        },
+        "sm": None if spec.sm is None else {
+            "host": spec.sm.host, "routing_engine": spec.sm.routing_engine,
+            "adaptive_routing": spec.sm.adaptive_routing,
+        },
+        "host_addresses": {h.name: layout.mgmt_ip(spec, h) for h in spec.hosts},
+    }
+    (fabric / "fabric.json").write_text(json.dumps(doc, indent=2) + "\n")
+
+
 def inventory(spec: TestbedSpec, tb_dir: Path) -> dict[str, object]:
     """The Ansible inventory of the testbed (groups: rack, fabric type, subnet managers)."""
     ssh_args = (

@@ -76,9 +76,10 @@ def _bind_emulation(host_dir: Path, merged: Path) -> None:
     _mount("--bind", str(class_dir), str(merged / "sys/class"))
     _mount("--bind", str(kernel_dir), str(merged / "sys/kernel"))
     _mount("--bind", str(host_dir / "configfs"), str(merged / "sys/kernel/config"))
-    emu = merged / "var/lib/fabtune-emu"
-    emu.mkdir(parents=True, exist_ok=True)
-    _mount("--bind", str(host_dir / "emu"), str(emu))
+    for name, source in (("fabtune-emu", host_dir / "emu"), ("fabtune-fabric", host_dir.parent.parent / "fabric")):
+        target = merged / "var/lib" / name
+        target.mkdir(parents=True, exist_ok=True)
+        _mount("--bind", str(source), str(target))
 
 
 def _enter(merged: Path) -> None:

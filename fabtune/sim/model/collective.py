@@ -75,9 +75,8 @@ def bus_factor(op: CollectiveOp, n: int) -> float:
 
 
 def _rails(fabric: FabricConfig) -> int:
-    """Return the NICs per host NCCL uses (the fewest of any host, at most one per GPU)."""
-    g, _ = ranks(fabric)
-    return min((min(len(usable_hcas(h)), g) for h in fabric.hosts), default=0)
+    """Return the NICs per host NCCL uses (the fewest of any host; channels spread over them)."""
+    return min((len(usable_hcas(h)) for h in fabric.hosts), default=0)
 
 
 def _host_net(host: HostConfig, rails: int, op: CollectiveOp) -> float:
@@ -270,7 +269,9 @@ def collective(
     op: CollectiveOp,
     sizes: Sequence[int],
     run_index: int = 0,
+    *,
     iters: int = 20,
+    noisy: bool = True,
 ) -> CollectiveResult:
     """Run one nccl-tests collective over every host x GPU through the model.
 
@@ -280,6 +281,7 @@ def collective(
         sizes: message sizes in bytes (nccl-tests ``S``).
         run_index: which repetition (selects the noise).
         iters: timed iterations per size (``-n``), for counter deltas.
+        noisy: False gives the noise-free expectation (calibration, oracle).
 
     Returns:
         A row per size, the transport, GDR use, channels and counter deltas; on a connection
@@ -292,7 +294,8 @@ def collective(
     rows = []
     for i, size in enumerate(sizes):
         rng = noise.rng_for(fabric.seed, run_index, 7_000_000 + i)
-        rows.append(_row(p, op, size, n, noise.factor(rng, noise.cv_for_size(size))))
+        jitter = noise.factor(rng, noise.cv_for_size(size)) if noisy else 1.0
+        rows.append(_row(p, op, size, n, jitter))
     counters = _counters(fabric, p, rows, iters)
     return CollectiveResult(op, tuple(rows), p.transport, p.gdr, p.channels, counters)
 

@@ -13,9 +13,14 @@ from fabtune.sim.model.qos import ClassPath
 from fabtune.sim.model.results import Counters
 
 
+def congested(rho: float) -> bool:
+    """Return True when a bottleneck is offered more than it carries (beyond rounding)."""
+    return rho > 1.0 + 1e-6
+
+
 def effective_overload(cp: ClassPath, rho: float) -> float:
     """Return the overload left after DCQCN: senders cut to their share, a residue remains."""
-    if rho <= 1.0 or not cp.dcqcn:
+    if not congested(rho) or not cp.dcqcn:
         return rho
     return 1.0 + params.DCQCN_LOSSY_RESIDUAL * (rho - 1.0)
 
@@ -25,7 +30,7 @@ def lossy_goodput(rho: float) -> float:
 
     gamma = 2.18 makes a 2:1 incast deliver 0.22 of one flow's rate, as perftest#219 (cal §3).
     """
-    return 1.0 if rho <= 1.0 else rho ** (-params.LOSSY_GAMMA)
+    return 1.0 if not congested(rho) else float(rho ** (-params.LOSSY_GAMMA))
 
 
 def f_cc(cp: ClassPath, rho: float, collective: bool) -> float:
@@ -39,7 +44,7 @@ def f_cc(cp: ClassPath, rho: float, collective: bool) -> float:
     Returns:
         The factor in (0, 1].
     """
-    if rho <= 1.0:
+    if not congested(rho):
         return params.LOSSY_NO_CONGESTION if collective and not cp.lossless else 1.0
     if not cp.lossless:
         return lossy_goodput(effective_overload(cp, rho))
@@ -61,7 +66,7 @@ class Traffic:
 
 def _pauses(cp: ClassPath, rho: float, t: Traffic) -> int:
     """Return pause frames a switch sends a sender while PFC holds the overload."""
-    if not cp.lossless or rho <= 1.0:
+    if not cp.lossless or not congested(rho):
         return 0
     paused = 1.0 - 1.0 / effective_overload(cp, rho)
     quanta_s = params.PAUSE_QUANTA_BITS / (t.link_gbps * 1e9)
@@ -75,11 +80,11 @@ def flow_counters(cp: ClassPath, rho: float, t: Traffic) -> tuple[Counters, Coun
     class under congestion; out-of-sequence NAKs when a lossy class drops.
     """
     packets = t.gbps * 1e9 / 8 * t.seconds / max(t.mtu, 1)
-    congested = rho > 1.0
-    marked = int(packets * params.ECN_MARK_FRACTION) if congested and cp.marked else 0
+    hot = congested(rho)
+    marked = int(packets * params.ECN_MARK_FRACTION) if hot and cp.marked else 0
     cnp_cap = int(t.seconds * 1e6 / params.CNP_INTERVAL_US) * t.qps
     cnps = min(marked, cnp_cap) if cp.np_on else 0
-    drops = 0 if cp.lossless or not congested else int(packets * (1 - 1 / effective_overload(cp, rho)))
+    drops = 0 if cp.lossless or not hot else int(packets * (1 - 1 / effective_overload(cp, rho)))
     pause = [0] * 8
     pause[cp.tx_prio] = _pauses(cp, rho, t)
     handled = cnps if cp.dcqcn else 0

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from fabtune.sim.model import link, noise, params
 from fabtune.sim.model.config import FabricConfig, Flow, NicConfig
-from fabtune.sim.model.congestion import Traffic, f_cc, flow_counters
+from fabtune.sim.model.congestion import Traffic, congested, f_cc, flow_counters
 from fabtune.sim.model.qos import ClassPath, class_path
 from fabtune.sim.model.results import Counters, NicRef, P2PResult, P2PRun
 from fabtune.sim.model.routing import leaf_of
@@ -166,7 +166,14 @@ def _overloads(subs: Sequence[_Sub], caps: dict[LinkId, float], n: int) -> list[
     return rho
 
 
-def p2p(fabric: FabricConfig, flows: Sequence[Flow], run_index: int = 0, duration_s: float = 5.0) -> P2PRun:
+def p2p(
+    fabric: FabricConfig,
+    flows: Sequence[Flow],
+    run_index: int = 0,
+    *,
+    duration_s: float = 5.0,
+    noisy: bool = True,
+) -> P2PRun:
     """Run one round of concurrent ``ib_write_bw`` flows through the model.
 
     Args:
@@ -174,6 +181,7 @@ def p2p(fabric: FabricConfig, flows: Sequence[Flow], run_index: int = 0, duratio
         flows: flows that run at the same time (a pair-matrix round, or a k:1 incast).
         run_index: which repetition (selects the noise and the per-run ECMP hash).
         duration_s: run length, for counter deltas (perftest ``-D``).
+        noisy: False gives the noise-free expectation (calibration, oracle).
 
     Returns:
         One result per flow, in order, and counter deltas per NIC.
@@ -188,7 +196,8 @@ def p2p(fabric: FabricConfig, flows: Sequence[Flow], run_index: int = 0, duratio
     rho = _overloads(subs, caps, len(flows))
     rates = _apply_cc(ok, share, rho)
     results = [
-        p if isinstance(p, P2PResult) else _result(fabric, p, rates[p.index], run_index) for p in prepared
+        p if isinstance(p, P2PResult) else _result(fabric, p, rates[p.index], run_index if noisy else None)
+        for p in prepared
     ]
     return P2PRun(tuple(results), _counters(ok, rates, rho, duration_s))
 
@@ -201,7 +210,7 @@ def _apply_cc(ok: Sequence[_Prepared], share: list[float], rho: list[float]) -> 
     paused: dict[tuple[int, int, int], float] = {}
     for p in ok:
         key = (p.flow.src_host, p.flow.src_nic, p.cp.tx_prio)
-        if p.cp.lossless and not p.cp.dcqcn and rho[p.index] > 1.0:
+        if p.cp.lossless and not p.cp.dcqcn and congested(rho[p.index]):
             paused[key] = min(paused.get(key, rates[p.index]), rates[p.index])
     for p in ok:
         key = (p.flow.src_host, p.flow.src_nic, p.cp.tx_prio)
@@ -209,10 +218,12 @@ def _apply_cc(ok: Sequence[_Prepared], share: list[float], rho: list[float]) -> 
     return rates
 
 
-def _result(fabric: FabricConfig, p: _Prepared, rate: float, run_index: int) -> P2PResult:
-    """Add noise (capped at the flow's idle-fabric rate) and latency to one flow's rate."""
-    rng = noise.rng_for(fabric.seed, run_index, p.index)
-    goodput = min(rate * noise.factor(rng, params.CV_P2P), p.demand)
+def _result(fabric: FabricConfig, p: _Prepared, rate: float, run_index: int | None) -> P2PResult:
+    """Add noise (capped at the flow's idle-fabric rate; none without a run) and latency."""
+    jitter = 1.0
+    if run_index is not None:
+        jitter = noise.factor(noise.rng_for(fabric.seed, run_index, p.index), params.CV_P2P)
+    goodput = min(rate * jitter, p.demand)
     sw = fabric.switch
     hops = 1 if leaf_of(sw, p.flow.src_host) == leaf_of(sw, p.flow.dst_host) else 3
     return P2PResult(goodput, link.latency_us(p.flow.msg_size, max(goodput, 1e-9), hops))
