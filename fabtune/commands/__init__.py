@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from fabtune.commands.parse import parse
 from fabtune.commands.testbed import testbed
 
-COMMANDS: list[click.Command] = [testbed]
+COMMANDS: list[click.Command] = [testbed, parse]

@@ -216,7 +216,7 @@ class NicDescription:
         if self.node_guid:
             return int(self.node_guid, 16)
         octets = _mac_octets(self.mac)
-        return int.from_bytes(bytes(octets[:3] + [0x03, 0x00] + octets[3:]), "big")
+        return int.from_bytes(bytes([*octets[:3], 0x03, 0x00, *octets[3:]]), "big")
 
     @property
     def port_guid(self) -> int:

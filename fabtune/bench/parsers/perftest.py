@@ -329,7 +329,7 @@ def _scan_line(builder: _Builder, number: int, line: str) -> None:
         builder.warnings.append(line.strip())
         return
     if builder.table is not None and _ROW_START_RE.match(line):
-        _scan_row(builder, number, line)
+        _scan_row(builder, builder.table, number, line)
         return
     _scan_header_pairs(builder, line)
 
@@ -404,14 +404,13 @@ def _start_table(builder: _Builder, rest: str) -> None:
 _MIN_COLUMNS: dict[TableKind, int] = {"bw": 5, "lat": 9, "lat_duration": 4}
 
 
-def _scan_row(builder: _Builder, number: int, line: str) -> None:
-    assert builder.table is not None
+def _scan_row(builder: _Builder, table: TableKind, number: int, line: str) -> None:
     tokens = tuple(line.split())
-    if not _ROW_RE.match(line) or len(tokens) < _MIN_COLUMNS[builder.table]:
+    if not _ROW_RE.match(line) or len(tokens) < _MIN_COLUMNS[table]:
         fail(
             TOOL,
-            f"malformed result row at line {number} (expected {_MIN_COLUMNS[builder.table]} "
-            f"numeric columns for a {builder.table} table): {line.strip()!r}",
+            f"malformed result row at line {number} (expected {_MIN_COLUMNS[table]} "
+            f"numeric columns for a {table} table): {line.strip()!r}",
         )
     if tokens not in builder.rows:
         builder.rows.append(tokens)

@@ -17,6 +17,7 @@ from fabtune.sim.model.config import (
     CollectiveOp,
     Distance,
     FabricConfig,
+    FabricKind,
     Flow,
     HostConfig,
     NicConfig,
@@ -73,7 +74,7 @@ def rack(
         dataclasses.replace(port, name=f"mlx5_{i}", netdev=f"{port.netdev[:-1]}{i}") for i in range(nics)
     )
     hs = tuple(HostConfig(f"node{i:02d}", ports, gpus=gpus, nccl_env=env) for i in range(hosts))
-    kind = "ib" if port.link_layer == "InfiniBand" else "roce"
+    kind: FabricKind = "ib" if port.link_layer == "InfiniBand" else "roce"
     sw = dataclasses.replace(TUNED_SWITCH, nodes_per_leaf=leaf, leaves=max(1, -(-hosts // leaf)))
     return FabricConfig(kind, hs, sw, SmConfig("ar_updn", adaptive_routing=True), seed=0)
 

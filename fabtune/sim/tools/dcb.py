@@ -250,7 +250,8 @@ def _keys(key: str, high: int, what_key: str, what_value: str, what: str) -> lis
     return [index]
 
 
-def _u8(value: str, high: int, key: str, what_key: str, what_value: str, what: str) -> int:
+def _u8(value: str, high: int, key: str, labels: tuple[str, str, str]) -> int:
+    what_key, what_value, what = labels
     try:
         number = int(value, 0)
     except ValueError:
@@ -274,7 +275,7 @@ def _on_off_value(what: str, value: str) -> int:
 class Dcb:
     """One dcb invocation against a node state."""
 
-    def __init__(self, state: NodeState, as_json: bool, pretty: bool, numeric: bool,
+    def __init__(self, state: NodeState, *, as_json: bool, pretty: bool, numeric: bool,
                  stats: bool, iec: bool) -> None:
         self.state = state
         self.as_json = as_json
@@ -412,8 +413,7 @@ class Dcb:
             "cbs": lambda e: e.item("cbs", ets.cbs, f"cbs {_onoff(ets.cbs)} "),
         }
         for name, (key, values) in arrays.items():
-            items[name] = (lambda n, k, v: lambda e: e.item(k, list(v), _array(n, v)))(
-                name, key, values)
+            items[name] = _array_item(name, key, values)
         if cmd == "show":
             def everything(e: Emit) -> None:
                 for key in ("willing", "ets-cap", "cbs"):
@@ -455,7 +455,11 @@ class Dcb:
             self._ets_mapping(name, args, fields[name.replace("-", "_")])
         for tsa_key, bw_key in (("tc_tsa", "tc_bw"), ("reco_tc_tsa", "reco_tc_bw")):
             _validate_bw(fields[bw_key], fields[tsa_key], bw_key.replace("_", "-"))
-        new = replace(ets, willing=willing, **{k: tuple(v) for k, v in fields.items()})
+        new = replace(ets, willing=willing, tc_tsa=tuple(fields["tc_tsa"]),
+                      reco_tc_tsa=tuple(fields["reco_tc_tsa"]), tc_bw=tuple(fields["tc_bw"]),
+                      pg_bw=tuple(fields["pg_bw"]), reco_tc_bw=tuple(fields["reco_tc_bw"]),
+                      prio_tc=tuple(fields["prio_tc"]),
+                      reco_prio_tc=tuple(fields["reco_prio_tc"]))
         self.state.set_ets(dev, new)
 
     def _ets_mapping(self, name: str, args: Args, target: list[Any]) -> None:
@@ -468,10 +472,10 @@ class Dcb:
                 tcs = _keys(key, 7, "TC", "TSA", name)
                 parsed: Any = value
             elif name.endswith("bw"):
-                parsed = _u8(value, 100, key, "TC", "BW", name)
+                parsed = _u8(value, 100, key, ("TC", "BW", name))
                 tcs = _keys(key, 7, "TC", "BW", name)
             else:
-                parsed = _u8(value, 7, key, "PRIO", "TC", name)
+                parsed = _u8(value, 7, key, ("PRIO", "TC", name))
                 tcs = _keys(key, 7, "PRIO", "TC", name)
             for tc in tcs:
                 target[tc] = parsed
@@ -543,8 +547,8 @@ class Dcb:
             if key is None:
                 raise _what(word, "app")
             if key == "default-prio":
-                entries.append(AppEntry("default", 0, _u8(args.value(), 7, "", "PRIO", "PRIO",
-                                                          "default priority")))
+                entries.append(AppEntry("default", 0, _u8(args.value(), 7, "",
+                                                          ("PRIO", "PRIO", "default priority"))))
                 continue
             for name, value in args.mapping(key):
                 entries += self._app_mapping(key, name, value)
@@ -561,7 +565,7 @@ class Dcb:
         else:
             high = 0xFFFF
             protos = _keys(name, high, key.split("-", maxsplit=1)[0].upper(), "PRIO", key)
-        prio = _u8(value, 7, name, "DSCP" if key == "dscp-prio" else "KEY", "PRIO", key)
+        prio = _u8(value, 7, name, ("DSCP" if key == "dscp-prio" else "KEY", "PRIO", key))
         return [AppEntry(selector, p, prio) for p in protos]
 
     @staticmethod
@@ -634,8 +638,8 @@ class Dcb:
         }
         if cmd == "show":
             def everything(e: Emit) -> None:
-                for key in items:
-                    items[key](e)
+                for show_one in items.values():
+                    show_one(e)
                     e.nl()
             self._show(everything, items, args, "buffer")
             return
@@ -648,7 +652,7 @@ class Dcb:
             if matches(word, "prio-buffer"):
                 for key, value in args.mapping("prio-buffer"):
                     for prio in _keys(key, 7, "PRIO", "BUFFER", "prio-buffer"):
-                        p2b[prio] = _u8(value, 7, key, "PRIO", "BUFFER", "prio-buffer")
+                        p2b[prio] = _u8(value, 7, key, ("PRIO", "BUFFER", "prio-buffer"))
             elif matches(word, "buffer-size"):
                 for key, value in args.mapping("buffer-size"):
                     try:
@@ -673,7 +677,7 @@ class Dcb:
                 "tc-maxrate": lambda e: e.item("tc_maxrate", [b // 8 for b in bits],
                                                _array("tc-maxrate", bits, rate_text)),
             }
-            self._show(lambda e: items["tc-maxrate"](e), items, args, "maxrate")
+            self._show(items["tc-maxrate"], items, args, "maxrate")
             return
         if not args:
             err(HELPS["maxrate"])
@@ -705,14 +709,20 @@ class Dcb:
         flags = 0
         while args:
             word = args.pop()
-            bit = next((b for n, b in DCBX_FLAGS if matches(word, n)), None)
-            if bit is None:
+            found = next((b for n, b in DCBX_FLAGS if matches(word, n)), None)
+            if found is None:
                 raise _what(word, "dcbx")
-            flags |= bit
+            flags |= found
         if flags & DCB_CAP_DCBX_LLD_MANAGED or (
                 flags & DCB_CAP_DCBX_VER_CEE and flags & DCB_CAP_DCBX_VER_IEEE):
             raise _fail("Error when attempting to set attribute: Invalid argument")
         self.state.set_dcbx(dev, flags)
+
+
+def _array_item(name: str, key: str, values: Sequence[Any]) -> Callable[[Emit], None]:
+    def show(emit: Emit) -> None:
+        emit.item(key, list(values), _array(name, values))
+    return show
 
 
 def _validate_bw(bw: list[int], tsa: list[str], what: str) -> None:
@@ -729,16 +739,8 @@ LONG_OPTS = ["Version", "force", "batch=", "iec", "json", "Numeric", "pretty", "
              "netns=", "help", "verbose"]
 
 
-def main(argv: list[str], state: NodeState | None = None) -> int:
-    """Run ``dcb`` with ``argv`` (without the program name).
-
-    Args:
-        argv: Command-line arguments.
-        state: The node state (default: this host's).
-
-    Returns:
-        The exit status.
-    """
+def _global_options(argv: list[str]) -> tuple[set[str], list[str]] | int:
+    """Parse dcb's getopt options: the set of short letters and the rest, or an exit status."""
     try:
         opts, rest = getopt.getopt(argv, "b:fhijn:psvNV", LONG_OPTS)
     except getopt.GetoptError as e:
@@ -756,6 +758,23 @@ def main(argv: list[str], state: NodeState | None = None) -> int:
     if "b" in flags:
         err("dcb: batch mode is not emulated")
         return 1
+    return flags, rest
+
+
+def main(argv: list[str], state: NodeState | None = None) -> int:
+    """Run ``dcb`` with ``argv`` (without the program name).
+
+    Args:
+        argv: Command-line arguments.
+        state: The node state (default: this host's).
+
+    Returns:
+        The exit status.
+    """
+    parsed = _global_options(argv)
+    if isinstance(parsed, int):
+        return parsed
+    flags, rest = parsed
     tool = Dcb(state_or_host(state), as_json="j" in flags, pretty="p" in flags,
                numeric="N" in flags, stats="s" in flags, iec="i" in flags)
     args = Args(rest)
@@ -765,10 +784,9 @@ def main(argv: list[str], state: NodeState | None = None) -> int:
     word = args.pop()
     obj = next((o for o in OBJECTS if word == o), None) or next(
         (o for o in OBJECTS if matches(word, o)), None)
-    if obj is None:
-        err(f'Object "{word}" is unknown')
-        return 1
     try:
+        if obj is None:
+            raise _fail(f'Object "{word}" is unknown')
         tool.run(obj, args)
     except DcbError as e:
         return e.code

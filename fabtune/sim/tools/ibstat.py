@@ -70,6 +70,24 @@ def _ca_lines(state: NodeState, dev: str, short: bool) -> list[str]:
     return lines if short else lines + _port_lines(state, dev, alone=False)
 
 
+def _show(node: NodeState, flags: set[str], args: list[str]) -> int:
+    devs = node.rdma_devices()
+    if args:
+        if args[0] not in devs or (len(args) > 1 and args[1] != "1"):
+            return _panic(args[0])
+        devs = [args[0]]
+    if flags & {"-p", "--port_list"}:
+        lines = [f"0x{node.nic(dev).port_guid:016x}" for dev in devs]
+    elif len(args) > 1:
+        lines = _port_lines(node, devs[0], alone=True)
+    else:
+        short = bool(flags & {"-s", "--short"})
+        lines = [line for dev in devs for line in _ca_lines(node, dev, short)]
+    for line in lines:
+        out(line)
+    return 0
+
+
 def main(argv: list[str], state: NodeState | None = None) -> int:
     """Run ``ibstat`` with ``argv`` (without the program name).
 
@@ -92,29 +110,11 @@ def main(argv: list[str], state: NodeState | None = None) -> int:
         err(USAGE)
         return 2
     node = state_or_host(state)
-    devs = node.rdma_devices()
     if flags & {"-l", "--list_of_cas"}:
-        for dev in devs:
+        for dev in node.rdma_devices():
             out(dev)
         return 0
-    if args:
-        if args[0] not in devs:
-            return _panic(args[0])
-        devs = [args[0]]
-    if len(args) > 1 and args[1] != "1":
-        return _panic(args[0])
-    if flags & {"-p", "--port_list"}:
-        for dev in devs:
-            out(f"0x{node.nic(dev).port_guid:016x}")
-        return 0
-    if len(args) > 1:
-        for line in _port_lines(node, devs[0], alone=True):
-            out(line)
-        return 0
-    for dev in devs:
-        for line in _ca_lines(node, dev, short=bool(flags & {"-s", "--short"})):
-            out(line)
-    return 0
+    return _show(node, flags, args)
 
 
 def ibstatus_main(argv: list[str], state: NodeState | None = None) -> int:

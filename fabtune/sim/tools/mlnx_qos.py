@@ -96,7 +96,7 @@ class _Run:
         return value
 
     def parse_list(self, text: str, low: int, high: int, what: str, too_many: str) -> list[int]:
-        values = []
+        values: list[int] = []
         for item in text.split(","):
             if len(values) >= PRIORITIES:
                 raise self.fail(too_many)
