@@ -40,9 +40,7 @@ def all_pairs_rounds(hosts: Sequence[str]) -> list[list[tuple[str, str]]]:
     return rounds
 
 
-def rail_pairs(
-    rounds: list[list[tuple[str, str]]], rails: int, base_port: int = 18515
-) -> list[list[Pair]]:
+def rail_pairs(rounds: list[list[tuple[str, str]]], rails: int, base_port: int = 18515) -> list[list[Pair]]:
     """Expand host pairs into per-rail runs (NIC i to NIC i), each with its own TCP port."""
     expanded = []
     for pairs in rounds:
@@ -61,6 +59,8 @@ def incast_stage(hosts: Sequence[str], fan_in: int, rail: int = 0, base_port: in
         ConfigError: when there are not enough hosts for the fan-in.
     """
     if fan_in < 2 or fan_in > len(hosts) - 1:
-        raise ConfigError("incast", [f"fan_in: {fan_in} must be from 2 to {len(hosts) - 1} for {len(hosts)} hosts"])
+        raise ConfigError(
+            "incast", [f"fan_in: {fan_in} must be from 2 to {len(hosts) - 1} for {len(hosts)} hosts"]
+        )
     server, clients = hosts[0], hosts[1 : fan_in + 1]
     return [Pair(server=server, client=c, rail=rail, port=base_port + i) for i, c in enumerate(clients)]

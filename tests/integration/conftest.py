@@ -38,7 +38,13 @@ def make_testbed(doc: dict[str, object]) -> Iterator[TestbedSpec]:
 @pytest.fixture(scope="module")
 def roce3() -> Iterator[TestbedSpec]:
     """A 3-host RoCE rack, h03 with NIC mlx5_1 moved across the CPU socket from its GPU."""
-    yield from make_testbed({
-        "name": "itroce", "fabric": "roce", "hosts": 3, "subnet_base": "10.201", "seed": 3,
-        "overrides": {"h03": {"nic_numa": {"mlx5_0": 1}}},
-    })
+    yield from make_testbed(
+        {
+            "name": "itroce",
+            "fabric": "roce",
+            "hosts": 3,
+            "subnet_base": "10.201",
+            "seed": 3,
+            "overrides": {"h03": {"nic_numa": {"mlx5_0": 1}}},
+        }
+    )

@@ -19,7 +19,9 @@ pytestmark = pytest.mark.testbed
 def on_host(spec: TestbedSpec, host: str, *command: str) -> subprocess.CompletedProcess[str]:
     """Run ``command`` (an argv, or one shell string) on ``host`` over SSH."""
     remote: str | tuple[str, ...] = command[0] if len(command) == 1 else command
-    return subprocess.run(ssh_argv(spec.name, host, remote), capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        ssh_argv(spec.name, host, remote), capture_output=True, text=True, timeout=60, check=False
+    )
 
 
 def test_each_host_has_its_own_hostname_and_pid_namespace(roce3: TestbedSpec) -> None:
@@ -64,7 +66,9 @@ def test_host_key_checking_is_on(roce3: TestbedSpec, tmp_path: Path) -> None:
     forged = tmp_path / "known_hosts"
     forged.write_text(f"{lines[0].split(' ', 1)[0]} {h02_key}\n")  # h01's names with h02's key
     inv = yaml.safe_load((tb_dir / "inventory.yml").read_text())
-    inv["all"]["vars"]["ansible_ssh_common_args"] = f"-o UserKnownHostsFile={forged} -o StrictHostKeyChecking=yes"
+    inv["all"]["vars"]["ansible_ssh_common_args"] = (
+        f"-o UserKnownHostsFile={forged} -o StrictHostKeyChecking=yes"
+    )
     inv["all"]["vars"]["ansible_ssh_args"] = "-o ControlMaster=no -o ControlPath=none"  # no reused session
     (tmp_path / "inventory.yml").write_text(yaml.safe_dump(inv))
     outcome = ansible.run_module("ansible.builtin.ping", "", tmp_path / "inventory.yml", "h01")

@@ -7,10 +7,9 @@ import signal
 
 import pytest
 
-from fabtune.testbed import build, layout
+from fabtune.testbed import build, layout, system
 from fabtune.testbed.layout import Names
 from fabtune.testbed.spec import build_spec
-from fabtune.testbed import system
 from tests.conftest import testbed_unavailable
 
 pytestmark = pytest.mark.testbed

@@ -11,7 +11,9 @@ from fabtune.sim.model import Flow, NicConfig, active_mtu, ceiling_gbps, p2p
 from fabtune.sim.model.calibration import MIB, nic, rack
 
 
-@pytest.mark.parametrize(("netdev", "rdma"), [(1500, 1024), (2200, 2048), (4200, 4096), (9000, 4096), (600, 256)])
+@pytest.mark.parametrize(
+    ("netdev", "rdma"), [(1500, 1024), (2200, 2048), (4200, 4096), (9000, 4096), (600, 256)]
+)
 def test_active_mtu_from_netdev_mtu(netdev: int, rdma: int) -> None:
     assert active_mtu(NicConfig(mtu=netdev)) == rdma
 
@@ -51,7 +53,9 @@ def test_goodput_never_above_ceiling() -> None:
 
 def test_goodput_monotonic_in_rate_and_mtu() -> None:
     def bw(port: NicConfig) -> float:
-        return p2p(rack(2, port, nics=1), [Flow(0, 1, msg_size=MIB, qps=8)], noisy=False).results[0].goodput_gbps
+        return (
+            p2p(rack(2, port, nics=1), [Flow(0, 1, msg_size=MIB, qps=8)], noisy=False).results[0].goodput_gbps
+        )
 
     assert bw(nic(rate=100.0)) < bw(nic(rate=200.0)) < bw(nic(rate=400.0))
     assert bw(nic(mtu=1500)) < bw(nic(mtu=2200)) < bw(nic(mtu=4200)) == bw(nic(mtu=9000))

@@ -70,9 +70,8 @@ def rack(
     leaf: int = 32,
 ) -> FabricConfig:
     """Return a rail-optimised rack of identical hosts (IB with AR when the port is IB)."""
-    ports = tuple(
-        dataclasses.replace(port, name=f"mlx5_{i}", netdev=f"{port.netdev[:-1]}{i}") for i in range(nics)
-    )
+    pre, base = ("ib", 0) if port.link_layer == "InfiniBand" else ("eth", 2)
+    ports = tuple(dataclasses.replace(port, name=f"mlx5_{i}", netdev=f"{pre}{base + i}") for i in range(nics))
     hs = tuple(HostConfig(f"node{i:02d}", ports, gpus=gpus, nccl_env=env) for i in range(hosts))
     kind: FabricKind = "ib" if port.link_layer == "InfiniBand" else "roce"
     sw = dataclasses.replace(TUNED_SWITCH, nodes_per_leaf=leaf, leaves=max(1, -(-hosts // leaf)))

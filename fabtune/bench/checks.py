@@ -1,0 +1,179 @@
+"""Fabric checks practitioners run by hand, each a pass/warn/fail verdict with its evidence line.
+
+Pure functions over parsed tool output (``fabtune.bench.parsers``): topology, NCCL transport,
+GID tables, link state and the subnet manager.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from fabtune.bench.parsers.ibstat import IbStat
+from fabtune.bench.parsers.nccl_debug import NcclDebugSummary
+from fabtune.bench.parsers.show_gids import ShowGids
+from fabtune.bench.parsers.topo import TopoMatrix
+
+Verdict = Literal["pass", "warn", "fail"]
+GOOD_DISTANCES = ("X", "PIX", "PXB")
+WEAK_DISTANCES = ("PHB",)
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """One check on one host (or ``*`` for the whole rack)."""
+
+    check: str
+    host: str
+    verdict: Verdict
+    summary: str
+    evidence: str = ""
+
+
+def _line_with(text: str, *needles: str) -> str:
+    for line in text.splitlines():
+        if all(n in line for n in needles):
+            return line.strip()
+    return ""
+
+
+def affinity(
+    host: str, matrix: TopoMatrix, pairs: Sequence[tuple[int, str]], raw: str = ""
+) -> list[CheckResult]:
+    """GPU-NIC pairs in use must share a PCIe switch (PIX/PXB); NODE and SYS cross host bridges or sockets."""
+    results = []
+    for gpu, nic in pairs:
+        distance = matrix.distance(gpu, nic)
+        verdict: Verdict = (
+            "pass" if distance in GOOD_DISTANCES else "warn" if distance in WEAK_DISTANCES else "fail"
+        )
+        evidence = _line_with(raw, f"GPU{gpu}") if raw else f"GPU{gpu} {nic}: {distance}"
+        results.append(CheckResult("affinity", host, verdict, f"GPU{gpu} <-> {nic}: {distance}", evidence))
+    return results
+
+
+def transport(host: str, summary: NcclDebugSummary, raw: str, *, expect_gdr: bool = True) -> CheckResult:
+    """NCCL must use NET/IB (RoCE or IB), with GPUDirect RDMA where expected, and never NET/Socket."""
+    socket_lines = [c for c in summary.channels if c.transport.startswith("Socket")]
+    if summary.ib_no_device or "Socket" in summary.networks or socket_lines:
+        evidence = (
+            _line_with(raw, "via NET/Socket")
+            or _line_with(raw, "Using network Socket")
+            or _line_with(raw, "NET/IB : No device found")
+        )
+        return CheckResult("transport", host, "fail", "TCP fallback: NCCL uses NET/Socket", evidence)
+    ib = [c for c in summary.channels if c.transport.startswith("IB")]
+    if not ib and "IB" not in summary.networks:
+        return CheckResult(
+            "transport",
+            host,
+            "warn",
+            "no inter-node NCCL transport seen in the log",
+            _line_with(raw, "NCCL INFO"),
+        )
+    if expect_gdr and ib and not any(c.gdrdma for c in ib):
+        return CheckResult(
+            "transport",
+            host,
+            "warn",
+            "NET/IB without GPUDirect RDMA (staged through host memory)",
+            _line_with(raw, "via NET/IB"),
+        )
+    layers = sorted({d.link_layer for d in summary.ib_devices}) or ["IB"]
+    return CheckResult(
+        "transport",
+        host,
+        "pass",
+        f"NET/IB over {'/'.join(layers)}",
+        _line_with(raw, "via NET/IB") or _line_with(raw, "NET/IB : Using"),
+    )
+
+
+def rocev2_index(table: ShowGids, device: str) -> int | None:
+    """The GID index of ``device``'s RoCEv2 IPv4 GID, or None."""
+    for entry in table.entries:
+        if entry.device == device and entry.version == "v2" and entry.ipv4:
+            return entry.index
+    return None
+
+
+def gid_index(tables: Mapping[str, ShowGids], devices: Sequence[str]) -> list[CheckResult]:
+    """Every host must carry its RoCEv2 IPv4 GID at one index (the one NCCL_IB_GID_INDEX names)."""
+    found = {(h, d): rocev2_index(t, d) for h, t in tables.items() for d in devices}
+    common, _ = (
+        Counter(v for v in found.values() if v is not None).most_common(1)[0]
+        if any(v is not None for v in found.values())
+        else (None, 0)
+    )
+    results = []
+    for (host, dev), index in sorted(found.items()):
+        if index is None:
+            results.append(CheckResult("gid_index", host, "fail", f"{dev}: no RoCEv2 IPv4 GID", ""))
+        elif index != common:
+            results.append(
+                CheckResult(
+                    "gid_index",
+                    host,
+                    "fail",
+                    f"{dev}: RoCEv2 GID at index {index}, the rack uses {common}",
+                    f"{dev} port 1 index {index} v2",
+                )
+            )
+    if not results:
+        results.append(CheckResult("gid_index", "*", "pass", f"RoCEv2 GID index {common} on every host"))
+    return results
+
+
+def links(stats: Mapping[str, IbStat], mtus: Mapping[str, Mapping[str, int]]) -> list[CheckResult]:
+    """Ports Active/LinkUp, one rate across the rack, one MTU across the rack."""
+    results = []
+    rates = Counter(p.rate for s in stats.values() for ca in s.cas for p in ca.ports)
+    usual_rate = rates.most_common(1)[0][0] if rates else None
+    for host, stat in sorted(stats.items()):
+        for ca in stat.cas:
+            for port in ca.ports:
+                if port.state != "Active" or port.physical_state != "LinkUp":
+                    results.append(
+                        CheckResult(
+                            "link",
+                            host,
+                            "fail",
+                            f"{ca.name} port {port.port} is {port.state}/{port.physical_state}",
+                            f"State: {port.state}",
+                        )
+                    )
+                elif port.rate != usual_rate:
+                    results.append(
+                        CheckResult(
+                            "link",
+                            host,
+                            "fail",
+                            f"{ca.name} runs at {port.rate} Gb/s, the rack at {usual_rate}",
+                            f"Rate: {port.rate}",
+                        )
+                    )
+    all_mtus = Counter(m for per in mtus.values() for m in per.values())
+    usual_mtu = all_mtus.most_common(1)[0][0] if all_mtus else None
+    for host, per in sorted(mtus.items()):
+        for dev, mtu in sorted(per.items()):
+            if mtu != usual_mtu:
+                results.append(
+                    CheckResult(
+                        "mtu", host, "fail", f"{dev} MTU {mtu}, the rack uses {usual_mtu}", f"{dev} mtu {mtu}"
+                    )
+                )
+    if not results:
+        results.append(
+            CheckResult("link", "*", "pass", f"all ports Active at {usual_rate} Gb/s, MTU {usual_mtu}")
+        )
+    return results
+
+
+def subnet_manager(host: str, sminfo_text: str, returncode: int) -> CheckResult:
+    """An InfiniBand fabric needs a master subnet manager (sminfo answers SMINFO_MASTER)."""
+    line = sminfo_text.strip().splitlines()[-1] if sminfo_text.strip() else ""
+    if returncode == 0 and "SMINFO_MASTER" in sminfo_text:
+        return CheckResult("subnet_manager", host, "pass", "a master SM answers", line)
+    return CheckResult("subnet_manager", host, "fail", "no master subnet manager answers", line)
