@@ -32,16 +32,20 @@ def test_mlnx_qos_pfc_persists_and_shows_in_dcb(roce3: TestbedSpec) -> None:
     after = mlnx_qos.parse(sh(roce3, "h01", "mlnx_qos", "-i", dev).stdout)
     assert after.pfc_enabled == (False, False, False, True, False, False, False, False)
     shown = dcb.parse(sh(roce3, "h01", "dcb", "pfc", "show", "dev", dev).stdout)
-    assert [p for p, on in shown.pfc_enabled().items() if on] == [3]
+    assert [p for p, on in shown.pfc_enabled.items() if on] == [3]
     other = mlnx_qos.parse(sh(roce3, "h02", "mlnx_qos", "-i", dev).stdout)
     assert other.pfc_enabled == (False,) * 8
 
 
 def test_mlnx_qos_rejects_a_short_pfc_list_like_the_real_tool(roce3: TestbedSpec) -> None:
     dev = layout.nic_netdev(roce3, 2)
+    # mlnx-tools checks each value before the length: "1,2" fails on the 2, "1,0" on the length.
     bad = sh(roce3, "h01", "mlnx_qos", "-i", dev, "--pfc", "1,2", ok=False)
     assert bad.returncode == 1
-    assert "pfc list must have 8 items" in bad.stdout + bad.stderr
+    assert "Bad value for PFC: 2" in bad.stdout + bad.stderr
+    short = sh(roce3, "h01", "mlnx_qos", "-i", dev, "--pfc", "1,0", ok=False)
+    assert short.returncode == 1
+    assert "pfc list must have 8 items" in short.stdout + short.stderr
     assert mlnx_qos.parse(sh(roce3, "h01", "mlnx_qos", "-i", dev).stdout).pfc_enabled == (False,) * 8
 
 

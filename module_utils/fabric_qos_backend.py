@@ -1,0 +1,187 @@
+# -*- coding: utf-8 -*-
+# Copyright: fabtune contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Read and change a port's QoS (trust, DSCP map, PFC, ETS) through ``mlnx_qos`` or iproute2 ``dcb``.
+
+Pure helpers: parsers of the tools' output and builders of argv lists. The caller runs the
+commands (``module.run_command``), so everything here is testable without a host.
+QoS state in the desired-state shape: ``{trust, dscp2prio (only under dscp trust), pfc (list of
+priorities with PFC on), prio_tc, tsa, tcbw}``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+PRIORITIES = 8
+BACKENDS = ("mlnx_qos", "dcb")
+
+_TC_RE = re.compile(r"^tc:\s*(\d+)\s+ratelimit:\s*([^,]+),\s*tsa:\s*(\w+)(?:,\s*bw:\s*(\d+)%)?")
+_PRIO_RE = re.compile(r"^\s*priority:\s*(\d+)")
+_DSCP_RE = re.compile(r"^\s*prio:(\d+)\s+dscp:([\d,]*)")
+
+
+class QosError(Exception):
+    """Tool output that does not say what the port's QoS state is."""
+
+
+def parse_mlnx_qos(text):
+    """The QoS state from ``mlnx_qos -i IF -a`` output (mlnx-tools ``pretty_print``).
+
+    Raises:
+        QosError: when the output lacks the trust state or the PFC table.
+    """
+    state = {}
+    dscp = {}
+    prio_tc = [None] * PRIORITIES
+    tsa, bw = ["strict"] * PRIORITIES, [0] * PRIORITIES
+    current_tc = None
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("Priority trust state:"):
+            state["trust"] = line.split(":", 1)[1].strip()
+        match = _DSCP_RE.match(line)
+        if match:
+            for item in filter(None, match.group(2).split(",")):
+                dscp[int(item)] = int(match.group(1))
+        if line.strip().startswith("enabled") and i > 0 and "priority" in lines[i - 1]:
+            state["pfc"] = [p for p, v in enumerate(line.split()[1:]) if v == "1"]
+        match = _TC_RE.match(line)
+        if match:
+            current_tc = int(match.group(1))
+            tsa[current_tc] = match.group(3)
+            bw[current_tc] = int(match.group(4) or 0)
+            continue
+        match = _PRIO_RE.match(line)
+        if match and current_tc is not None:
+            prio_tc[int(match.group(1))] = current_tc
+    if "trust" not in state or "pfc" not in state:
+        raise QosError("mlnx_qos output has no trust state or PFC table")
+    if state["trust"] == "dscp":
+        state["dscp2prio"] = dscp
+    state["prio_tc"] = [0 if tc is None else tc for tc in prio_tc]
+    state["tsa"], state["tcbw"] = tsa, bw
+    return state
+
+
+def parse_dcb(pfc_json, ets_json, apptrust_json, app_json):
+    """The QoS state from ``dcb -j {pfc,ets,apptrust,app} show dev IF`` outputs."""
+    pfc, ets = json.loads(pfc_json), json.loads(ets_json)
+    order = json.loads(apptrust_json).get("order", [])
+    trust = "dscp" if order and order[0] == "dscp" else "pcp"
+    state = {
+        "trust": trust,
+        "pfc": [p for p, on in enumerate(pfc.get("prio_pfc", [])) if on],
+        "prio_tc": list(ets.get("prio_tc", [0] * PRIORITIES)),
+        "tsa": list(ets.get("tc_tsa", ["strict"] * PRIORITIES)),
+        "tcbw": list(ets.get("tc_bw", [0] * PRIORITIES)),
+    }
+    if trust == "dscp":
+        pairs = json.loads(app_json).get("dscp_prio", [])
+        state["dscp2prio"] = dict((int(d), int(p)) for d, p in pairs)
+    return state
+
+
+def read_argvs(backend, interface):
+    """The commands that read a port's QoS state, in the order the parser takes them."""
+    if backend == "mlnx_qos":
+        return [["mlnx_qos", "-i", interface, "-a"]]
+    return [["dcb", "-j", "pfc", "show", "dev", interface],
+            ["dcb", "-j", "ets", "show", "dev", interface],
+            ["dcb", "-j", "apptrust", "show", "dev", interface],
+            ["dcb", "-j", "app", "show", "dev", interface, "dscp-prio"]]
+
+
+def parse(backend, outputs):
+    """Parse the outputs of :func:`read_argvs` commands."""
+    if backend == "mlnx_qos":
+        return parse_mlnx_qos(outputs[0])
+    return parse_dcb(*outputs)
+
+
+def diff_state(current, desired):
+    """Per knob, ``(before, after)`` for each managed knob whose value differs.
+
+    ``dscp2prio`` compares only the DSCPs the desired map names; under PCP trust the current map
+    is not visible, so every desired entry counts as a change.
+    """
+    changes = {}
+    for key in ("trust", "pfc", "prio_tc", "tsa", "tcbw"):
+        if key in desired and desired[key] != current.get(key):
+            changes[key] = (current.get(key), desired[key])
+    if "dscp2prio" in desired:
+        have = current.get("dscp2prio") or {}
+        wrong = dict((d, p) for d, p in desired["dscp2prio"].items() if have.get(d) != p)
+        if wrong:
+            before = dict((d, have.get(d)) for d in sorted(wrong))
+            changes["dscp2prio"] = (before, dict(sorted(wrong.items())))
+    return changes
+
+
+def _csv(values):
+    return ",".join(str(v) for v in values)
+
+
+def _pfc_flags(prios):
+    return [1 if p in prios else 0 for p in range(PRIORITIES)]
+
+
+def write_argvs(backend, interface, changes, desired):
+    """The commands that make the changes (``diff_state`` output), in a safe order.
+
+    The DSCP map is set before trust moves to ``dscp`` so that no packet is classified by a
+    half-written map; ETS is always given whole (prio_tc, tsa, tcbw together), as the tools want.
+    """
+    ets_keys = [k for k in ("prio_tc", "tsa", "tcbw") if k in changes]
+    ets = dict((k, desired.get(k)) for k in ("prio_tc", "tsa", "tcbw"))
+    if backend == "mlnx_qos":
+        return _mlnx_argvs(interface, changes, ets if ets_keys else None)
+    return _dcb_argvs(interface, changes, ets if ets_keys else None)
+
+
+def _mlnx_argvs(interface, changes, ets):
+    argvs = []
+    if "dscp2prio" in changes:
+        argv = ["mlnx_qos", "-i", interface]
+        for dscp, prio in sorted(changes["dscp2prio"][1].items()):
+            argv += ["--dscp2prio", "set,%d,%d" % (dscp, prio)]
+        argvs.append(argv)
+    argv = ["mlnx_qos", "-i", interface]
+    if "trust" in changes:
+        argv += ["--trust", changes["trust"][1]]
+    if "pfc" in changes:
+        argv += ["--pfc", _csv(_pfc_flags(changes["pfc"][1]))]
+    if ets:
+        if ets["prio_tc"] is not None:
+            argv += ["--prio_tc", _csv(ets["prio_tc"])]
+        if ets["tsa"] is not None:
+            argv += ["--tsa", _csv(ets["tsa"])]
+        if ets["tcbw"] is not None:
+            argv += ["--tcbw", _csv(ets["tcbw"])]
+    if len(argv) > 3:
+        argvs.append(argv)
+    return argvs
+
+
+def _dcb_argvs(interface, changes, ets):
+    argvs = []
+    if "dscp2prio" in changes:
+        pairs = ["%d:%d" % (d, p) for d, p in sorted(changes["dscp2prio"][1].items())]
+        argvs.append(["dcb", "app", "replace", "dev", interface, "dscp-prio"] + pairs)
+    if "trust" in changes:
+        order = ["dscp", "pcp"] if changes["trust"][1] == "dscp" else ["pcp"]
+        argvs.append(["dcb", "apptrust", "set", "dev", interface, "order"] + order)
+    if "pfc" in changes:
+        flags = ["%d:%s" % (p, "on" if on else "off") for p, on in enumerate(_pfc_flags(changes["pfc"][1]))]
+        argvs.append(["dcb", "pfc", "set", "dev", interface, "prio-pfc"] + flags)
+    if ets:
+        argv = ["dcb", "ets", "set", "dev", interface]
+        if ets["tsa"] is not None:
+            argv += ["tc-tsa"] + ["%d:%s" % (tc, t) for tc, t in enumerate(ets["tsa"])]
+        if ets["tcbw"] is not None:
+            argv += ["tc-bw"] + ["%d:%d" % (tc, b) for tc, b in enumerate(ets["tcbw"])]
+        if ets["prio_tc"] is not None:
+            argv += ["prio-tc"] + ["%d:%d" % (p, tc) for p, tc in enumerate(ets["prio_tc"])]
+        argvs.append(argv)
+    return argvs
