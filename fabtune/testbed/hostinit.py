@@ -76,7 +76,8 @@ def _bind_emulation(host_dir: Path, merged: Path) -> None:
     _mount("--bind", str(class_dir), str(merged / "sys/class"))
     _mount("--bind", str(kernel_dir), str(merged / "sys/kernel"))
     _mount("--bind", str(host_dir / "configfs"), str(merged / "sys/kernel/config"))
-    for name, source in (("fabtune-emu", host_dir / "emu"), ("fabtune-fabric", host_dir.parent.parent / "fabric")):
+    shared = (("fabtune-emu", host_dir / "emu"), ("fabtune-fabric", host_dir.parent.parent / "fabric"))
+    for name, source in shared:
         target = merged / "var/lib" / name
         target.mkdir(parents=True, exist_ok=True)
         _mount("--bind", str(source), str(target))

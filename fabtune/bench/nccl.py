@@ -1,0 +1,87 @@
+"""nccl-tests across an inventory, launched by the cluster's own launcher (mpirun or srun)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from fabtune import ansible
+from fabtune.bench.argv import NcclOptions, mpirun_argv, nccl_test_argv, srun_argv
+from fabtune.bench.parsers import nccl_debug, nccl_tests
+from fabtune.errors import BenchmarkError, ParseError
+
+Launcher = Literal["mpirun", "srun"]
+# NCCL's line prefix: "<hostname>:<pid>:<tid> [<dev>] NCCL INFO ..." (formats.md §3).
+HOST_PREFIX_RE = re.compile(r"^(?:\[[^\]]*\] )?(?P<host>[A-Za-z0-9_.-]+):\d+:\d+ \[\d+\] ")
+
+
+@dataclass(frozen=True)
+class NcclRun:
+    """One nccl-tests sweep: the parsed table, the per-host NCCL log, and the raw output."""
+
+    rc: int
+    result: nccl_tests.NcclTestsResult | None
+    per_host_log: Mapping[str, str] = field(repr=False)
+    output: str = field(repr=False)
+    error: str | None = None
+
+    def debug(self, host: str) -> nccl_debug.NcclDebugSummary:
+        """The NCCL_DEBUG=INFO summary of ``host``'s ranks."""
+        return nccl_debug.parse(self.per_host_log.get(host, ""))
+
+
+def split_by_host(output: str) -> dict[str, str]:
+    """NCCL INFO/WARN lines grouped by the hostname that prefixes them."""
+    per_host: dict[str, list[str]] = {}
+    for line in output.splitlines():
+        match = HOST_PREFIX_RE.match(line)
+        if match and " NCCL " in line:
+            per_host.setdefault(match.group("host"), []).append(line)
+    return {host: "\n".join(lines) + "\n" for host, lines in per_host.items()}
+
+
+def launcher_argv(
+    launcher: Launcher,
+    hosts: Sequence[str],
+    opts: NcclOptions,
+    env: Mapping[str, str],
+    oob_interface: str | None,
+) -> list[str]:
+    """The full command line the launch host runs."""
+    test = nccl_test_argv(opts)
+    if launcher == "srun":
+        return srun_argv(hosts, test, env)
+    return mpirun_argv(hosts, test, env, oob_interface)
+
+
+def run(
+    inventory: Path,
+    hosts: Sequence[str],
+    opts: NcclOptions,
+    env: Mapping[str, str],
+    *,
+    launcher: Launcher = "mpirun",
+    oob_interface: str | None = None,
+) -> NcclRun:
+    """Run one sweep from the first host and read its table and NCCL log.
+
+    Raises:
+        PlaybookFailed: when the launch host cannot be reached.
+    """
+    if not hosts:
+        raise BenchmarkError("nccl-tests needs at least one host")
+    argv = launcher_argv(launcher, hosts, opts, {"NCCL_DEBUG": "INFO", **env}, oob_interface)
+    extravars = {"fabtune_launch_host": hosts[0], "fabtune_nccl_argv": argv}
+    outcome = ansible.run_playbook("bench_nccl.yml", inventory, extravars=extravars)
+    outcome.raise_for_failure("nccl-tests launch")
+    res = outcome.results("Run the launcher").get(hosts[0], {})
+    output = f"{res.get('stdout', '')}\n{res.get('stderr', '')}"
+    try:
+        result: nccl_tests.NcclTestsResult | None = nccl_tests.parse(output)
+        error = None
+    except ParseError as err:
+        result, error = None, str(err)
+    return NcclRun(int(res.get("rc", -1)), result, split_by_host(output), output, error)

@@ -1,0 +1,169 @@
+"""ib_write_bw pair matrices and incast stages across an inventory, through Ansible."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fabtune import ansible
+from fabtune.bench.argv import PerftestOptions, perftest_argv
+from fabtune.bench.fabric import HostView, Rail
+from fabtune.bench.parsers import ethtool, perftest
+from fabtune.bench.schedule import Pair
+from fabtune.errors import BenchmarkError, ParseError
+from fabtune.sim.model import NicConfig, ceiling_gbps
+
+COUNTERS = ("rx_prio{}_pause", "tx_prio{}_pause")
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class PairResult:
+    """One client's measurement, with the link's physical ceiling and counter deltas."""
+
+    server: str
+    client: str
+    rail: int
+    device: str
+    gbps: float | None
+    ceiling_gbps: float
+    error: str | None = None
+    counters: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+
+    @property
+    def share_of_ceiling(self) -> float | None:
+        if self.gbps is None or self.ceiling_gbps <= 0:
+            return None
+        return self.gbps / self.ceiling_gbps
+
+
+def rail_ceiling(rail: Rail) -> float:
+    """The physical goodput ceiling of a rail (header overhead at its MTU)."""
+    ib = rail.link_layer == "InfiniBand"
+    nic = NicConfig(
+        link_layer="InfiniBand" if ib else "Ethernet", rate_gbps=rail.rate_gbps, mtu=4096 if ib else rail.mtu
+    )
+    return ceiling_gbps(nic)
+
+
+def _run_spec(pair: Pair, views: Mapping[str, HostView], opts: PerftestOptions) -> dict[str, Any]:
+    server, client = views[pair.server].rails[pair.rail], views[pair.client].rails[pair.rail]
+    if server.ipv4 is None:
+        raise BenchmarkError(f"{pair.server}: {server.netdev} has no IPv4 address to test against")
+    gid = server.gid_index if opts.gid_index is None else opts.gid_index
+    tuned = PerftestOptions(
+        opts.verb, opts.size, opts.qps, opts.duration_s, gid, opts.tclass, opts.report_gbits
+    )
+    server_argv = perftest_argv(tuned, server.device, pair.port)
+    return {
+        "id": f"{pair.client}->{pair.server}/{server.device}:{pair.port}",
+        "server": pair.server,
+        "client": pair.client,
+        "port": pair.port,
+        "server_argv": server_argv,
+        "client_argv": perftest_argv(tuned, client.device, pair.port, server.ipv4),
+        "server_netdev": server.netdev,
+        "client_netdev": client.netdev,
+        "server_pattern": "^" + re.escape(" ".join(server_argv)) + "$",
+    }
+
+
+def _counter_map(results: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, int]]:
+    out = {}
+    for item in results:
+        try:
+            stats = ethtool.parse(str(item.get("stdout", "")))
+        except ParseError:
+            continue
+        out[str(item.get("item"))] = {
+            t.format(p): v for t in COUNTERS for p, v in stats.per_priority(t).items()
+        }
+    return out
+
+
+def _deltas(outcome: ansible.RunOutcome) -> dict[tuple[str, str], dict[str, int]]:
+    before = outcome.results("Read NIC counters before")
+    after = outcome.results("Read NIC counters after")
+    deltas = {}
+    for host, res in after.items():
+        b = _counter_map(before.get(host, {}).get("results", []))
+        for netdev, values in _counter_map(res.get("results", [])).items():
+            old = b.get(netdev, {})
+            deltas[(host, netdev)] = {k: v - old.get(k, 0) for k, v in values.items() if v - old.get(k, 0)}
+    return deltas
+
+
+def _measured(stdout: str) -> tuple[float | None, str | None]:
+    try:
+        result = perftest.parse(stdout)
+    except ParseError as err:
+        return None, f"unreadable output: {err}"
+    if result.error is not None:
+        return None, result.error.kind
+    return result.bw_average_gbps(result.bw_rows[-1]), None
+
+
+def _results(
+    outcome: ansible.RunOutcome,
+    runs: Sequence[dict[str, Any]],
+    views: Mapping[str, HostView],
+    pairs: Sequence[Pair],
+) -> list[PairResult]:
+    by_id = {}
+    for res in outcome.results("Collect client results").values():
+        for item in res.get("results", []):
+            run = item.get("item", {}).get("item", {})
+            text = str(item.get("stdout", "")) + "\n" + str(item.get("stderr", ""))
+            by_id[run.get("id")] = _measured(text) if item.get("finished") else (None, "timeout")
+    deltas = _deltas(outcome)
+    results = []
+    for run, pair in zip(runs, pairs, strict=True):
+        gbps, error = by_id.get(run["id"], (None, "not run"))
+        rail = views[pair.server].rails[pair.rail]
+        counters = {
+            f"{h}:{d}": deltas.get((h, d), {})
+            for h, d in ((pair.server, run["server_netdev"]), (pair.client, run["client_netdev"]))
+        }
+        results.append(
+            PairResult(
+                pair.server, pair.client, pair.rail, rail.device, gbps, rail_ceiling(rail), error, counters
+            )
+        )
+    return results
+
+
+def run_round(
+    inventory: Path, pairs: Sequence[Pair], views: Mapping[str, HostView], opts: PerftestOptions
+) -> list[PairResult]:
+    """Run one round of pairs concurrently; servers are stopped afterwards whatever happened.
+
+    Raises:
+        PlaybookFailed: when the round could not run (unreachable host, failed task).
+    """
+    runs = [_run_spec(p, views, opts) for p in pairs]
+    extravars = {"fabtune_bench_runs": runs, "fabtune_bench_timeout_s": opts.duration_s + 60}
+    outcome = ansible.run_playbook("bench_ib_write_bw.yml", inventory, extravars=extravars)
+    outcome.raise_for_failure("perftest round")
+    return _results(outcome, runs, views, pairs)
+
+
+def run_rounds(
+    inventory: Path,
+    rounds: Sequence[Sequence[Pair]],
+    views: Mapping[str, HostView],
+    opts: PerftestOptions,
+    progress: Progress | None = None,
+) -> list[list[PairResult]]:
+    """Run rounds one after another, reporting progress with an ETA."""
+    done: list[list[PairResult]] = []
+    start = time.monotonic()
+    for index, pairs in enumerate(rounds, start=1):
+        if progress is not None:
+            eta = (time.monotonic() - start) / (index - 1) * (len(rounds) - index + 1) if index > 1 else None
+            progress(f"round {index}/{len(rounds)}" + (f", about {eta:.0f} s left" if eta else ""))
+        done.append(run_round(inventory, pairs, views, opts))
+    return done

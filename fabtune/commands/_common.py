@@ -1,0 +1,53 @@
+"""Options and output helpers shared by the verbs."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from fabtune.errors import ConfigError
+
+INVENTORY_OPTION = click.option(
+    "-i",
+    "--inventory",
+    "inventory",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="Ansible inventory (e.g. the path 'fabtune testbed inventory' prints).",
+)
+JSON_OPTION = click.option(
+    "--json", "json_file", type=click.Path(path_type=Path), help="Also write results as JSON."
+)
+OOB_OPTION = click.option(
+    "--oob-interface",
+    default=None,
+    help="Interface for the launcher's own TCP traffic (mpirun --mca *_if_include).",
+)
+
+
+def require_file(path: Path, what: str) -> Path:
+    """Refuse a missing input file with one clear error."""
+    if not path.is_file():
+        raise ConfigError(what, [f"{path}: no such file"])
+    return path
+
+
+def write_json(path: Path | None, payload: Any) -> None:
+    """Write dataclasses (nested) as JSON when a path was given."""
+    if path is None:
+        return
+    path.write_text(json.dumps(_plain(payload), indent=2, sort_keys=True) + "\n")
+
+
+def _plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value

@@ -1,0 +1,166 @@
+"""``fabtune bench``: run one benchmark family on its own."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from fabtune.bench import nccl, pairs
+from fabtune.bench.argv import NCCL_TESTS, PERFTEST_VERBS, NcclOptions, PerftestOptions
+from fabtune.bench.fabric import read_hosts
+from fabtune.bench.schedule import all_pairs_rounds, incast_stage, rail_pairs
+from fabtune.commands._common import INVENTORY_OPTION, JSON_OPTION, OOB_OPTION, require_file, write_json
+from fabtune.errors import BenchmarkError
+
+
+@click.group("bench")
+def bench() -> None:
+    """Benchmarks: perftest pair matrices and incast, nccl-tests through mpirun or srun."""
+
+
+def _perftest_options(f: click.decorators.FC) -> click.decorators.FC:
+    for option in reversed(
+        [
+            click.option(
+                "--verb", type=click.Choice(PERFTEST_VERBS), default="ib_write_bw", show_default=True
+            ),
+            click.option(
+                "--size", type=int, default=1 << 20, show_default=True, help="Message size (bytes)."
+            ),
+            click.option("--qps", type=int, default=8, show_default=True, help="QPs per connection (-q)."),
+            click.option("--duration", type=int, default=5, show_default=True, help="Seconds per run (-D)."),
+            click.option("--tclass", type=int, default=None, help="GRH traffic class (--tclass)."),
+            click.option("--rails", type=int, default=None, help="NICs per host to test (default: all)."),
+        ]
+    ):
+        f = option(f)
+    return f
+
+
+def _print_pairs(results: list[pairs.PairResult], console: Console) -> None:
+    table = Table("client -> server", "NIC", "Gb/s", "ceiling", "share", "pause frames", "error")
+    for r in results:
+        pauses = sum(v for per in r.counters.values() for k, v in per.items() if "pause" in k)
+        share = r.share_of_ceiling
+        table.add_row(
+            f"{r.client} -> {r.server}",
+            r.device,
+            "-" if r.gbps is None else f"{r.gbps:.1f}",
+            f"{r.ceiling_gbps:.1f}",
+            "-" if share is None else f"{share:.0%}",
+            str(pauses),
+            r.error or "",
+        )
+    console.print(table)
+
+
+@bench.command("pairs")
+@INVENTORY_OPTION
+@JSON_OPTION
+@_perftest_options
+def pairs_cmd(
+    inventory: Path,
+    json_file: Path | None,
+    verb: str,
+    size: int,
+    qps: int,
+    duration: int,
+    tclass: int | None,
+    rails: int | None,
+) -> None:
+    """All host pairs in N-1 concurrent rounds, NIC i to NIC i."""
+    require_file(inventory, "inventory")
+    console = Console(stderr=True)
+    views = read_hosts(inventory)
+    hosts = sorted(views)
+    count = min(len(v.rails) for v in views.values()) if rails is None else rails
+    rounds = rail_pairs(all_pairs_rounds(hosts), count)
+    opts = PerftestOptions(verb, size, qps, duration, None, tclass)
+    with console.status("pair matrix") as shown:
+        done = pairs.run_rounds(inventory, rounds, views, opts, lambda m: shown.update(f"pair matrix: {m}"))
+    flat = [r for rnd in done for r in rnd]
+    _print_pairs(flat, Console())
+    write_json(json_file, {"kind": "pairs", "rounds": done})
+
+
+@bench.command("incast")
+@INVENTORY_OPTION
+@JSON_OPTION
+@click.option("--fan-in", type=int, default=None, help="Senders per receiver (default: all other hosts).")
+@_perftest_options
+def incast_cmd(
+    inventory: Path,
+    json_file: Path | None,
+    fan_in: int | None,
+    verb: str,
+    size: int,
+    qps: int,
+    duration: int,
+    tclass: int | None,
+    rails: int | None,
+) -> None:
+    """k senders to one receiver at once on NIC 0: loads the lossless class (PFC, ECN)."""
+    require_file(inventory, "inventory")
+    views = read_hosts(inventory)
+    hosts = sorted(views)
+    stage = incast_stage(hosts, fan_in or len(hosts) - 1)
+    opts = PerftestOptions(verb, size, qps, duration, None, tclass)
+    results = pairs.run_round(inventory, stage, views, opts)
+    _print_pairs(results, Console())
+    write_json(json_file, {"kind": "incast", "fan_in": len(stage), "results": results})
+
+
+@bench.command("nccl")
+@INVENTORY_OPTION
+@JSON_OPTION
+@OOB_OPTION
+@click.option("--test", type=click.Choice(NCCL_TESTS), default="all_reduce_perf", show_default=True)
+@click.option("--min-bytes", default="8M", show_default=True)
+@click.option("--max-bytes", default="1G", show_default=True)
+@click.option("--gpus", type=int, default=None, help="GPUs per host (default: from nvidia-smi topo -m).")
+@click.option("--launcher", type=click.Choice(["mpirun", "srun"]), default="mpirun", show_default=True)
+def nccl_cmd(
+    inventory: Path,
+    json_file: Path | None,
+    oob_interface: str | None,
+    test: str,
+    min_bytes: str,
+    max_bytes: str,
+    gpus: int | None,
+    launcher: str,
+) -> None:
+    """nccl-tests across every host of the inventory, launched from the first."""
+    require_file(inventory, "inventory")
+    views = read_hosts(inventory)
+    hosts = sorted(views)
+    first = views[hosts[0]]
+    per_host = gpus or (len([c for c in first.topo.columns if c.startswith("GPU")]) if first.topo else 1)
+    opts = NcclOptions(test=test, min_bytes=min_bytes, max_bytes=max_bytes, gpus_per_process=per_host)
+    run = nccl.run(
+        inventory,
+        hosts,
+        opts,
+        {},
+        launcher="srun" if launcher == "srun" else "mpirun",
+        oob_interface=oob_interface,
+    )
+    if run.result is None or not run.result.rows:
+        tail = "\n".join(run.output.strip().splitlines()[-5:])
+        raise BenchmarkError(f"{test} produced no result table (rc {run.rc}): {run.error}\n{tail}")
+    table = Table("size (B)", "busbw out-of-place (GB/s)", "busbw in-place (GB/s)", "#wrong")
+    for row in run.result.rows:
+        table.add_row(
+            str(row.size_bytes),
+            f"{row.out_of_place.busbw_gbps:.2f}",
+            f"{row.in_place.busbw_gbps:.2f}",
+            str(row.out_of_place.wrong),
+        )
+    Console().print(table)
+    Console().print(
+        f"Avg bus bandwidth per GPU: {run.result.avg_busbw_gbps} GB/s over {len(hosts)} hosts x "
+        f"{per_host} GPUs"
+    )
+    write_json(json_file, {"kind": "nccl", "rc": run.rc, "result": run.result})

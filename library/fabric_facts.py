@@ -1,0 +1,220 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: fabtune contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: fabric_facts
+short_description: Gather a GPU node's RDMA fabric state in the shape of the desired state
+description:
+  - RDMA ports from sysfs (C(/sys/class/infiniband)): netdev, link layer, state, rate, firmware,
+    GIDs and the RoCEv2 IPv4 GID index per port.
+  - Per RoCE port the knobs the fabric roles manage (trust, DSCP map, PFC, ETS through C(mlnx_qos)
+    or C(dcb); MTU, ECN per priority, CNP DSCP and priority from sysfs; rdma_cm ToS and mode from
+    configfs), the NCCL settings of C(/etc/nccl.conf), the subnet manager's C(opensm.conf) keys,
+    the GPU-NIC topology (C(nvidia-smi topo -m)) and the subnet manager seen by C(sminfo).
+  - The result, C(fabric_facts), has the shape of C(fabric_desired) (plus read-only C(hardware)),
+    so a snapshot is just these facts given back as the desired state.
+version_added: "1.0.0"
+options:
+  backend:
+    description: QoS tool (see M(fabric_qos)); C(auto) prefers C(mlnx_qos).
+    type: str
+    choices: [auto, mlnx_qos, dcb]
+    default: auto
+  nccl_conf:
+    description: The NCCL configuration file.
+    type: path
+    default: /etc/nccl.conf
+  opensm_conf:
+    description: The subnet manager's configuration file.
+    type: path
+    default: /etc/opensm/opensm.conf
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  idempotent:
+    support: full
+  facts:
+    support: full
+author:
+  - fabtune contributors
+"""
+
+EXAMPLES = r"""
+- name: Gather the fabric state
+  fabric_facts:
+
+- name: Show the RoCE ToS of each port
+  ansible.builtin.debug:
+    msg: "{{ ansible_facts.fabric_facts.nics | dict2items | map(attribute='value.roce_tos') }}"
+"""
+
+RETURN = r"""
+ansible_facts:
+  description: Facts to add to ansible_facts.
+  returned: always
+  type: complex
+  contains:
+    fabric_facts:
+      description: C(nics), C(nccl), C(sm) (desired-state shape) and C(hardware).
+      returned: always
+      type: dict
+      sample:
+        nics: {"enp25s0np0": {"trust": "dscp", "pfc": [3], "mtu": 4200, "roce_tos": 106}}
+        nccl: {"NCCL_IB_TC": "106"}
+        hardware: {"ports": [{"dev": "mlx5_0", "port": 1, "netdev": "enp25s0np0",
+                              "link_layer": "Ethernet", "roce_v2_gid_index": 3}]}
+"""
+
+import os
+import re
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.fabric_desired import SM_BOOL_KEYS, SM_INT_RANGES, validate
+from ansible.module_utils.fabric_host import (
+    gids,
+    netdev_split,
+    parse_nccl_conf,
+    parse_opensm_conf,
+    parse_sminfo,
+    rdma_ports,
+    read_nic_sysfs,
+)
+from ansible.module_utils.fabric_qos_backend import QosError, parse, read_argvs
+
+SM_FACT_KEYS = tuple(sorted(set(SM_INT_RANGES) | set(SM_BOOL_KEYS) | set((
+    "routing_engine", "qos_sl2vl", "qos_vlarb_high", "qos_vlarb_low", "ar_sl_mask",
+    "adaptive_timeout_sl_mask"))))
+
+
+def get_argument_spec():
+    return dict(
+        backend=dict(type="str", choices=["auto", "mlnx_qos", "dcb"], default="auto"),
+        nccl_conf=dict(type="path", default="/etc/nccl.conf"),
+        opensm_conf=dict(type="path", default="/etc/opensm/opensm.conf"),
+    )
+
+
+def parse_topo(text):
+    """``nvidia-smi topo -m``: ``{matrix: {row: {column: cell}}, nic_legend: {NIC0: mlx5_0}}``."""
+    lines = text.splitlines()
+    matrix, legend = {}, {}
+    header = None
+    for line in lines:
+        if not line.strip():
+            if header is not None and matrix:
+                header = False
+            continue
+        if header is None and line.startswith("\t"):
+            header = [c.strip() for c in line.split("\t")[1:]]
+            continue
+        if header:
+            cells = [c.strip() for c in line.split("\t")]
+            matrix[cells[0]] = dict((h, c) for h, c in zip(header, cells[1:]) if h)
+        match = re.match(r"^\s+(NIC\d+):\s+(\S+)", line)
+        if match:
+            legend[match.group(1)] = match.group(2)
+    return {"matrix": matrix, "nic_legend": legend}
+
+
+def sm_subset(text):
+    """The managed opensm.conf keys that have a value, in desired-state normal form."""
+    raw = parse_opensm_conf(text)
+    chosen = dict((k, raw[k]) for k in SM_FACT_KEYS if k in raw and raw[k] not in ("(null)", ""))
+    flavor = "mlnx" if any(k.startswith("ar_") or "adaptive" in k for k in chosen) \
+        or str(chosen.get("routing_engine", "")).startswith("ar_") else None
+    if flavor:
+        chosen["sm_flavor"] = flavor
+    _problems, normal = validate({"sm": chosen}, enforce_couplings=False)
+    return normal.get("sm", {})
+
+
+class Gatherer(object):
+    def __init__(self, module):
+        self.module = module
+
+    def run(self, argv):
+        path = self.module.get_bin_path(argv[0])
+        if path is None:
+            return None
+        rc, out, _err = self.module.run_command([path] + argv[1:])
+        return out if rc == 0 else None
+
+    def backend(self):
+        wanted = self.module.params["backend"]
+        if wanted != "auto":
+            return wanted
+        for name in ("mlnx_qos", "dcb"):
+            if self.module.get_bin_path(name):
+                return name
+        return None
+
+    def qos(self, backend, netdev):
+        if backend is None:
+            return {}
+        outputs = [self.run(argv) for argv in read_argvs(backend, netdev)]
+        if any(o is None for o in outputs):
+            self.module.warn("cannot read the QoS state of %s with %s" % (netdev, backend))
+            return {}
+        try:
+            return parse(backend, outputs)
+        except (QosError, ValueError) as exc:
+            self.module.warn("cannot parse the QoS state of %s: %s" % (netdev, exc))
+            return {}
+
+    def hardware(self, backend):
+        ports = []
+        for item in rdma_ports("/"):
+            table, v2 = gids("/", item["dev"], item["port"])
+            ports.append(dict(item, gids=table, roce_v2_gid_index=v2))
+        topo = self.run(["nvidia-smi", "topo", "-m"])
+        sminfo = self.run(["sminfo"])
+        return {
+            "ports": ports,
+            "qos_backend": backend,
+            "topology": parse_topo(topo) if topo else None,
+            "subnet_manager": parse_sminfo(sminfo) if sminfo else None,
+        }
+
+    def gather(self):
+        backend = self.backend()
+        roce, _other = netdev_split("/")
+        nics = {}
+        for netdev in roce:
+            nic = self.qos(backend, netdev)
+            nic.update(read_nic_sysfs("/", netdev))
+            nics[netdev] = nic
+        facts = {"nics": nics, "hardware": self.hardware(backend)}
+        facts["nccl"] = _read_conf(self.module.params["nccl_conf"], parse_nccl_conf)
+        sm_text = _read_text(self.module.params["opensm_conf"])
+        if sm_text is not None:
+            facts["sm"] = sm_subset(sm_text)
+        return facts
+
+
+def _read_text(path):
+    if not os.path.exists(path):
+        return None
+    with open(path) as handle:
+        return handle.read()
+
+
+def _read_conf(path, parser):
+    text = _read_text(path)
+    return None if text is None else parser(text)
+
+
+def main():
+    module = AnsibleModule(argument_spec=get_argument_spec(), supports_check_mode=True)
+    facts = Gatherer(module).gather()
+    module.exit_json(changed=False, ansible_facts={"fabric_facts": facts})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,237 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: fabtune contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: fabric_qos
+short_description: Set a RoCE port's priority trust, DSCP map, PFC and ETS through mlnx_qos or dcb
+description:
+  - Reads the port's QoS state with the chosen backend, compares it with the desired knobs and
+    changes only what differs.
+  - Backend C(mlnx_qos) (NVIDIA mlnx-tools) or C(dcb) (iproute2, upstream kernels); C(auto) takes
+    C(mlnx_qos) when it is installed, else C(dcb).
+  - Knobs left out are not managed. C(dscp2prio) manages only the DSCPs it names.
+version_added: "1.0.0"
+options:
+  interface:
+    description: The RoCE netdev.
+    type: str
+    required: true
+  backend:
+    description: Tool that reads and writes the QoS state.
+    type: str
+    choices: [auto, mlnx_qos, dcb]
+    default: auto
+  trust:
+    description: Priority trust state.
+    type: str
+    choices: [pcp, dscp]
+  dscp2prio:
+    description: DSCP (0..63) to priority (0..7); needs O(trust=dscp).
+    type: dict
+  pfc:
+    description: The priorities with PFC on; every other priority gets PFC off.
+    type: list
+    elements: int
+  prio_tc:
+    description: Traffic class of each priority 0..7 (8 values).
+    type: list
+    elements: int
+  tsa:
+    description: Transmission selection algorithm of each traffic class (8 values).
+    type: list
+    elements: str
+  tcbw:
+    description: ETS bandwidth share (percent) of each traffic class (8 values, ets ones sum to 100).
+    type: list
+    elements: int
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: full
+  idempotent:
+    support: full
+notes:
+  - Under trust C(pcp) the tools do not show the DSCP map, so a desired map with trust moving to
+    C(dscp) is written whole.
+author:
+  - fabtune contributors
+"""
+
+EXAMPLES = r"""
+- name: Make priority 3 lossless for DSCP 26
+  fabric_qos:
+    interface: enp25s0np0
+    trust: dscp
+    dscp2prio: {26: 3, 48: 6}
+    pfc: [3]
+"""
+
+RETURN = r"""
+before:
+  description: The port's QoS state before the change (desired-state shape).
+  returned: success
+  type: dict
+after:
+  description: The port's QoS state after the change (predicted in check mode).
+  returned: success
+  type: dict
+changes:
+  description: One entry per changed knob.
+  returned: success
+  type: list
+  elements: dict
+  sample: [{"knob": "enp25s0np0.pfc", "before": [], "after": [3]}]
+commands:
+  description: The commands run (to be run, in check mode).
+  returned: success
+  type: list
+  elements: list
+backend:
+  description: The backend used.
+  returned: success
+  type: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.fabric_desired import as_int
+from ansible.module_utils.fabric_qos_backend import (
+    QosError,
+    diff_state,
+    parse,
+    read_argvs,
+    write_argvs,
+)
+
+QOS_KEYS = ("trust", "dscp2prio", "pfc", "prio_tc", "tsa", "tcbw")
+
+
+def get_argument_spec():
+    return dict(
+        interface=dict(type="str", required=True),
+        backend=dict(type="str", choices=["auto", "mlnx_qos", "dcb"], default="auto"),
+        trust=dict(type="str", choices=["pcp", "dscp"]),
+        dscp2prio=dict(type="dict"),
+        pfc=dict(type="list", elements="int"),
+        prio_tc=dict(type="list", elements="int"),
+        tsa=dict(type="list", elements="str"),
+        tcbw=dict(type="list", elements="int"),
+    )
+
+
+def desired_from_params(params):
+    """The managed knobs in normal form (DSCP map keys as ints, PFC sorted); raises ValueError."""
+    out = {}
+    for key in QOS_KEYS:
+        value = params.get(key)
+        if value is None:
+            continue
+        if key == "dscp2prio":
+            value = dict((as_int(d), as_int(p)) for d, p in value.items())
+            if any(d is None or not 0 <= d <= 63 or p is None or not 0 <= p <= 7 for d, p in value.items()):
+                raise ValueError("argument 'dscp2prio' must map DSCP 0..63 to priority 0..7, not %s" % params[key])
+        elif key == "pfc":
+            value = sorted(set(value))
+            if any(not 0 <= p <= 7 for p in value):
+                raise ValueError("argument 'pfc' must list priorities 0..7, not %s" % params[key])
+        elif key in ("prio_tc", "tsa", "tcbw") and len(value) != 8:
+            raise ValueError("argument '%s' must have 8 values, not %s" % (key, value))
+        out[key] = value
+    return out
+
+
+def predict(before, changes):
+    """The state after ``changes``."""
+    after = dict(before)
+    for key, (_old, new) in changes.items():
+        if key == "dscp2prio":
+            merged = dict(before.get("dscp2prio") or {})
+            merged.update(new)
+            after[key] = merged
+        else:
+            after[key] = new
+    if after.get("trust") != "dscp":
+        after.pop("dscp2prio", None)
+    return after
+
+
+def change_list(interface, changes):
+    return [{"knob": "%s.%s" % (interface, key), "before": old, "after": new}
+            for key, (old, new) in sorted(changes.items())]
+
+
+class QosManager(object):
+    def __init__(self, module):
+        self.module = module
+        self.interface = module.params["interface"]
+        self.backend = self._backend(module.params["backend"])
+
+    def _backend(self, wanted):
+        if wanted != "auto":
+            if not self.module.get_bin_path(wanted):
+                self.module.fail_json(msg="backend %s: command %s not found" % (wanted, wanted))
+            return wanted
+        if self.module.get_bin_path("mlnx_qos"):
+            return "mlnx_qos"
+        if self.module.get_bin_path("dcb"):
+            return "dcb"
+        self.module.fail_json(msg="neither mlnx_qos nor dcb is installed: cannot manage QoS")
+
+    def _run(self, argv):
+        argv = [self.module.get_bin_path(argv[0], required=True)] + argv[1:]
+        rc, out, err = self.module.run_command(argv)
+        if rc != 0:
+            self.module.fail_json(msg="%s failed (rc %d): %s" % (" ".join(argv), rc, (out + err).strip()[-500:]),
+                                  rc=rc, stdout=out, stderr=err)
+        return out
+
+    def read(self):
+        outputs = [self._run(argv) for argv in read_argvs(self.backend, self.interface)]
+        try:
+            return parse(self.backend, outputs)
+        except (QosError, ValueError) as exc:
+            self.module.fail_json(msg="cannot read the QoS state of %s: %s" % (self.interface, exc))
+
+    def apply(self, desired):
+        before = self.read()
+        changes = diff_state(before, desired)
+        commands = write_argvs(self.backend, self.interface, changes, dict(before, **desired))
+        if changes and not self.module.check_mode:
+            for argv in commands:
+                self._run(argv)
+        after = predict(before, changes)
+        result = dict(changed=bool(changes), before=before, after=after, backend=self.backend,
+                      changes=change_list(self.interface, changes), commands=commands)
+        if self.module._diff:
+            result["diff"] = dict(before=_text(before), after=_text(after),
+                                  before_header="%s qos" % self.interface, after_header="%s qos" % self.interface)
+        return result
+
+
+def _text(state):
+    lines = []
+    for key in sorted(state):
+        value = state[key]
+        if key == "dscp2prio":
+            value = ",".join("%s:%s" % (d, p) for d, p in sorted(value.items()))
+        lines.append("%s: %s" % (key, value))
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    module = AnsibleModule(argument_spec=get_argument_spec(), supports_check_mode=True)
+    try:
+        desired = desired_from_params(module.params)
+    except ValueError as exc:
+        module.fail_json(msg=str(exc))
+    manager = QosManager(module)
+    module.exit_json(**manager.apply(desired))
+
+
+if __name__ == "__main__":
+    main()

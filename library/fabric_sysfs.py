@@ -1,0 +1,222 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: fabtune contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: fabric_sysfs
+short_description: Set a group of sysfs and configfs knobs (ECN, CNP, rdma_cm ToS and mode, MTU)
+description:
+  - Reads each knob file, writes only those whose value differs, and reads them back.
+  - Values compare as stripped text, so C(1) matches a file that reads C(1\\n).
+  - Paths must be under C(/sys/) (sysfs, configfs, debugfs).
+  - For rdma_cm knobs (C(/sys/kernel/config/rdma_cm/DEV/...)) the device's configfs group is
+    created with mkdir when missing, as the kernel interface wants (mlnx-tools C(cma_roce_tos) does
+    the same); configfs must be mounted.
+version_added: "1.0.0"
+options:
+  knobs:
+    description:
+      - Path to desired value.
+      - Mutually exclusive with O(interface) and O(nic).
+    type: dict
+  interface:
+    description: A RoCE netdev whose knobs O(nic) gives (the paths are derived, as on an mlx5 host).
+    type: str
+  nic:
+    description:
+      - Desired NIC knobs in the C(fabric_desired.nics) shape. Taken here are C(mtu)
+        (C(/sys/class/net/IF/mtu)), C(ecn) (C({np, rp}) lists of priorities with ECN on,
+        C(.../ecn/roce_{np,rp}/enable/P)), C(cnp_dscp), C(cnp_prio) (C(.../ecn/roce_np/cnp_802p_prio)),
+        C(roce_tos) and C(roce_mode) (rdma_cm configfs of the netdev's RDMA port); other keys are ignored.
+    type: dict
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: full
+  idempotent:
+    support: full
+author:
+  - fabtune contributors
+"""
+
+EXAMPLES = r"""
+- name: Enable ECN on priority 3 and send CNPs with DSCP 48
+  fabric_sysfs:
+    knobs:
+      /sys/class/net/enp25s0np0/ecn/roce_np/enable/3: "1"
+      /sys/class/net/enp25s0np0/ecn/roce_np/cnp_dscp: "48"
+
+- name: ECN on priority 3 only, CNPs on DSCP 48 / priority 6, rdma_cm ToS 106
+  fabric_sysfs:
+    interface: enp25s0np0
+    nic: {ecn: {np: [3], rp: [3]}, cnp_dscp: 48, cnp_prio: 6, roce_tos: 106}
+"""
+
+RETURN = r"""
+before:
+  description: Path to value before (null when the file did not exist yet).
+  returned: success
+  type: dict
+after:
+  description: Path to value after (desired values in check mode).
+  returned: success
+  type: dict
+paths_changed:
+  description: The files written (to be written, in check mode).
+  returned: success
+  type: list
+  elements: str
+changes:
+  description: One entry per changed knob (with O(nic), per desired-state knob, e.g. C(IF.ecn)).
+  returned: success
+  type: list
+  elements: dict
+  sample: [{"knob": "enp25s0np0.cnp_dscp", "path": "/sys/class/net/enp25s0np0/ecn/roce_np/cnp_dscp",
+            "before": "46", "after": "48"}]
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.fabric_host import (
+    cc_knob_paths,
+    port_of,
+    read_nic_sysfs,
+    tos_knob_paths,
+)
+
+RDMA_CM = "/sys/kernel/config/rdma_cm/"
+
+
+def get_argument_spec():
+    return dict(
+        knobs=dict(type="dict"),
+        interface=dict(type="str"),
+        nic=dict(type="dict"),
+    )
+
+
+NIC_KEYS = ("mtu", "ecn", "cnp_dscp", "cnp_prio", "roce_tos", "roce_mode")
+
+
+def nic_knobs(root, interface, nic):
+    """``(knobs, problem)``: the ``{path: value}`` a desired NIC entry asks for on ``interface``."""
+    knobs = {}
+    if nic.get("mtu") is not None:
+        knobs["/sys/class/net/%s/mtu" % interface] = str(nic["mtu"])
+    knobs.update(cc_knob_paths(interface, nic))
+    if nic.get("roce_tos") is not None or nic.get("roce_mode") is not None:
+        where = port_of(root, interface)
+        if where is None:
+            return knobs, "%s has no RDMA port: cannot set roce_tos/roce_mode" % interface
+        knobs.update(tos_knob_paths(where[0], where[1], nic))
+    return knobs, None
+
+
+def nic_changes(interface, before_state, nic):
+    """Per desired-state knob of ``nic`` that differs, ``{knob, before, after}``."""
+    out = []
+    for key in NIC_KEYS:
+        if key not in nic:
+            continue
+        want, have = nic[key], before_state.get(key)
+        if key == "ecn":
+            want = dict((p, sorted(v)) for p, v in want.items())
+            have = dict((p, v) for p, v in (have or {}).items() if p in want) or None
+        if have != want:
+            out.append({"knob": "%s.%s" % (interface, key), "before": have, "after": want})
+    return out
+
+
+def read_value(path):
+    try:
+        with open(path) as handle:
+            return handle.read().strip()
+    except (IOError, OSError):
+        return None
+
+
+def write_value(path, value):
+    with open(path, "w") as handle:
+        handle.write(value + "\n")
+
+
+def bad_paths(knobs):
+    """Paths that are not absolute sysfs paths (or that climb out with ``..``)."""
+    return [p for p in knobs if not p.startswith("/sys/") or ".." in p.split("/")]
+
+
+def cm_group(path):
+    """The rdma_cm configfs group directory a path needs (``.../rdma_cm/mlx5_0``), or None."""
+    if not path.startswith(RDMA_CM):
+        return None
+    dev = path[len(RDMA_CM):].split("/", 1)[0]
+    return RDMA_CM + dev
+
+
+def plan(knobs, reader=read_value):
+    """``(before, changes)``: current values and the ``{path: (before, after)}`` that differ."""
+    before, changes = {}, {}
+    for path in sorted(knobs):
+        want = str(knobs[path]).strip()
+        have = reader(path)
+        before[path] = have
+        if have != want:
+            changes[path] = (have, want)
+    return before, changes
+
+
+def main():
+    module = AnsibleModule(argument_spec=get_argument_spec(), supports_check_mode=True,
+                           required_one_of=[("knobs", "interface")], mutually_exclusive=[("knobs", "interface")],
+                           required_together=[("interface", "nic")])
+    interface, nic = module.params["interface"], module.params["nic"]
+    before_state = None
+    if interface:
+        nic = dict((k, v) for k, v in nic.items() if k in NIC_KEYS and v is not None)
+        knobs, problem = nic_knobs("/", interface, nic)
+        if problem:
+            module.fail_json(msg=problem)
+        before_state = read_nic_sysfs("/", interface)
+    else:
+        knobs = module.params["knobs"]
+    bad = bad_paths(knobs)
+    if bad:
+        module.fail_json(msg="argument 'knobs' must name paths under /sys/, not %s" % ", ".join(sorted(bad)))
+    before, changes = plan(knobs)
+    if changes and not module.check_mode:
+        for path, (_old, new) in sorted(changes.items()):
+            group = cm_group(path)
+            try:
+                if group and not os.path.isdir(group):
+                    os.mkdir(group)
+                write_value(path, new)
+            except (IOError, OSError) as exc:
+                module.fail_json(msg="cannot write %r to %s: %s" % (new, path, exc), before=before)
+        readback = dict((p, read_value(p)) for p in changes)
+        wrong = dict((p, v) for p, v in readback.items() if v != changes[p][1])
+        if wrong:
+            module.fail_json(msg="the kernel did not take the values: %s" % wrong, before=before)
+    after = dict(before)
+    after.update(dict((p, new) for p, (_old, new) in changes.items()))
+    if before_state is not None:
+        knob_changes = nic_changes(interface, before_state, nic) if changes else []
+    else:
+        knob_changes = [{"knob": p, "before": old, "after": new} for p, (old, new) in sorted(changes.items())]
+    result = dict(changed=bool(changes), before=before, after=after, changes=knob_changes,
+                  paths_changed=sorted(changes))
+    if module._diff:
+        result["diff"] = dict(
+            before="".join("%s = %s\n" % (p, before[p]) for p in sorted(changes)),
+            after="".join("%s = %s\n" % (p, changes[p][1]) for p in sorted(changes)),
+        )
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

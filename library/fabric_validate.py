@@ -1,0 +1,102 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: fabtune contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: fabric_validate
+short_description: Validate a desired fabric state against its couplings and this host's ports
+description:
+  - Checks every field of a C(fabric_desired) tree (domains of DSCP, priorities, ToS, MTU, ETS
+    shares, NCCL variables, opensm keys) and the couplings between them (the RoCE ToS must land in
+    the PFC priority through the DSCP map, C(NCCL_IB_TC) must equal the RoCE ToS, the CNP priority
+    must not be the RoCE data priority, ...).
+  - Checks that each named interface is a RoCE port of this host.
+  - Returns the desired NIC state expanded per RoCE netdev (C(all) merged with per-port entries).
+  - Changes nothing. Fails with every problem found, each naming the field and its value.
+version_added: "1.0.0"
+options:
+  desired:
+    description: The desired fabric state (C(nics), C(nccl), C(sm)).
+    type: dict
+    required: true
+  enforce_couplings:
+    description:
+      - Check the couplings between knobs.
+      - Set to V(false) only to restore a snapshot exactly as it was, even an inconsistent one.
+    type: bool
+    default: true
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  idempotent:
+    support: full
+author:
+  - fabtune contributors
+"""
+
+EXAMPLES = r"""
+- name: Validate the desired state before anything changes
+  fabric_validate:
+    desired: "{{ fabric_desired }}"
+  register: __fabric_valid
+"""
+
+RETURN = r"""
+nics:
+  description: Per RoCE netdev of this host, the effective desired NIC knobs.
+  returned: success
+  type: dict
+  sample: {"enp25s0np0": {"trust": "dscp", "pfc": [3], "roce_tos": 106}}
+desired:
+  description: The whole desired state in normal form (C(nics) expanded per netdev).
+  returned: success
+  type: dict
+ports:
+  description: Per RoCE netdev, its RDMA device and port.
+  returned: always
+  type: dict
+  sample: {"enp25s0np0": {"dev": "mlx5_0", "port": 1}}
+roce_netdevs:
+  description: The RoCE netdevs of this host.
+  returned: always
+  type: list
+  elements: str
+problems:
+  description: Every problem found (empty on success).
+  returned: always
+  type: list
+  elements: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.fabric_desired import validate
+from ansible.module_utils.fabric_host import netdev_split, rdma_ports
+
+
+def get_argument_spec():
+    return dict(
+        desired=dict(type="dict", required=True),
+        enforce_couplings=dict(type="bool", default=True),
+    )
+
+
+def main():
+    module = AnsibleModule(argument_spec=get_argument_spec(), supports_check_mode=True)
+    roce, other = netdev_split("/")
+    ports = dict((p["netdev"], {"dev": p["dev"], "port": p["port"]}) for p in rdma_ports("/") if p["netdev"] in roce)
+    problems, normal = validate(module.params["desired"], roce, other, module.params["enforce_couplings"])
+    if problems:
+        module.fail_json(msg="invalid desired fabric state: " + "; ".join(problems),
+                         problems=problems, roce_netdevs=roce, ports=ports)
+    module.exit_json(changed=False, nics=normal.get("nics", {}), desired=normal,
+                     roce_netdevs=roce, ports=ports, problems=[])
+
+
+if __name__ == "__main__":
+    main()

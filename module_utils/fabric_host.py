@@ -1,0 +1,190 @@
+# -*- coding: utf-8 -*-
+# Copyright: fabtune contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What an mlx5 host exposes in sysfs and configfs: its RDMA ports and their knob files.
+
+Functions take ``root`` (``/`` on a host) so tests point them at a temporary tree. Paths are the
+MLNX_OFED/DOCA driver's (formats.md section 6): ``/sys/class/net/IF/ecn/roce_{np,rp}/enable/P``,
+``.../ecn/roce_np/cnp_dscp``, ``.../cnp_802p_prio``, and rdma_cm's configfs
+``/sys/kernel/config/rdma_cm/DEV/ports/P/default_roce_{tos,mode}``.
+"""
+
+from __future__ import annotations
+
+import os
+
+PRIORITIES = 8
+ROCE_MODE_TEXT = {1: "IB/RoCE v1", 2: "RoCE v2"}
+ROCE_MODE_NUMBER = {"IB/RoCE v1": 1, "RoCE v1": 1, "RoCE v2": 2, "1": 1, "2": 2}
+
+
+def path(root, *parts):
+    """``root`` joined with absolute ``parts`` (``path('/tmp/x', '/sys/class')``)."""
+    return os.path.join(root, *[p.lstrip("/") for p in parts])
+
+
+def read(root, name, default=None):
+    """The stripped text of a sysfs/configfs file, or ``default`` when it cannot be read."""
+    try:
+        with open(path(root, name)) as handle:
+            return handle.read().strip()
+    except (OSError, IOError):
+        return default
+
+
+def _listdir(root, name):
+    try:
+        return sorted(os.listdir(path(root, name)))
+    except OSError:
+        return []
+
+
+def rdma_ports(root="/"):
+    """Every RDMA port: ``[{dev, port, netdev, link_layer, state, rate, fw}]`` sorted by dev, port.
+
+    The netdev comes from the port's GID table (``gid_attrs/ndevs/0``, RoCE) or the PCI
+    function's ``device/net`` directory (IPoIB on InfiniBand).
+    """
+    out = []
+    for dev in _listdir(root, "/sys/class/infiniband"):
+        base = "/sys/class/infiniband/%s" % dev
+        netdevs = _listdir(root, base + "/device/net")
+        for port in _listdir(root, base + "/ports"):
+            pbase = "%s/ports/%s" % (base, port)
+            netdev = read(root, pbase + "/gid_attrs/ndevs/0") or (netdevs[0] if netdevs else None)
+            out.append({
+                "dev": dev, "port": int(port), "netdev": netdev,
+                "link_layer": read(root, pbase + "/link_layer", "unknown"),
+                "state": (read(root, pbase + "/state", "") or "").split(":")[-1].strip(),
+                "rate": read(root, pbase + "/rate"),
+                "fw": read(root, base + "/fw_ver"),
+            })
+    return out
+
+
+def netdev_split(root="/"):
+    """``(roce_netdevs, other_netdevs)`` of the host."""
+    roce = sorted(set(p["netdev"] for p in rdma_ports(root) if p["netdev"] and p["link_layer"] == "Ethernet"))
+    other = sorted(set(_listdir(root, "/sys/class/net")) - set(roce))
+    return roce, other
+
+
+def port_of(root, netdev):
+    """The ``(dev, port)`` RDMA port of a netdev, or None."""
+    for item in rdma_ports(root):
+        if item["netdev"] == netdev:
+            return item["dev"], item["port"]
+    return None
+
+
+def ecn_path(netdev, point, prio):
+    return "/sys/class/net/%s/ecn/roce_%s/enable/%d" % (netdev, point, prio)
+
+
+def cm_path(dev, port, name):
+    return "/sys/kernel/config/rdma_cm/%s/ports/%d/default_roce_%s" % (dev, port, name)
+
+
+def cc_knob_paths(netdev, nic):
+    """``{path: value}`` sysfs writes for the congestion-control knobs of one desired NIC entry."""
+    out = {}
+    ecn = nic.get("ecn") or {}
+    for point in ("np", "rp"):
+        if point in ecn:
+            for prio in range(PRIORITIES):
+                out[ecn_path(netdev, point, prio)] = "1" if prio in ecn[point] else "0"
+    if nic.get("cnp_dscp") is not None:
+        out["/sys/class/net/%s/ecn/roce_np/cnp_dscp" % netdev] = str(nic["cnp_dscp"])
+    if nic.get("cnp_prio") is not None:
+        out["/sys/class/net/%s/ecn/roce_np/cnp_802p_prio" % netdev] = str(nic["cnp_prio"])
+    return out
+
+
+def tos_knob_paths(dev, port, nic):
+    """``{path: value}`` configfs writes for rdma_cm's default ToS and RoCE mode."""
+    out = {}
+    if nic.get("roce_tos") is not None:
+        out[cm_path(dev, port, "tos")] = str(nic["roce_tos"])
+    if nic.get("roce_mode") is not None:
+        out[cm_path(dev, port, "mode")] = ROCE_MODE_TEXT[int(nic["roce_mode"])]
+    return out
+
+
+def read_nic_sysfs(root, netdev):
+    """The sysfs/configfs NIC knobs of one netdev in desired-state shape (absent ones left out)."""
+    nic = {}
+    mtu = read(root, "/sys/class/net/%s/mtu" % netdev)
+    if mtu is not None:
+        nic["mtu"] = int(mtu)
+    ecn = {}
+    for point in ("np", "rp"):
+        values = [read(root, ecn_path(netdev, point, p)) for p in range(PRIORITIES)]
+        if all(v is not None for v in values):
+            ecn[point] = [p for p, v in enumerate(values) if v == "1"]
+    if ecn:
+        nic["ecn"] = ecn
+    for key, name in (("cnp_dscp", "cnp_dscp"), ("cnp_prio", "cnp_802p_prio")):
+        value = read(root, "/sys/class/net/%s/ecn/roce_np/%s" % (netdev, name))
+        if value is not None and value.isdigit():
+            nic[key] = int(value)
+    where = port_of(root, netdev)
+    if where:
+        tos = read(root, cm_path(where[0], where[1], "tos"))
+        mode = read(root, cm_path(where[0], where[1], "mode"))
+        if tos is not None and tos.isdigit():
+            nic["roce_tos"] = int(tos)
+        if mode in ROCE_MODE_NUMBER:
+            nic["roce_mode"] = ROCE_MODE_NUMBER[mode]
+    return nic
+
+
+def gids(root, dev, port):
+    """The non-empty GIDs of a port: ``[{index, gid, type, netdev}]``, and the RoCEv2 IPv4 index."""
+    base = "/sys/class/infiniband/%s/ports/%d" % (dev, port)
+    out = []
+    for name in _listdir(root, base + "/gids"):
+        gid = read(root, "%s/gids/%s" % (base, name))
+        if not gid or gid.replace(":", "").strip("0") == "":
+            continue
+        out.append({"index": int(name), "gid": gid,
+                    "type": read(root, "%s/gid_attrs/types/%s" % (base, name)),
+                    "netdev": read(root, "%s/gid_attrs/ndevs/%s" % (base, name))})
+    out.sort(key=lambda g: g["index"])
+    v2_ipv4 = [g["index"] for g in out if g["type"] == "RoCE v2" and g["gid"].startswith("0000:0000:0000:0000:0000:ffff:")]
+    return out, (v2_ipv4[0] if v2_ipv4 else None)
+
+
+def parse_nccl_conf(text):
+    """``KEY=value`` lines of an nccl.conf (comments and blank lines skipped); ints stay strings."""
+    out = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        key, value = line.split("=", 1)
+        out[key.strip()] = value.strip()
+    return out
+
+
+def parse_opensm_conf(text):
+    """``key value`` lines of an opensm.conf (comments skipped)."""
+    out = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        parts = line.split(None, 1)
+        out[parts[0]] = parts[1] if len(parts) > 1 else ""
+    return out
+
+
+def parse_sminfo(text):
+    """``sminfo`` output: ``{lid, guid, priority, state}`` or None."""
+    words = text.split()
+    try:
+        return {"lid": int(words[words.index("lid") + 1]),
+                "guid": words[words.index("guid") + 1].rstrip(","),
+                "priority": int(words[words.index("priority") + 1]),
+                "state": words[words.index("state") + 2]}
+    except (ValueError, IndexError):
+        return None
