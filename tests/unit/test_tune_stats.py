@@ -1,0 +1,69 @@
+"""Decision statistics: clear wins kept early, clear losses rolled back, the false-keep rate held."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fabtune.tune.stats import DecisionPolicy, decide, noise_floor
+
+
+def sample(rng: np.random.Generator, mean: float, cv: float, n: int) -> list[float]:
+    return list(mean * np.exp(rng.normal(0, cv, n)))
+
+
+def sequential(
+    rng: np.random.Generator, base_mean: float, cand_mean: float, cv: float, policy: DecisionPolicy
+) -> tuple[str, int]:
+    base = sample(rng, base_mean, cv, policy.max_runs)
+    cand: list[float] = []
+    while True:
+        cand += sample(rng, cand_mean, cv, policy.batch if cand else policy.min_runs)
+        d = decide(base, cand, policy)
+        if d.verdict != "continue":
+            return d.verdict, d.runs
+
+
+def test_clear_win_is_kept_at_the_first_look() -> None:
+    rng = np.random.default_rng(1)
+    assert sequential(rng, 100, 150, 0.02, DecisionPolicy()) == ("keep", 3)
+
+
+def test_clear_loss_is_rolled_back_early() -> None:
+    rng = np.random.default_rng(2)
+    verdict, runs = sequential(rng, 100, 60, 0.02, DecisionPolicy())
+    assert verdict == "rollback" and runs <= 6
+
+
+def test_gain_below_the_minimum_effect_is_not_kept() -> None:
+    rng = np.random.default_rng(3)
+    keeps = sum(sequential(rng, 100, 100.3, 0.01, DecisionPolicy())[0] == "keep" for _ in range(50))
+    assert keeps == 0
+
+
+def test_false_keep_rate_stays_below_alpha_when_nothing_changes() -> None:
+    rng = np.random.default_rng(4)
+    policy = DecisionPolicy(alpha=0.05, min_effect=0.0)
+    trials = 300
+    keeps = sum(sequential(rng, 100, 100, 0.03, policy)[0] == "keep" for _ in range(trials))
+    assert keeps / trials <= 0.05
+
+
+def test_gain_near_the_noise_costs_more_runs_but_is_mostly_found() -> None:
+    rng = np.random.default_rng(5)
+    outcomes = [sequential(rng, 100, 105, 0.03, DecisionPolicy()) for _ in range(40)]
+    keeps = [runs for verdict, runs in outcomes if verdict == "keep"]
+    assert len(keeps) >= 28
+    assert sum(keeps) / len(keeps) > 3
+
+
+def test_noise_floor_is_the_robust_cv() -> None:
+    rng = np.random.default_rng(6)
+    assert noise_floor(sample(rng, 100, 0.02, 400)) == pytest.approx(0.02, rel=0.15)
+
+
+def test_policy_problems_name_fields() -> None:
+    assert [p.split(":")[0] for p in DecisionPolicy(alpha=0.9, min_runs=1).problems()] == [
+        "alpha",
+        "min_runs",
+    ]
