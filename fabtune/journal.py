@@ -68,6 +68,11 @@ class Run:
     summary: Mapping[str, Any]
 
 
+def _run_of(row: tuple[Any, ...]) -> Run:
+    run_id, kind, fabric, inventory, profile, state, started, ended, summary = row
+    return Run(run_id, kind, fabric, inventory, profile, state, started, ended, json.loads(summary or "{}"))
+
+
 def default_path() -> Path:
     """``$FABTUNE_HOME/journal.sqlite``."""
     return fabtune_home() / "journal.sqlite"
@@ -154,11 +159,11 @@ class Journal:
         row = self._db.execute("SELECT * FROM runs WHERE id=?", (run_id,)).fetchone()
         if row is None:
             raise JournalError(f"no run {run_id!r} in {self.path}")
-        return Run(*row[:8], summary=json.loads(row[8] or "{}"))
+        return _run_of(row)
 
     def runs(self, limit: int = 50) -> list[Run]:
         rows = self._db.execute("SELECT * FROM runs ORDER BY started DESC LIMIT ?", (limit,)).fetchall()
-        return [Run(*r[:8], summary=json.loads(r[8] or "{}")) for r in rows]
+        return [_run_of(r) for r in rows]
 
     def steps(self, run_id: str) -> list[Step]:
         rows = self._db.execute(
