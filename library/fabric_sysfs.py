@@ -159,8 +159,9 @@ def cm_group(path):
     return RDMA_CM + dev
 
 
-def plan(knobs, reader=read_value):
+def plan(knobs, reader=None):
     """``(before, changes)``: current values and the ``{path: (before, after)}`` that differ."""
+    reader = reader or read_value
     before, changes = {}, {}
     for path in sorted(knobs):
         want = str(knobs[path]).strip()

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import click
 
+from fabtune.commands.apply import apply
 from fabtune.commands.bench import bench
 from fabtune.commands.check import check
 from fabtune.commands.parse import parse
 from fabtune.commands.testbed import testbed
 
-COMMANDS: list[click.Command] = [testbed, bench, check, parse]
+COMMANDS: list[click.Command] = [testbed, apply, bench, check, parse]

@@ -272,7 +272,7 @@ def host_from_json(raw: Mapping[str, Any]) -> HostConfig:
 
 def fabric_from_json(raw: Mapping[str, Any]) -> FabricConfig:
     """Rebuild a ``FabricConfig`` from :func:`to_json`'s dict."""
-    sw = {k: tuple(v) if isinstance(v, list) else v for k, v in raw["switch"].items()}
+    sw: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in raw["switch"].items()}
     return FabricConfig(
         fabric=raw["fabric"], hosts=tuple(host_from_json(h) for h in raw["hosts"]),
         switch=SwitchConfig(**sw), sm=SmConfig(**raw["sm"]), seed=int(raw["seed"]),

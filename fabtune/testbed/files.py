@@ -27,6 +27,13 @@ TOOL_PATHS = {
     "cma_roce_tos": "/usr/sbin/cma_roce_tos",
     "cma_roce_mode": "/usr/sbin/cma_roce_mode",
     "sminfo": "/usr/sbin/sminfo",
+    "ib_write_bw": "/usr/bin/ib_write_bw",
+    "ib_read_bw": "/usr/bin/ib_read_bw",
+    "ib_send_bw": "/usr/bin/ib_send_bw",
+    "all_reduce_perf": "/usr/local/bin/all_reduce_perf",
+    "all_gather_perf": "/usr/local/bin/all_gather_perf",
+    "reduce_scatter_perf": "/usr/local/bin/reduce_scatter_perf",
+    "alltoall_perf": "/usr/local/bin/alltoall_perf",
 }
 
 SSHD_CONFIG = """\

@@ -25,7 +25,9 @@ from fabtune.sim.tools import (
     ibstat,
     ibv_devinfo,
     mlnx_qos,
+    nccl_tests,
     nvidia_smi,
+    perftest,
     show_gids,
     sminfo,
 )
@@ -43,6 +45,13 @@ TOOLS: dict[str, Callable[[list[str]], int]] = {
     "cma_roce_tos": cma_roce.tos_main,
     "cma_roce_mode": cma_roce.mode_main,
     "sminfo": sminfo.main,
+    "ib_write_bw": perftest.write_main,
+    "ib_read_bw": perftest.read_main,
+    "ib_send_bw": perftest.send_main,
+    "all_reduce_perf": nccl_tests.all_reduce_main,
+    "all_gather_perf": nccl_tests.all_gather_main,
+    "reduce_scatter_perf": nccl_tests.reduce_scatter_main,
+    "alltoall_perf": nccl_tests.alltoall_main,
 }
 
 

@@ -44,7 +44,7 @@ LONG_ONLY: dict[str, bool] = {
     "data_enc_keys_number": True, "kek_path": True, "credentials_path": True,
     "data_enc_key_app_path": True,
 }
-LONG: dict[str, bool] = {**{name: arg for name, arg in SHORT.values()}, **LONG_ONLY}
+LONG: dict[str, bool] = {**dict(SHORT.values()), **LONG_ONLY}
 LONG_TO_SHORT = {name: letter for letter, (name, _) in SHORT.items()}
 RANGES: dict[str, tuple[str, int, int]] = {
     "size": ("Message Size", 1, MAX_SIZE), "qp": ("num of Qps", 1, 16384),

@@ -1,0 +1,484 @@
+"""Emulated perftest bandwidth tools: ``ib_write_bw``, ``ib_read_bw``, ``ib_send_bw``.
+
+Server (no host argument): prints the ``Waiting for client to connect...`` banner, listens on TCP
+``-p`` (default 18515) on every address and serves one client. Client: connects to
+``<host>:<port>`` (names resolve through ``/etc/hosts``; a missing server gives perftest's
+``Couldn't connect to <host>:<port>`` after a short retry), and both sides swap their endpoint
+(device, LID, GID, QPNs, PSNs) and their host's model config as JSON lines: the out-of-band
+exchange. Both print the header block and address lines.
+
+The client then registers its flow in the shared fabric directory, waits ``SETTLE_S`` so flows
+started together (a pair round, an incast) see each other, runs the fabric model's ``p2p`` over
+every flow active at that moment, keeps the flow registered for ``HOLD_S`` more (so flows that
+started a little later still see it), then prints the table and sends the result (and the
+server NIC's counter deltas) to the server, which prints the same table. The emulator does not run
+for the ``-D`` duration; the duration only scales the counter deltas and the iteration count.
+
+Model failures map to perftest's: a GID index outside the port's table fails the QP transition
+(``Failed to modify QP <qpn> to RTR``, `` Unable to Connect the HCA's through the link``); a GID
+that cannot be routed (RoCEv1 or link-local across L3, mixed versions) connects but every work
+request times out (``Completion with error at client``, status 12). Exit status 0 on success and 1
+on every error, ``-h`` and ``-V`` included (formats.md §1.4).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import random
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from fabtune.sim import observe
+from fabtune.sim.model import Flow, HostConfig, NicConfig, P2PRun, active_mtu, p2p
+from fabtune.sim.model.qos import nic_prio
+from fabtune.sim.model.results import Counters
+from fabtune.sim.model.transport import best_gid
+from fabtune.sim.node import NicDescription, NodeState
+from fabtune.sim.tools import _counters, _fabric
+from fabtune.sim.tools import _perftest_out as fmt
+from fabtune.sim.tools._common import err, out, state_or_host
+from fabtune.sim.tools._perftest_args import ParseExit, PerftestArgs, parse
+
+SETTLE_S = 0.5
+HOLD_S = 0.8
+CONNECT_RETRY_S = 1.0
+ALL_SIZES = tuple(2**k for k in range(1, 24))
+
+
+@dataclasses.dataclass
+class Ctx:
+    """One run: its arguments, this host's state and NIC, and the fabric directory."""
+
+    args: PerftestArgs
+    state: NodeState
+    nic: NicDescription
+    nic_index: int
+    host: HostConfig
+    fabric_dir: Path
+
+    @property
+    def nic_config(self) -> NicConfig:
+        """This end's NIC as the model sees it."""
+        return self.host.nics[self.nic_index]
+
+    @property
+    def hostname(self) -> str:
+        """This host's name (``node.json``)."""
+        return self.state.node.hostname
+
+
+# --------------------------------------------------------------------------- setup
+
+
+def _pick_nic(state: NodeState, args: PerftestArgs) -> tuple[NicDescription, int] | None:
+    """The device of ``-d`` (default: the first one), printing perftest's error if absent."""
+    devices = state.rdma_devices()
+    if not devices:
+        err(" Did not detect devices ")
+        err(" If device exists, check if driver is up")
+        err(" Unable to find the Infiniband/RoCE device")
+        return None
+    name = args.dev or devices[0]
+    for index, nic in enumerate(state.node.nics):
+        if nic.dev == name:
+            if state.operstate(nic.netdev) != "up":
+                err(f" Port number {args.ib_port} state is Down")
+                err(" Couldn't set the link layer")
+                return None
+            return nic, index
+    err(f"IB device {name} not found")
+    err(" Unable to find the Infiniband/RoCE device")
+    return None
+
+
+def gid_index(ctx: Ctx) -> int | None:
+    """The GID index used and printed: ``-x``, or perftest's best GID on Ethernet."""
+    if ctx.args.gid_index is not None:
+        return ctx.args.gid_index
+    if ctx.nic.is_ib:
+        return None
+    return best_gid(ctx.nic_config)
+
+
+def local_side(ctx: Ctx) -> fmt.Side:
+    """This end's address data (random QPNs/PSNs/keys, as a fresh QP would get)."""
+    rng = random.Random(os.getpid() ^ int(time.time() * 1e6))  # noqa: S311 (QPNs, not secrets)
+    table = ctx.state.gid_table(ctx.nic.dev)
+    index = gid_index(ctx)
+    gid = table[index].gid if index is not None and 0 <= index < len(table) else table[0].gid
+    mtu = active_mtu(ctx.nic_config)
+    if ctx.args.mtu is not None:
+        mtu = min(mtu, ctx.args.mtu)
+    return fmt.Side(
+        host=ctx.hostname, dev=ctx.nic.dev, nic_index=ctx.nic_index, link_layer=ctx.nic.link_layer,
+        lid=ctx.nic.lid, gid=gid, qpns=tuple(rng.randrange(0x40, 0x4000) for _ in range(ctx.args.qps)),
+        psns=tuple(rng.randrange(0, 0xFFFFFF) for _ in range(ctx.args.qps)),
+        rkey=rng.randrange(0x1000, 0xFFFFFF), vaddr=0x7F0000000000 + rng.randrange(0, 2**28) * 4096,
+        mtu=mtu,
+    )
+
+
+# --------------------------------------------------------------------------- OOB exchange
+
+
+def send_msg(sock: socket.socket, msg: dict[str, Any]) -> None:
+    """Send one JSON line."""
+    sock.sendall(json.dumps(msg).encode() + b"\n")
+
+
+def recv_msg(reader: Any) -> dict[str, Any] | None:
+    """Read one JSON line (None when the peer closed the connection)."""
+    line = reader.readline()
+    if not line:
+        return None
+    data: dict[str, Any] = json.loads(line)
+    return data
+
+
+def hello(ctx: Ctx, side: fmt.Side) -> dict[str, Any]:
+    """This end's half of the exchange: endpoint, model config and the symmetric parameters."""
+    a = ctx.args
+    return {"side": side.to_dict(), "host": observe.to_json(ctx.host),
+            "params": {"size": a.size, "qps": a.qps, "all": a.all_sizes, "duration": a.duration,
+                       "iters": a.iters}}
+
+
+def _print_setup(ctx: Ctx, local: fmt.Side, remote: fmt.Side, with_header: bool = True) -> None:
+    if with_header:
+        for line in fmt.header(ctx.args, local, gid_index(ctx)):
+            out(line)
+    for line in fmt.addresses(ctx.args, local, "local") + fmt.addresses(ctx.args, remote, "remote"):
+        out(line)
+    sys.stdout.flush()
+
+
+# --------------------------------------------------------------------------- the model
+
+
+def _flow_record(ctx: Ctx, peer_hello: dict[str, Any], start: float) -> dict[str, Any]:
+    """The flow as published in ``flows/`` (client and server ends, data direction)."""
+    a = ctx.args
+    me = {"host": ctx.hostname, "nic": ctx.nic_index, "config": observe.to_json(ctx.host)}
+    peer_side = fmt.Side.from_dict(peer_hello["side"])
+    peer = {"host": peer_side.host, "nic": peer_side.nic_index, "config": peer_hello["host"]}
+    src, dst = (peer, me) if a.prog == "ib_read_bw" else (me, peer)
+    return {
+        "key": f"{ctx.hostname}-{os.getpid()}-{a.port}", "start": start,
+        "until": start + SETTLE_S + HOLD_S, "prog": a.prog, "client": ctx.hostname,
+        "server": peer_side.host, "src": src, "dst": dst, "size": a.size, "qps": a.qps,
+        "tclass": a.tos if a.rdma_cm else a.tclass, "rdma_cm": a.rdma_cm,
+        "gid_index": a.gid_index, "use_cuda": a.use_cuda is not None,
+        "bidirectional": a.bidirectional,
+    }
+
+
+def _flows(view: observe.FabricView, records: list[dict[str, Any]]) -> list[tuple[str, Flow]]:
+    """Model flows of the records (two per bidirectional record), tagged with their key."""
+    out_flows: list[tuple[str, Flow]] = []
+    for r in records:
+        src, dst = view.host_index(r["src"]["host"]), view.host_index(r["dst"]["host"])
+        if src < 0 or dst < 0:
+            continue
+        flow = Flow(src, dst, int(r["src"]["nic"]), int(r["dst"]["nic"]), int(r["size"]),
+                    int(r["qps"]), r["tclass"], bool(r["rdma_cm"]), r["gid_index"], bool(r["use_cuda"]))
+        out_flows.append((str(r["key"]), flow))
+        if r.get("bidirectional"):
+            back = dataclasses.replace(flow, src_host=dst, dst_host=src, src_nic=flow.dst_nic,
+                                       dst_nic=flow.src_nic)
+            out_flows.append((str(r["key"]), back))
+    return out_flows
+
+
+def _hosts(view: observe.FabricView, records: list[dict[str, Any]]) -> tuple[HostConfig, ...]:
+    """Every testbed host in order; those in a flow with their latest published config."""
+    configs: dict[str, HostConfig] = {}
+    for r in records:
+        for end in (r["src"], r["dst"]):
+            configs[str(end["host"])] = observe.host_from_json(end["config"])
+    return tuple(configs.get(h, HostConfig(name=h, nics=())) for h in view.hosts)
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """What the model says about this client's flow."""
+
+    rows: list[fmt.Row]
+    failure: str | None
+    client_deltas: dict[str, int]
+    server_deltas: dict[str, int]
+
+
+def _sizes(args: PerftestArgs) -> tuple[int, ...]:
+    return ALL_SIZES if args.all_sizes else (args.size,)
+
+
+def _iters(args: PerftestArgs, size: int, gbps: float) -> int:
+    if args.duration is None or gbps <= 0:
+        return args.iters
+    return int(gbps * 1e9 / 8 * args.duration / size)
+
+
+def _seconds(rows: list[fmt.Row], duration: int | None) -> float:
+    if duration is not None:
+        return float(duration)
+    return sum(r.iters * r.size * 8 / (r.gbps * 1e9) for r in rows if r.gbps > 0)
+
+
+def run_model(ctx: Ctx, record: dict[str, Any], records: list[dict[str, Any]], run_index: int) -> Outcome:
+    """Run ``p2p`` over every active flow at each size of this run; this flow's rows and deltas."""
+    view = observe.fabric_view(ctx.fabric_dir)
+    if not any(r["key"] == record["key"] for r in records):
+        records = [*records, record]
+    fabric = observe.fabric_config(view, _hosts(view, records))
+    tagged = _flows(view, records)
+    mine = [i for i, (key, _) in enumerate(tagged) if key == record["key"]]
+    rows: list[fmt.Row] = []
+    run: P2PRun | None = None
+    for size in _sizes(ctx.args):
+        flows = [dataclasses.replace(f, msg_size=size) if i in mine else f for i, (_, f) in enumerate(tagged)]
+        run = p2p(fabric, flows, run_index)
+        failure = next((run.results[i].failure for i in mine if run.results[i].failure), None)
+        if failure is not None:
+            return Outcome([], failure, {}, {})
+        gbps = sum(run.results[i].goodput_gbps for i in mine)
+        rows.append(fmt.Row(size, _iters(ctx.args, size, gbps), gbps))
+    secs = _seconds(rows, ctx.args.duration)
+    final = [f for _, f in tagged]
+    run = p2p(fabric, [dataclasses.replace(f, msg_size=rows[-1].size) if i in mine else f
+                       for i, f in enumerate(final)], run_index, duration_s=secs)
+    return _with_deltas(ctx, fabric.hosts, final, mine[0], run=run, rows=rows)
+
+
+def _share(run: P2PRun, flows: list[Flow], ref: tuple[int, int]) -> Counters:
+    users = [f for f, r in zip(flows, run.results, strict=True)
+             if r.failure is None and ref in ((f.src_host, f.src_nic), (f.dst_host, f.dst_nic))]
+    return _counters.scale(run.counters.get(ref, Counters()), 1 / max(len(users), 1))
+
+
+def _with_deltas(ctx: Ctx, hosts: tuple[HostConfig, ...], flows: list[Flow], mine: int, *,
+                 run: P2PRun, rows: list[fmt.Row]) -> Outcome:
+    """Counter deltas of this run for the client's and the server's NIC."""
+    flow = flows[mine]
+    tx_nic = hosts[flow.src_host].nics[flow.src_nic]
+    tos = flow.tclass if flow.tclass is not None else (tx_nic.roce_tos if flow.rdma_cm else 0)
+    prio = 0 if tx_nic.link_layer == "InfiniBand" else nic_prio(tx_nic, tos)
+    nbytes = int(rows[-1].gbps * 1e9 / 8 * _seconds(rows, ctx.args.duration)) if rows else 0
+    mtu = active_mtu(tx_nic)
+    tx = _counters.merge(_counters.model_deltas(_share(run, flows, (flow.src_host, flow.src_nic))),
+                         _counters.traffic_deltas("tx", prio, nbytes, mtu))
+    rx = _counters.merge(_counters.model_deltas(_share(run, flows, (flow.dst_host, flow.dst_nic))),
+                         _counters.traffic_deltas("rx", prio, nbytes, mtu))
+    client_is_src = ctx.args.prog != "ib_read_bw"
+    return Outcome(rows, None, tx if client_is_src else rx, rx if client_is_src else tx)
+
+
+# --------------------------------------------------------------------------- results and failures
+
+
+def print_table(ctx: Ctx, local: fmt.Side, rows: list[fmt.Row], *, with_header: bool = True) -> None:
+    """The result table (and the ``--out_json`` report)."""
+    if with_header:
+        for line in fmt.table_header(ctx.args):
+            out(line)
+    for row in rows:
+        out(fmt.format_row(ctx.args, row))
+    out(fmt.RESULT_LINE)
+    if ctx.args.out_json:
+        fmt.write_json_report(ctx.args, local, gid_index(ctx), rows)
+
+
+def print_failure(ctx: Ctx, failure: str, local: fmt.Side, is_client: bool) -> None:
+    """perftest's messages for a connection the model says cannot work."""
+    if failure == "timeout":
+        if is_client:
+            for line in fmt.table_header(ctx.args):
+                out(line)
+            sys.stdout.flush()
+            err(" Completion with error at client")
+            err(" Failed status transport retry counter exceeded (12): wr_id 0 syndrom 0x81")
+            err(f" scnt={ctx.args.tx_depth}, ccnt=0")
+        else:
+            err(" Failed to exchange data between server and clients")
+        return
+    err(f"Failed to modify QP {local.qpns[0]} to RTR")
+    err(" Unable to Connect the HCA's through the link")
+
+
+def _warn_peak(args: PerftestArgs) -> None:
+    if not fmt.measures_peak(args):
+        out(fmt.PEAK_WARNING)
+
+
+# --------------------------------------------------------------------------- server
+
+
+def _listen(port: int) -> socket.socket | None:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(("0.0.0.0", port))  # noqa: S104 (perftest listens on every address)
+        sock.listen(1)
+    except OSError:
+        sock.close()
+        err(f"Couldn't listen to port {port}")
+        err(" Unable to open file descriptor for socket connection")
+        err(" Unable to init the socket connection")
+        return None
+    return sock
+
+
+def serve(ctx: Ctx) -> int:
+    """The server side: banner, one client, same header, the client's result."""
+    listener = _listen(ctx.args.port)
+    if listener is None:
+        return 1
+    local = local_side(ctx)
+    _warn_peak(ctx.args)
+    if ctx.args.rdma_cm:
+        for line in fmt.header(ctx.args, local, gid_index(ctx)):
+            out(line)
+    else:
+        for line in fmt.BANNER:
+            out(line)
+    sys.stdout.flush()
+    conn, _ = listener.accept()
+    listener.close()
+    with conn, conn.makefile("r") as reader:
+        peer = recv_msg(reader)
+        if peer is None:
+            err(" Failed to exchange data between server and clients")
+            return 1
+        send_msg(conn, hello(ctx, local))
+        _print_setup(ctx, local, fmt.Side.from_dict(peer["side"]), with_header=not ctx.args.rdma_cm)
+        for line in fmt.table_header(ctx.args):
+            out(line)
+        sys.stdout.flush()
+        return _server_result(ctx, local, recv_msg(reader))
+
+
+def _server_result(ctx: Ctx, local: fmt.Side, msg: dict[str, Any] | None) -> int:
+    if msg is None:
+        err(" Failed to exchange data between server and clients")
+        return 1
+    if "failure" in msg:
+        print_failure(ctx, str(msg["failure"]), local, is_client=False)
+        return 1
+    rows = [fmt.Row(int(s), int(i), float(g)) for s, i, g in msg["rows"]]
+    print_table(ctx, local, rows, with_header=False)
+    _counters.apply(ctx.state, ctx.nic.netdev, {str(k): int(v) for k, v in msg["deltas"].items()})
+    return 0
+
+
+# --------------------------------------------------------------------------- client
+
+
+def _connect(host: str, port: int) -> socket.socket | None:
+    """Connect to the server, retrying briefly (the server may still be starting)."""
+    try:
+        infos = socket.getaddrinfo(host, port, socket.AF_INET, socket.SOCK_STREAM)
+    except socket.gaierror:
+        err("Problem in resolving basic address and port")
+        return None
+    deadline = time.monotonic() + CONNECT_RETRY_S
+    while True:
+        for family, kind, proto, _, addr in infos:
+            sock = socket.socket(family, kind, proto)
+            try:
+                sock.connect(addr)
+                return sock
+            except OSError:
+                sock.close()
+        if time.monotonic() >= deadline:
+            err(f"Couldn't connect to {host}:{port}")
+            return None
+        time.sleep(0.1)
+
+
+def client(ctx: Ctx) -> int:
+    """The client side: connect, exchange, run the model, print and report to the server."""
+    assert ctx.args.host is not None
+    sock = _connect(ctx.args.host, ctx.args.port)
+    if sock is None:
+        err(" Unable to open file descriptor for socket connection")
+        err(" Unable to init the socket connection")
+        return 1
+    local = local_side(ctx)
+    _warn_peak(ctx.args)
+    with sock, sock.makefile("r") as reader:
+        send_msg(sock, hello(ctx, local))
+        peer = recv_msg(reader)
+        if peer is None:
+            err(" Failed to exchange data between server and clients")
+            return 1
+        _print_setup(ctx, local, fmt.Side.from_dict(peer["side"]))
+        outcome = _measure(ctx, peer)
+        if outcome.failure is not None:
+            send_msg(sock, {"failure": outcome.failure})
+            print_failure(ctx, outcome.failure, local, is_client=True)
+            return 1
+        print_table(ctx, local, outcome.rows)
+        _counters.apply(ctx.state, ctx.nic.netdev, outcome.client_deltas)
+        send_msg(sock, {"rows": [[r.size, r.iters, r.gbps] for r in outcome.rows],
+                        "deltas": outcome.server_deltas})
+    return 0
+
+
+def _measure(ctx: Ctx, peer: dict[str, Any]) -> Outcome:
+    """Register the flow, let concurrent flows appear, run the model, hold, unregister."""
+    start = time.time()
+    record = _flow_record(ctx, peer, start)
+    path = _fabric.register_flow(record, str(record["key"]), ctx.fabric_dir)
+    try:
+        time.sleep(max(0.0, start + SETTLE_S - time.time()))
+        records = _fabric.active_flows(fabric_dir=ctx.fabric_dir)
+        outcome = run_model(ctx, record, records, _fabric.next_run_index(ctx.fabric_dir))
+        time.sleep(max(0.0, float(record["until"]) - time.time()))
+    finally:
+        path.unlink(missing_ok=True)
+    return outcome
+
+
+# --------------------------------------------------------------------------- entry points
+
+
+def run(prog: str, argv: list[str], state: NodeState | None = None,
+        fabric_dir: Path = observe.FABRIC_DIR, environ: dict[str, str] | None = None) -> int:
+    """Run ``prog`` (``ib_write_bw``, ``ib_read_bw`` or ``ib_send_bw``) with ``argv``.
+
+    Returns:
+        perftest's exit status (0 success, 1 on every error, ``-h`` and ``-V`` included).
+    """
+    try:
+        args = parse(prog, argv)
+    except ParseExit as done:
+        return done.code
+    node = state_or_host(state)
+    picked = _pick_nic(node, args)
+    if picked is None:
+        return 1
+    host = observe.host_config(node, observe.nccl_env({}, environ or {}))
+    ctx = Ctx(args, node, picked[0], picked[1], host, fabric_dir)
+    with contextlib.suppress(BrokenPipeError):
+        return serve(ctx) if args.is_server else client(ctx)
+    return 1
+
+
+def write_main(argv: list[str], state: NodeState | None = None) -> int:
+    """``ib_write_bw``."""
+    return run("ib_write_bw", argv, state)
+
+
+def read_main(argv: list[str], state: NodeState | None = None) -> int:
+    """``ib_read_bw``."""
+    return run("ib_read_bw", argv, state)
+
+
+def send_main(argv: list[str], state: NodeState | None = None) -> int:
+    """``ib_send_bw``."""
+    return run("ib_send_bw", argv, state)

@@ -1,0 +1,148 @@
+"""The modules' argument handling, check mode and diff, with exit/fail raising (no hosts)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.unit.modules.conftest import AnsibleExitJson, AnsibleFailJson, load_module
+
+fabric_sysfs = load_module("fabric_sysfs")
+fabric_qos = load_module("fabric_qos")
+fabric_facts = load_module("fabric_facts")
+fabric_validate = load_module("fabric_validate")
+
+
+def test_sysfs_plan_compares_stripped_text(tmp_path: Path) -> None:
+    knob = tmp_path / "enable3"
+    knob.write_text("1\n")
+    before, changes = fabric_sysfs.plan({str(knob): 1, str(tmp_path / "missing"): "0"})
+    assert before[str(knob)] == "1"
+    assert changes == {str(tmp_path / "missing"): (None, "0")}
+
+
+def test_sysfs_refuses_paths_outside_sys(module_args: Any) -> None:
+    module_args({"knobs": {"/etc/passwd": "x"}})
+    with pytest.raises(AnsibleFailJson) as failed:
+        fabric_sysfs.main()
+    assert "must name paths under /sys/" in failed.value.args[0]["msg"]
+
+
+def test_sysfs_needs_knobs_or_interface(module_args: Any) -> None:
+    module_args({})
+    with pytest.raises(AnsibleFailJson):
+        fabric_sysfs.main()
+
+
+def test_sysfs_check_mode_reports_without_writing(module_args: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    files = {"/sys/class/net/x/ecn/roce_np/cnp_dscp": "46"}
+    monkeypatch.setattr(fabric_sysfs, "read_value", files.get)
+    monkeypatch.setattr(fabric_sysfs, "write_value", lambda p, v: pytest.fail("wrote in check mode"))
+    module_args({"knobs": {"/sys/class/net/x/ecn/roce_np/cnp_dscp": "48"}}, check_mode=True, diff=True)
+    with pytest.raises(AnsibleExitJson) as done:
+        fabric_sysfs.main()
+    result = done.value.args[0]
+    assert result["changed"] is True
+    assert result["changes"][0]["before"] == "46" and result["changes"][0]["after"] == "48"
+    assert "46" in result["diff"]["before"] and "48" in result["diff"]["after"]
+
+
+def test_sysfs_writes_and_reads_back(module_args: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    files = {"/sys/a": "0"}
+    monkeypatch.setattr(fabric_sysfs, "read_value", files.get)
+    monkeypatch.setattr(fabric_sysfs, "write_value", files.__setitem__)
+    module_args({"knobs": {"/sys/a": "1"}})
+    with pytest.raises(AnsibleExitJson) as done:
+        fabric_sysfs.main()
+    assert done.value.args[0]["changed"] is True and files["/sys/a"] == "1"
+    module_args({"knobs": {"/sys/a": "1"}})
+    with pytest.raises(AnsibleExitJson) as again:
+        fabric_sysfs.main()
+    assert again.value.args[0]["changed"] is False
+
+
+def test_sysfs_nic_paths() -> None:
+    nic = {"mtu": 4200, "ecn": {"np": [3]}, "cnp_prio": 6}
+    knobs, problem = fabric_sysfs.nic_knobs("/nonexistent", "eth9", nic)
+    assert problem is None
+    assert knobs["/sys/class/net/eth9/mtu"] == "4200"
+    assert knobs["/sys/class/net/eth9/ecn/roce_np/enable/3"] == "1"
+    assert knobs["/sys/class/net/eth9/ecn/roce_np/enable/0"] == "0"
+    assert knobs["/sys/class/net/eth9/ecn/roce_np/cnp_802p_prio"] == "6"
+    _, problem = fabric_sysfs.nic_knobs("/nonexistent", "eth9", {"roce_tos": 106})
+    assert problem is not None and "no RDMA port" in problem
+
+
+def test_sysfs_cm_group() -> None:
+    assert fabric_sysfs.cm_group("/sys/kernel/config/rdma_cm/mlx5_0/ports/1/default_roce_tos") == \
+        "/sys/kernel/config/rdma_cm/mlx5_0"
+    assert fabric_sysfs.cm_group("/sys/class/net/x/mtu") is None
+
+
+def test_qos_params_normalise_json_keys() -> None:
+    desired = fabric_qos.desired_from_params({"dscp2prio": {"26": 3}, "pfc": [3, 3], "trust": "dscp"})
+    assert desired == {"dscp2prio": {26: 3}, "pfc": [3], "trust": "dscp"}
+    with pytest.raises(ValueError, match="dscp2prio"):
+        fabric_qos.desired_from_params({"dscp2prio": {"64": 3}})
+    with pytest.raises(ValueError, match="8 values"):
+        fabric_qos.desired_from_params({"tsa": ["ets"]})
+
+
+def test_qos_predict_merges_map_and_drops_it_under_pcp() -> None:
+    before = {"trust": "dscp", "dscp2prio": {26: 2, 1: 0}, "pfc": []}
+    assert fabric_qos.predict(before, {"dscp2prio": ({26: 2}, {26: 3})})["dscp2prio"] == {26: 3, 1: 0}
+    assert "dscp2prio" not in fabric_qos.predict(before, {"trust": ("dscp", "pcp")})
+
+
+def test_qos_check_mode_runs_only_reads(module_args: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[list[str]] = []
+
+    def run_command(self: Any, argv: list[str], **_: Any) -> tuple[int, str, str]:
+        calls.append(argv)
+        return 0, "Priority trust state: pcp\nPFC configuration:\n\tpriority 0 1 2 3 4 5 6 7\n" \
+                  "\tenabled 0 0 0 0 0 0 0 0\n", ""
+
+    monkeypatch.setattr(fabric_qos.AnsibleModule, "run_command", run_command)
+    monkeypatch.setattr(fabric_qos.AnsibleModule, "get_bin_path",
+                        lambda self, name, *a, **k: f"/usr/bin/{name}")
+    module_args({"interface": "eth9", "pfc": [3], "backend": "mlnx_qos"}, check_mode=True, diff=True)
+    with pytest.raises(AnsibleExitJson) as done:
+        fabric_qos.main()
+    result = done.value.args[0]
+    assert result["changed"] is True
+    assert result["changes"] == [{"knob": "eth9.pfc", "before": [], "after": [3]}]
+    assert calls == [["/usr/bin/mlnx_qos", "-i", "eth9", "-a"]]
+    assert result["commands"] == [["mlnx_qos", "-i", "eth9", "--pfc", "0,0,0,1,0,0,0,0"]]
+
+
+def test_qos_rejects_unknown_backend(module_args: Any) -> None:
+    module_args({"interface": "eth9", "backend": "lldptool"})
+    with pytest.raises(AnsibleFailJson) as failed:
+        fabric_qos.main()
+    assert "backend" in failed.value.args[0]["msg"]
+
+
+def test_validate_module_fails_with_every_problem(module_args: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fabric_validate, "netdev_split", lambda root: (["eth9"], ["eth0"]))
+    monkeypatch.setattr(fabric_validate, "rdma_ports", lambda root: [])
+    module_args({"desired": {"nics": {"all": {"mtu": 5000, "cnp_prio": 8}}}})
+    with pytest.raises(AnsibleFailJson) as failed:
+        fabric_validate.main()
+    assert len(failed.value.args[0]["problems"]) == 2
+
+
+def test_topo_parse() -> None:
+    text = ("\tGPU0\tNIC0\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\n"
+            "GPU0\t X \tPIX\t0-47\t0\t\tN/A\nNIC0\tPIX\t X \t\t\t\t\n\nLegend:\n\n  X    = Self\n\n"
+            "NIC Legend:\n\n  NIC0: mlx5_0\n")
+    topo = fabric_facts.parse_topo(text)
+    assert topo["matrix"]["GPU0"]["NIC0"] == "PIX"
+    assert topo["nic_legend"] == {"NIC0": "mlx5_0"}
+
+
+def test_sm_subset_keeps_managed_keys_in_normal_form() -> None:
+    text = ("# comment\nrouting_engine (null)\nlmc 0\nqos FALSE\nsm_priority 14\n"
+            "log_file /var/log/opensm.log\n")
+    assert fabric_facts.sm_subset(text) == {"lmc": 0, "qos": False, "sm_priority": 14}
