@@ -182,6 +182,7 @@ def inventory(spec: TestbedSpec, tb_dir: Path) -> dict[str, object]:
                 "ansible_python_interpreter": "/usr/bin/python3",
                 "fabtune_fabric": spec.fabric,
                 "fabtune_testbed": spec.name,
+            "fabtune_oob_interface": "eth0",
             },
             "children": children,
         }
