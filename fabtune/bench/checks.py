@@ -58,12 +58,7 @@ def transport(host: str, summary: NcclDebugSummary, raw: str, *, expect_gdr: boo
     """NCCL must use NET/IB (RoCE or IB), with GPUDirect RDMA where expected, and never NET/Socket."""
     socket_lines = [c for c in summary.channels if c.transport.startswith("Socket")]
     if summary.ib_no_device or "Socket" in summary.networks or socket_lines:
-        evidence = (
-            _line_with(raw, "via NET/Socket")
-            or _line_with(raw, "Using network Socket")
-            or _line_with(raw, "NET/IB : No device found")
-        )
-        return CheckResult("transport", host, "fail", "TCP fallback: NCCL uses NET/Socket", evidence)
+        return _fallback(host, summary, raw)
     ib = [c for c in summary.channels if c.transport.startswith("IB")]
     if not ib and "IB" not in summary.networks:
         return CheckResult(
@@ -88,6 +83,30 @@ def transport(host: str, summary: NcclDebugSummary, raw: str, *, expect_gdr: boo
         "pass",
         f"NET/IB over {'/'.join(layers)}",
         _line_with(raw, "via NET/IB") or _line_with(raw, "NET/IB : Using"),
+    )
+
+
+def _fallback(host: str, summary: NcclDebugSummary, raw: str) -> CheckResult:
+    """A TCP fallback, with the line that shows its cause on this host when there is one."""
+    if summary.env.get("NCCL_IB_DISABLE") == "1":
+        return CheckResult(
+            "transport",
+            host,
+            "fail",
+            "TCP fallback: NCCL_IB_DISABLE=1 on this host",
+            _line_with(raw, "NCCL_IB_DISABLE set by environment to 1"),
+        )
+    if summary.ib_no_device:
+        return CheckResult(
+            "transport",
+            host,
+            "fail",
+            "TCP fallback: no usable RDMA device on this host",
+            _line_with(raw, "NET/IB : No device found"),
+        )
+    evidence = _line_with(raw, "via NET/Socket") or _line_with(raw, "Using network Socket")
+    return CheckResult(
+        "transport", host, "fail", "TCP fallback: NCCL uses NET/Socket (the job fell back)", evidence
     )
 
 

@@ -101,7 +101,7 @@ def _measured(stdout: str) -> tuple[float | None, str | None]:
     try:
         result = perftest.parse(stdout)
     except ParseError as err:
-        return None, f"unreadable output: {err}"
+        return None, f"unreadable output: {err}; output was {stdout.strip()[-300:]!r}"
     if result.error is not None:
         return None, result.error.kind
     return result.bw_average_gbps(result.bw_rows[-1]), None

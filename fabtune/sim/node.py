@@ -177,6 +177,7 @@ class NicDescription:
     hca_type: str = "MT4129"
     board_id: str = "MT_0000000838"
     bridges: int = 1
+    gid_layout: str = "standard"
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> NicDescription:
@@ -191,7 +192,7 @@ class NicDescription:
             node_guid=None if guid is None else str(guid), lid=int(raw.get("lid", 0)),
             sm_lid=int(raw.get("sm_lid", 0)), hca_type=str(raw.get("hca_type", "MT4129")),
             board_id=str(raw.get("board_id", "MT_0000000838")),
-            bridges=int(raw.get("bridges", 1)),
+            bridges=int(raw.get("bridges", 1)), gid_layout=str(raw.get("gid_layout", "standard")),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -203,6 +204,7 @@ class NicDescription:
             "prefix": self.prefix, "node_guid": self.node_guid, "lid": self.lid,
             "sm_lid": self.sm_lid, "hca_type": self.hca_type, "board_id": self.board_id,
             "bridges": self.bridges,
+            **({"gid_layout": self.gid_layout} if self.gid_layout != "standard" else {}),
         }
 
     @property
@@ -477,9 +479,16 @@ def rate_string(gbps: int) -> str:
 
 
 def roce_gids(nic: NicDescription) -> list[tuple[str, str]]:
-    """The RoCE GID entries (gid, type) for indices 0..3 of a NIC's port."""
+    """The RoCE GID entries (gid, type) of a NIC's port, a v1 and a v2 entry per address.
+
+    ``standard``: link-local at 0-1, IPv4-mapped at 2-3. ``ipv6-first``: the netdev also has a
+    global IPv6 address (ULA ``fd00::/64`` + EUI-64), whose entries take 2-3, pushing IPv4 to 4-5.
+    """
     link_local = _groups(bytes([0xFE, 0x80] + [0] * 6 + _eui64(nic.mac)))
     entries = [(link_local, GID_TYPE_V1), (link_local, GID_TYPE_V2)]
+    if nic.gid_layout == "ipv6-first":
+        ula = _groups(bytes([0xFD, 0x00] + [0] * 6 + _eui64(nic.mac)))
+        entries += [(ula, GID_TYPE_V1), (ula, GID_TYPE_V2)]
     if nic.ipv4:
         mapped = _groups(ipaddress.IPv6Address(f"::ffff:{nic.ipv4}").packed)
         entries += [(mapped, GID_TYPE_V1), (mapped, GID_TYPE_V2)]

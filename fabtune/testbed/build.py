@@ -25,6 +25,7 @@ from fabtune.testbed.spec import HostSpec, TestbedSpec, build_spec, spec_to_doc
 Progress = Callable[[str], None]
 REQUIRED = ("ip", "unshare", "mount", "pivot_root", "ssh-keygen", "ssh", "/usr/sbin/sshd")
 SSHD_WAIT_S = 30.0
+SWITCH_MTU = 9216
 
 
 def _quiet(_: str) -> None:
@@ -90,14 +91,15 @@ def _make_bridges(spec: TestbedSpec, names: Names) -> None:
     bridges = [names.mgmt_bridge] + [names.rail_bridge(r) for r in range(spec.nics_per_host)]
     for bridge in bridges:
         system.ip("link", "add", bridge, "type", "bridge")
-        system.ip("link", "set", bridge, "up")
+        system.ip("link", "set", bridge, "mtu", str(SWITCH_MTU), "up")
     prefix = spec.mgmt_network.prefixlen
     system.ip("addr", "add", f"{layout.controller_ip(spec)}/{prefix}", "dev", names.mgmt_bridge)
 
 
 def _veth(outer: str, inner: str, netns: str, bridge: str) -> None:
     system.ip("link", "add", outer, "type", "veth", "peer", "name", inner, "netns", netns)
-    system.ip("link", "set", outer, "master", bridge, "up")
+    # The switch side takes jumbo frames, as a data-centre switch port does: the host's MTU governs.
+    system.ip("link", "set", outer, "mtu", str(SWITCH_MTU), "master", bridge, "up")
 
 
 def _make_host_net(spec: TestbedSpec, names: Names, host: HostSpec) -> None:

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
+from fabtune.errors import TestbedError
 from fabtune.testbed import layout, system
 from fabtune.testbed.spec import HostSpec, TestbedSpec
 
@@ -34,6 +37,8 @@ TOOL_PATHS = {
     "all_gather_perf": "/usr/local/bin/all_gather_perf",
     "reduce_scatter_perf": "/usr/local/bin/reduce_scatter_perf",
     "alltoall_perf": "/usr/local/bin/alltoall_perf",
+    "systemd-run": "/usr/bin/systemd-run",
+    "systemctl": "/usr/bin/systemctl",
 }
 
 SSHD_CONFIG = """\
@@ -120,6 +125,47 @@ def _root_ssh(upper: Path, spec: TestbedSpec, keys: Keys) -> None:
     _write(ssh / "known_hosts", known_hosts(spec, keys))
 
 
+OPENSM = "/usr/sbin/opensm"
+OPENSM_LOG = "/var/log/opensm.log"
+
+
+def set_conf_key(text: str, key: str, value: str) -> str:
+    """Set ``key value`` in an opensm.conf text: replace the key's line, or append one."""
+    pattern = re.compile(rf"^{re.escape(key)}\s.*$", re.MULTILINE)
+    line = f"{key} {value}"
+    if pattern.search(text):
+        return pattern.sub(lambda _: line, text, count=1)
+    return text + ("" if text.endswith("\n") or not text else "\n") + line + "\n"
+
+
+def opensm_conf(spec: TestbedSpec) -> str:
+    """The SM host's /etc/opensm/opensm.conf: the real ``opensm --create-config`` plus the spec.
+
+    ``adaptive_routing: true`` adds the MLNX OpenSM keys the ib_sm role writes for
+    ``sm_flavor: mlnx`` (``ar_enable``, ``adaptive_routing_enable``).
+    """
+    if spec.sm is None:
+        raise TestbedError("opensm.conf requested for a testbed without a subnet manager")
+    with tempfile.TemporaryDirectory(prefix="fabtune-opensm-") as tmp:
+        path = Path(tmp) / "opensm.conf"
+        proc = system.run([OPENSM, "--create-config", str(path)], check=False)
+        if proc.returncode != 0 or not path.is_file():
+            raise TestbedError(f"{OPENSM} --create-config failed (rc {proc.returncode}): install opensm")
+        text = path.read_text()
+    text = set_conf_key(text, "routing_engine", spec.sm.routing_engine)
+    if spec.sm.adaptive_routing:
+        text = set_conf_key(text, "ar_enable", "TRUE")
+        text = set_conf_key(text, "adaptive_routing_enable", "TRUE")
+    return text
+
+
+def _subnet_manager(spec: TestbedSpec, host_dir: Path, upper: Path) -> None:
+    """Make the host the subnet manager: opensm.conf, and the emulated opensm started by hostinit."""
+    _write(upper / "etc/opensm/opensm.conf", opensm_conf(spec))
+    daemon = {"argv": [sys.executable, "-m", "fabtune.sim.opensm"], "log": OPENSM_LOG}
+    (host_dir / "daemons.json").write_text(json.dumps([daemon], indent=2) + "\n")
+
+
 def populate_host(spec: TestbedSpec, host: HostSpec, tb_dir: Path, keys: Keys) -> None:
     """Write what makes the host a GPU node: /etc files, SSH, emulated tools and hardware."""
     from fabtune.sim.node import provision  # the emulated hardware (sysfs, configfs, DCB state)
@@ -134,8 +180,15 @@ def populate_host(spec: TestbedSpec, host: HostSpec, tb_dir: Path, keys: Keys) -
     _root_ssh(upper, spec, keys)
     _install_tools(upper)
     node = layout.node_description(spec, host)
+    if spec.sm is not None:  # every port's SM lid is the master SM's port LID (as sminfo says)
+        sm_host = next(h for h in spec.hosts if h.name == spec.sm.host)
+        sm_lid = layout.node_description(spec, sm_host)["nics"][0]["lid"]
+        for nic in node["nics"]:
+            nic["sm_lid"] = sm_lid
     provision(host_dir, node, host.initial)
     (host_dir / "node.json").write_text(json.dumps(node, indent=2))
+    if spec.sm is not None and spec.sm.host == host.name:
+        _subnet_manager(spec, host_dir, upper)
 
 
 def write_fabric(spec: TestbedSpec, tb_dir: Path) -> None:

@@ -4,16 +4,20 @@ Started by the testbed builder as
 ``ip netns exec NS unshare --mount --uts --pid --fork --propagation private --kill-child
 -- python -m fabtune.testbed.hostinit HOST_DIR HOSTNAME``: inside the host's network namespace and
 fresh mount, UTS and PID namespaces. Exits by exec'ing ``sshd -D``, which stays PID 1 of the host,
-so killing it removes every process of the host.
+so killing it removes every process of the host. Before that it starts the host's daemons
+(``HOST_DIR/daemons.json``: ``[{"argv": [...], "log": "/var/log/..."}]``, e.g. the emulated
+opensm of a subnet-manager host), detached, inside the host's root.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 # Classes the emulation owns; every other /sys/class entry points into a second, real sysfs mount.
 EMULATED_CLASSES = ("net", "infiniband")
@@ -90,13 +94,32 @@ def _enter(merged: Path) -> None:
     subprocess.run(["umount", "-l", "/run/fabtune-oldroot"], check=True)
 
 
+def _start_daemons(daemons: list[dict[str, Any]]) -> None:
+    """Start each daemon detached (its own session, output to its log); sshd reaps it later."""
+    for daemon in daemons:
+        log = Path(str(daemon["log"]))
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with log.open("a") as out:
+            subprocess.Popen(
+                [str(a) for a in daemon["argv"]],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                cwd="/",
+            )
+
+
 def main(argv: list[str]) -> None:
     """Build the host's root, then exec sshd as the host's PID 1."""
     host_dir, hostname = Path(argv[0]), argv[1]
     socket.sethostname(hostname)
+    daemons_file = host_dir / "daemons.json"
+    daemons = json.loads(daemons_file.read_text()) if daemons_file.is_file() else []
     merged = _mount_root(host_dir)
     _bind_emulation(host_dir, merged)
     _enter(merged)
+    _start_daemons(daemons)
     sys.stdout.flush()
     os.execv("/usr/sbin/sshd", ["/usr/sbin/sshd", "-D", "-e", "-f", "/etc/ssh/sshd_config"])
 

@@ -86,6 +86,7 @@ def _nic(spec: TestbedSpec, host: HostSpec, rail: int) -> dict[str, Any]:
     bus = pci_bus("nic", rail)
     guid = f"0x{0xB83FD20300000000 + host.index * 0x100 + rail:016x}"
     numa = host.nic_numa[rail]
+    extra = {"gid_layout": host.gid_layout} if host.gid_layout != "standard" else {}
     return {
         "dev": f"mlx5_{rail}",
         "netdev": nic_netdev(spec, rail),
@@ -101,6 +102,7 @@ def _nic(spec: TestbedSpec, host: HostSpec, rail: int) -> dict[str, Any]:
         "node_guid": guid,
         "lid": host.index * 16 + rail + 1 if spec.fabric == "ib" else 0,
         "sm_lid": 1 if spec.fabric == "ib" else 0,
+        **extra,
     }
 
 

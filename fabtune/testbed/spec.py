@@ -63,6 +63,7 @@ class HostSpec:
     nic_numa: tuple[int, ...]
     gpu_numa: tuple[int, ...]
     initial: dict[str, Any] = field(hash=False, compare=False)
+    gid_layout: str = "standard"
 
 
 @dataclass(frozen=True)
@@ -154,7 +155,11 @@ TOP_KEYS = (
     "sm",
 )
 INITIAL_KEYS = tuple(DEFAULT_INITIAL)
-OVERRIDE_KEYS = ("nic_numa", "initial")
+OVERRIDE_KEYS = ("nic_numa", "initial", "gid_layout")
+# How a host's RoCE GID tables are filled (fabtune.sim.node.roce_gids): "standard" puts the
+# RoCEv2 IPv4 GID at index 3; "ipv6-first" models a host whose RoCE netdevs also carry a global
+# IPv6 address, so that address's GIDs come first and the RoCEv2 IPv4 GID lands at index 5.
+GID_LAYOUTS = ("standard", "ipv6-first")
 SWITCH_KEYS = ("pfc_priorities", "ecn_priorities", "trust", "nodes_per_leaf", "oversubscription")
 SM_KEYS = ("host", "routing_engine", "adaptive_routing")
 ROUTING_ENGINES = ("minhop", "updn", "dnup", "ftree", "lash", "dor", "dfsssp", "sssp", "ar_updn", "ar_ftree")
@@ -205,7 +210,8 @@ def _build_host(c: _Checker, doc: dict[str, Any], name: str, index: int) -> Host
     for dev, numa in moved.items():
         nic_numa[int(dev.split("_")[1])] = c.int_in(f"overrides.{name}.nic_numa.{dev}", numa, 0, sockets - 1)
     gpu_numa = tuple(_numa_of(i, gpus, sockets) for i in range(gpus))
-    return HostSpec(name, index, gpus, sockets, tuple(nic_numa), gpu_numa, initial)
+    gid_layout = c.choice(f"overrides.{name}.gid_layout", own.get("gid_layout", "standard"), GID_LAYOUTS)
+    return HostSpec(name, index, gpus, sockets, tuple(nic_numa), gpu_numa, initial, gid_layout)
 
 
 def _build_switch(c: _Checker, raw: object) -> SwitchSpec:
@@ -333,6 +339,7 @@ def spec_to_doc(spec: TestbedSpec) -> dict[str, Any]:
             h.name: {
                 "initial": h.initial,
                 "nic_numa": {f"mlx5_{i}": n for i, n in enumerate(h.nic_numa)},
+                **({"gid_layout": h.gid_layout} if h.gid_layout != "standard" else {}),
             }
             for h in spec.hosts
         },

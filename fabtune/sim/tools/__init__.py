@@ -13,46 +13,54 @@ Launcher contract: the testbed installs ``/usr/.../<name>`` files containing::
 
 from __future__ import annotations
 
+import importlib
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from typing import NoReturn
 
-from fabtune.sim.tools import (
-    cma_roce,
-    dcb,
-    ethtool,
-    ibdev2netdev,
-    ibstat,
-    ibv_devinfo,
-    mlnx_qos,
-    nccl_tests,
-    nvidia_smi,
-    perftest,
-    show_gids,
-    sminfo,
-)
-
-TOOLS: dict[str, Callable[[list[str]], int]] = {
-    "mlnx_qos": mlnx_qos.main,
-    "dcb": dcb.main,
-    "ibdev2netdev": ibdev2netdev.main,
-    "show_gids": show_gids.main,
-    "ibstat": ibstat.main,
-    "ibstatus": ibstat.ibstatus_main,
-    "ibv_devinfo": ibv_devinfo.main,
-    "nvidia-smi": nvidia_smi.main,
-    "ethtool": ethtool.main,
-    "cma_roce_tos": cma_roce.tos_main,
-    "cma_roce_mode": cma_roce.mode_main,
-    "sminfo": sminfo.main,
-    "ib_write_bw": perftest.write_main,
-    "ib_read_bw": perftest.read_main,
-    "ib_send_bw": perftest.send_main,
-    "all_reduce_perf": nccl_tests.all_reduce_main,
-    "all_gather_perf": nccl_tests.all_gather_main,
-    "reduce_scatter_perf": nccl_tests.reduce_scatter_main,
-    "alltoall_perf": nccl_tests.alltoall_main,
+# name -> (module under fabtune.sim.tools, function): imported on first use, so each tool
+# invocation loads only its own module (the fabric model with numpy/scipy only for benchmarks).
+ENTRIES: dict[str, tuple[str, str]] = {
+    "mlnx_qos": ("mlnx_qos", "main"),
+    "dcb": ("dcb", "main"),
+    "ibdev2netdev": ("ibdev2netdev", "main"),
+    "show_gids": ("show_gids", "main"),
+    "ibstat": ("ibstat", "main"),
+    "ibstatus": ("ibstat", "ibstatus_main"),
+    "ibv_devinfo": ("ibv_devinfo", "main"),
+    "nvidia-smi": ("nvidia_smi", "main"),
+    "ethtool": ("ethtool", "main"),
+    "cma_roce_tos": ("cma_roce", "tos_main"),
+    "cma_roce_mode": ("cma_roce", "mode_main"),
+    "sminfo": ("sminfo", "main"),
+    "ib_write_bw": ("perftest", "write_main"),
+    "ib_read_bw": ("perftest", "read_main"),
+    "ib_send_bw": ("perftest", "send_main"),
+    "all_reduce_perf": ("nccl_tests", "all_reduce_main"),
+    "all_gather_perf": ("nccl_tests", "all_gather_main"),
+    "reduce_scatter_perf": ("nccl_tests", "reduce_scatter_main"),
+    "alltoall_perf": ("nccl_tests", "alltoall_main"),
+    "systemd-run": ("systemd", "run_main"),
+    "systemctl": ("systemd", "systemctl_main"),
 }
+
+
+class _Tools(Mapping[str, Callable[[list[str]], int]]):
+    """The tools by command name, each imported when first looked up."""
+
+    def __getitem__(self, name: str) -> Callable[[list[str]], int]:
+        module, function = ENTRIES[name]
+        main: Callable[[list[str]], int] = getattr(importlib.import_module(f"{__name__}.{module}"), function)
+        return main
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(ENTRIES)
+
+    def __len__(self) -> int:
+        return len(ENTRIES)
+
+
+TOOLS: Mapping[str, Callable[[list[str]], int]] = _Tools()
 
 
 def run(name: str) -> NoReturn:

@@ -46,6 +46,7 @@ from fabtune.sim.tools._common import err, out, state_or_host
 from fabtune.sim.tools._perftest_args import ParseExit, PerftestArgs, parse
 
 SETTLE_S = 0.5
+OOB_TIMEOUT_S = 60.0  # a silent peer ends the run with perftest's exchange error, never a traceback
 HOLD_S = 0.8
 CONNECT_RETRY_S = 1.0
 ALL_SIZES = tuple(2**k for k in range(1, 24))
@@ -133,11 +134,12 @@ def send_msg(sock: socket.socket, msg: dict[str, Any]) -> None:
 
 
 def recv_msg(reader: Any) -> dict[str, Any] | None:
-    """Read one JSON line (None when the peer closed the connection)."""
-    line = reader.readline()
-    if not line:
+    """Read one JSON line (None when the peer closed, reset or stopped answering)."""
+    try:
+        line = reader.readline()
+        data: dict[str, Any] | None = json.loads(line) if line else None
+    except (OSError, ValueError):
         return None
-    data: dict[str, Any] = json.loads(line)
     return data
 
 
@@ -348,6 +350,7 @@ def serve(ctx: Ctx) -> int:
             out(line)
     sys.stdout.flush()
     conn, _ = listener.accept()
+    conn.settimeout(OOB_TIMEOUT_S)
     listener.close()
     with conn, conn.makefile("r") as reader:
         peer = recv_msg(reader)
@@ -391,6 +394,7 @@ def _connect(host: str, port: int) -> socket.socket | None:
             sock = socket.socket(family, kind, proto)
             try:
                 sock.connect(addr)
+                sock.settimeout(OOB_TIMEOUT_S)
                 return sock
             except OSError:
                 sock.close()

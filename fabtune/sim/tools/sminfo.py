@@ -1,14 +1,18 @@
 """Emulated ``sminfo`` (infiniband-diags): the master SM of the IB subnet.
 
-Reads the SM record an emulated opensm writes to ``emu/sm.json``:
-``{"lid": 1, "guid": "0x...", "activity": 123, "priority": 15, "state": 3}``. Without it (no SM,
+Reads the SM record ``emu/sm.json``:
+``{"lid": 1, "guid": "0x...", "activity": 123, "priority": 15, "state": 3}``, or else the master
+record the emulated opensm (``fabtune.sim.opensm``) publishes for the whole subnet as
+``sminfo.json`` in the shared fabric directory. Without either (no SM running, its daemon gone,
 or a RoCE node) the query fails: ``sminfo: iberror: failed: query`` and exit 255.
 """
 
 from __future__ import annotations
 
 import getopt
+from pathlib import Path
 
+from fabtune.sim import opensm
 from fabtune.sim.node import NodeState
 from fabtune.sim.tools._common import err, out, state_or_host
 
@@ -16,12 +20,14 @@ STATES = ("SMINFO_NOTACT", "SMINFO_DISCOVER", "SMINFO_STANDBY", "SMINFO_MASTER")
 USAGE = "Usage: sminfo [options] <sm_lid|sm_dr_path> [modifier]"
 
 
-def main(argv: list[str], state: NodeState | None = None) -> int:
+def main(argv: list[str], state: NodeState | None = None, fabric_dir: Path | None = None) -> int:
     """Run ``sminfo`` with ``argv`` (without the program name).
 
     Args:
         argv: Command-line arguments.
         state: The node state (default: this host's).
+        fabric_dir: The shared fabric directory holding the master SM's record (default: this
+            host's ``/var/lib/fabtune-fabric``; none when only ``state`` is given).
 
     Returns:
         The exit status.
@@ -34,6 +40,9 @@ def main(argv: list[str], state: NodeState | None = None) -> int:
         return 2
     node = state_or_host(state)
     info = node.sm_info()
+    if info is None:
+        shared = fabric_dir if fabric_dir is not None or state is not None else opensm.FABRIC_DIR
+        info = None if shared is None else opensm.master(shared)
     if info is None or node.node.fabric != "ib":
         err("sminfo: iberror: failed: query")
         return 255

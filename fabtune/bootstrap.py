@@ -1,0 +1,586 @@
+"""Rack bootstrap: preflight, the baseline profile, acceptance benchmarks, the transport check.
+
+Phases (a failed phase stops the run; preflight changes nothing on any host):
+
+1. **preflight**: every host answers (Ansible ping); perftest (``ib_write_bw``), nccl-tests
+   (``all_reduce_perf``), rdma-core (``ibv_devinfo``, ``ibstat``) and the launcher are installed;
+   ports Active/LinkUp at one rate; one firmware version per HCA model across the rack; every
+   GPU beside its NIC (PIX/PXB); one RoCEv2 GID index on every host (RoCE); a master subnet
+   manager (InfiniBand).
+2. **apply**: the baseline profile through ``playbooks/apply.yml``.
+3. **acceptance**: the static checks again (MTU now set); ib_write_bw over the all-pairs matrix
+   (every rail), each pair against ``pair_threshold`` x its physical ceiling; a pair below it is
+   *suspect* and each of its hosts is re-tested against a known-good partner (a host with a
+   passing pair on that rail) before a host is blamed; all_reduce_perf bus bandwidth per GPU
+   against ``busbw_threshold`` x the reference below; the NCCL transport (NET/IB, no socket
+   fallback) from the same run's NCCL_DEBUG=INFO log.
+
+Bus bandwidth reference (GB/s)::
+
+    busbw_ref = R x C_min / 8
+
+``R`` is the number of RDMA NICs per host (fewest over hosts), ``C_min`` the lowest physical
+goodput ceiling over every rail in Gb/s (``fabtune.bench.pairs.rail_ceiling``: link rate less
+header overhead at the port's MTU). A multi-node ring all_reduce moves, per GPU, the bus
+bandwidth a node's rails carry, so it can approach but never exceed ``R x C / 8``; NCCL's own
+protocol overhead and the message-size ramp keep a healthy rack at about 0.9 of it at 8 GiB, so
+the default threshold 0.8 flags a rack that has lost a rail, GPUDirect or path diversity.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fabtune import ansible
+from fabtune.bench import checks, nccl, pairs
+from fabtune.bench.argv import NcclOptions, PerftestOptions
+from fabtune.bench.checkrun import static_checks
+from fabtune.bench.checks import CheckResult
+from fabtune.bench.fabric import HostView, read_hosts
+from fabtune.bench.parsers.ibstat import IbStat
+from fabtune.bench.schedule import Pair, all_pairs_rounds, rail_pairs
+from fabtune.commands.apply import knob_changes
+from fabtune.errors import ExitStatus, FabtuneError
+from fabtune.inventory import InventoryInfo
+from fabtune.journal import Journal
+from fabtune.profile import Profile
+
+
+class BootstrapFailed(FabtuneError):
+    """A check or acceptance benchmark failed: exit 7 (CHECK_FAILED)."""
+
+    code = ExitStatus.CHECK_FAILED
+
+
+REQUIRED_TOOLS: Mapping[str, tuple[str, ...]] = {
+    "perftest": ("ib_write_bw",),
+    "nccl-tests": ("all_reduce_perf",),
+    "rdma-core": ("ibv_devinfo", "ibstat"),
+}
+VALIDATE_TASK = "Validate the desired fabric state"
+PAIR_SIZE = 1 << 20
+BUSBW_SIZE = "8G"
+Progress = Callable[[str], None]
+
+
+# --------------------------------------------------------------------------- pure checks
+
+
+def tool_check(host: str, found_stdout: str, launcher: str = "mpirun") -> CheckResult:
+    """Which required tools ``which`` found on ``host`` (one path per line of its output)."""
+    found = {line.strip().rsplit("/", 1)[-1] for line in found_stdout.splitlines() if line.strip()}
+    wanted = {**REQUIRED_TOOLS, "launcher": (launcher,)}
+    missing = [f"{pkg} ({tool})" for pkg, tools in wanted.items() for tool in tools if tool not in found]
+    if missing:
+        return CheckResult(
+            "tools",
+            host,
+            "fail",
+            f"missing: {', '.join(missing)}",
+            f"which found: {', '.join(sorted(found)) or 'nothing'}",
+        )
+    return CheckResult(
+        "tools",
+        host,
+        "pass",
+        "perftest, nccl-tests, rdma-core and the launcher present",
+        ", ".join(sorted(found)),
+    )
+
+
+def tools_argv(launcher: str = "mpirun") -> list[str]:
+    """``which`` over every required tool (exit 1 when one is missing; stdout lists those found)."""
+    return ["which", *(t for tools in REQUIRED_TOOLS.values() for t in tools), launcher]
+
+
+def firmware_check(stats: Mapping[str, IbStat]) -> list[CheckResult]:
+    """One firmware version per HCA model across the rack (the most common one is the rack's)."""
+    per_model: dict[str, Counter[str]] = {}
+    seen: list[tuple[str, str, str, str]] = []
+    for host, stat in sorted(stats.items()):
+        for ca in stat.cas:
+            model = ca.ca_type or "unknown"
+            fw = ca.firmware_version or "unknown"
+            per_model.setdefault(model, Counter())[fw] += 1
+            seen.append((host, ca.name, model, fw))
+    results = []
+    for host, dev, model, fw in seen:
+        usual = per_model[model].most_common(1)[0][0]
+        if fw != usual:
+            results.append(
+                CheckResult(
+                    "firmware",
+                    host,
+                    "fail",
+                    f"{dev} ({model}) firmware {fw}, the rack runs {usual}",
+                    f"Firmware version: {fw}",
+                )
+            )
+    if not results:
+        versions = ", ".join(f"{m} {c.most_common(1)[0][0]}" for m, c in sorted(per_model.items()))
+        results.append(
+            CheckResult("firmware", "*", "pass", f"one firmware per HCA model: {versions or 'none'}")
+        )
+    return results
+
+
+def _row(raw: str, first: str) -> str:
+    for line in raw.splitlines():
+        parts = line.split()
+        if parts and parts[0] == first and not line[:1].isspace():  # the header row is indented
+            return " ".join(parts)
+    return ""
+
+
+def with_evidence(results: Sequence[CheckResult], views: Mapping[str, HostView]) -> list[CheckResult]:
+    """Failures with the raw tool line that shows them (the topo matrix row, the show_gids row)."""
+    out = []
+    for r in results:
+        view = views.get(r.host)
+        if r.verdict != "pass" and view is not None and r.check == "affinity":
+            gpu = re.match(r"(GPU\d+)", r.summary)
+            line = _row(view.raw.get("topo", ""), gpu.group(1)) if gpu else ""
+            out.append(
+                CheckResult(
+                    r.check,
+                    r.host,
+                    r.verdict,
+                    r.summary,
+                    f"nvidia-smi topo -m: {line}" if line else r.evidence,
+                )
+            )
+        elif r.verdict != "pass" and view is not None and r.check == "gid_index":
+            dev = r.summary.split(":", 1)[0]
+            lines = [
+                " ".join(line.split())
+                for line in view.raw.get("gids", "").splitlines()
+                if line.split()[:1] == [dev]
+                and "v2" in line.split()
+                and re.search(r"\d+\.\d+\.\d+\.\d+", line)
+            ]
+            out.append(
+                CheckResult(
+                    r.check, r.host, r.verdict, r.summary, f"show_gids: {lines[0]}" if lines else r.evidence
+                )
+            )
+        else:
+            out.append(r)
+    return out
+
+
+def busbw_reference(rails: int, ceiling_gbps: float) -> float:
+    """``R x C_min / 8``: the bus bandwidth per GPU a ring can reach over the rails, GB/s."""
+    return rails * ceiling_gbps / 8.0
+
+
+def busbw_check(
+    measured: float | None, reference: float, threshold: float, evidence: str = ""
+) -> CheckResult:
+    """all_reduce busbw per GPU must reach ``threshold`` x ``reference``."""
+    if measured is None:
+        return CheckResult("busbw", "*", "fail", "all_reduce_perf gave no bus bandwidth", evidence)
+    share = measured / reference if reference > 0 else 0.0
+    verdict: checks.Verdict = "pass" if share >= threshold else "fail"
+    return CheckResult(
+        "busbw",
+        "*",
+        verdict,
+        f"all_reduce busbw {measured:.1f} GB/s per GPU = {share:.0%} of {reference:.1f} GB/s "
+        f"(threshold {threshold:.0%})",
+        evidence,
+    )
+
+
+@dataclass(frozen=True)
+class PairVerdict:
+    """One ib_write_bw pair against its threshold."""
+
+    server: str
+    client: str
+    rail: int
+    device: str
+    gbps: float | None
+    ceiling_gbps: float
+    share: float | None
+    verdict: str
+    error: str | None = None
+    note: str = ""
+
+
+def judge_pair(result: pairs.PairResult, threshold: float, note: str = "") -> PairVerdict:
+    share = result.share_of_ceiling
+    ok = result.error is None and share is not None and share >= threshold
+    return PairVerdict(
+        result.server,
+        result.client,
+        result.rail,
+        result.device,
+        result.gbps,
+        result.ceiling_gbps,
+        share,
+        "pass" if ok else "fail",
+        result.error,
+        note,
+    )
+
+
+def good_hosts(verdicts: Sequence[PairVerdict], rail: int) -> set[str]:
+    """Hosts with at least one passing pair on ``rail`` (both ends of a passing pair are healthy)."""
+    return {h for v in verdicts if v.rail == rail and v.verdict == "pass" for h in (v.server, v.client)}
+
+
+@dataclass(frozen=True)
+class Retest:
+    """A host of a suspect pair, to be re-tested against a known-good partner."""
+
+    host: str
+    rail: int
+    partner: str | None
+
+
+def plan_retests(verdicts: Sequence[PairVerdict]) -> list[Retest]:
+    """For each (host, rail) of a suspect pair, a known-good partner (None when none exists).
+
+    A partner is a host with a passing pair on that rail; one that did not fail with this host
+    is preferred.
+    """
+    out = []
+    suspects = [v for v in verdicts if v.verdict == "fail"]
+    for host, rail in sorted({(h, v.rail) for v in suspects for h in (v.server, v.client)}):
+        failed_with = {
+            o
+            for v in suspects
+            if v.rail == rail and host in (v.server, v.client)
+            for o in (v.server, v.client)
+        } - {host}
+        good = sorted(good_hosts(verdicts, rail) - {host})
+        preferred = [g for g in good if g not in failed_with] or good
+        out.append(Retest(host, rail, preferred[0] if preferred else None))
+    return out
+
+
+def retest_rounds(retests: Sequence[Retest], base_port: int = 18515) -> list[list[tuple[Retest, Pair]]]:
+    """Pack the re-tests into concurrent rounds where no host is in two runs (partner = server)."""
+    rounds: list[list[tuple[Retest, Pair]]] = []
+    busy: list[set[str]] = []
+    for t in retests:
+        if t.partner is None:
+            continue
+        free = [i for i, used in enumerate(busy) if t.host not in used and t.partner not in used]
+        if not free:
+            rounds.append([])
+            busy.append(set())
+        index = free[0] if free else len(rounds) - 1
+        pair = Pair(server=t.partner, client=t.host, rail=t.rail, port=base_port + len(rounds[index]))
+        rounds[index].append((t, pair))
+        busy[index] |= {t.host, t.partner}
+    return rounds
+
+
+def blame(
+    verdicts: Sequence[PairVerdict], retests: Sequence[tuple[Retest, PairVerdict | None]], threshold: float
+) -> list[CheckResult]:
+    """Host verdicts from the re-tests: a host that also fails with a known-good partner is at fault."""
+    results: list[CheckResult] = []
+    cleared: set[tuple[str, int]] = set()
+    for test, verdict in retests:
+        if verdict is None:
+            results.append(
+                CheckResult(
+                    "pair_bandwidth",
+                    test.host,
+                    "fail",
+                    f"rail {test.rail}: below {threshold:.0%} of ceiling, no known-good partner to isolate",
+                    _suspect_evidence(verdicts, test.host, test.rail),
+                )
+            )
+        elif verdict.verdict == "fail":
+            got = (
+                "error " + (verdict.error or "?")
+                if verdict.gbps is None
+                else (f"{verdict.gbps:.1f} Gb/s = {verdict.share or 0:.0%} of {verdict.ceiling_gbps:.1f}")
+            )
+            results.append(
+                CheckResult(
+                    "pair_bandwidth",
+                    test.host,
+                    "fail",
+                    f"{verdict.device}: also below {threshold:.0%} with known-good {test.partner} ({got})",
+                    _suspect_evidence(verdicts, test.host, test.rail),
+                )
+            )
+        else:
+            cleared.add((test.host, test.rail))
+    for v in verdicts:
+        if v.verdict == "fail" and (v.server, v.rail) in cleared and (v.client, v.rail) in cleared:
+            results.append(
+                CheckResult(
+                    "pair_bandwidth",
+                    f"{v.client}<->{v.server}",
+                    "fail",
+                    f"{v.device}: the pair fails only together (both ends pass with known-good partners): "
+                    "the path between them",
+                    _suspect_evidence(verdicts, v.client, v.rail),
+                )
+            )
+    return results
+
+
+def _suspect_evidence(verdicts: Sequence[PairVerdict], host: str, rail: int) -> str:
+    parts = []
+    for v in verdicts:
+        if v.rail == rail and v.verdict == "fail" and host in (v.server, v.client):
+            got = v.error or f"{v.gbps:.1f} Gb/s ({v.share or 0:.0%})"
+            parts.append(f"{v.client}->{v.server} {v.device}: {got}")
+    return "; ".join(parts)
+
+
+# --------------------------------------------------------------------------- the report
+
+
+@dataclass
+class BootstrapReport:
+    """Everything a bootstrap found: host checks, pair verdicts, re-tests, the phase it reached."""
+
+    fabric: str
+    profile: str
+    pair_threshold: float
+    busbw_threshold: float
+    phase: str = "preflight"
+    checks: list[CheckResult] = field(default_factory=list)
+    pairs: list[PairVerdict] = field(default_factory=list)
+    retests: list[PairVerdict] = field(default_factory=list)
+    busbw_gbytes: float | None = None
+    busbw_reference_gbytes: float | None = None
+    changes: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        return (
+            self.phase == "done"
+            and not any(c.verdict == "fail" for c in self.checks)
+            and not any(p.verdict == "fail" for p in self.pairs)
+        )
+
+    @property
+    def failed_hosts(self) -> list[str]:
+        return sorted({c.host for c in self.checks if c.verdict == "fail" and c.host != "*"})
+
+    def failures(self) -> list[CheckResult]:
+        return [c for c in self.checks if c.verdict == "fail"]
+
+
+def _host_stdout(outcome: ansible.RunOutcome) -> dict[str, str]:
+    return {t.host: str(t.result.get("stdout", "")) for t in outcome.tasks}
+
+
+@contextlib.contextmanager
+def _step(
+    journal: Journal | None, run_id: str | None, name: str, payload: Mapping[str, Any]
+) -> Iterator[dict[str, Any]]:
+    """Journal a phase: intent before, outcome (``done``/``failed``) after."""
+    outcome: dict[str, Any] = {"state": "done"}
+    seq = journal.step(run_id, "phase", name, payload) if journal and run_id else None
+    try:
+        yield outcome
+    except BaseException:
+        if journal and run_id and seq is not None:
+            journal.finish_step(run_id, seq, "failed")
+        raise
+    if journal and run_id and seq is not None:
+        journal.finish_step(run_id, seq, outcome["state"], outcome.get("payload"))
+
+
+def preflight(
+    inventory: Path, info: InventoryInfo, report: BootstrapReport, say: Progress
+) -> dict[str, HostView] | None:
+    """Reachability, tools, links, firmware, affinity, GID index, subnet manager. Changes nothing.
+
+    Returns:
+        The host views when every host answered (checks may still have failed), else None.
+    """
+    say("preflight: reachability")
+    ping = ansible.run_module("ansible.builtin.ping", "", inventory)
+    for host in info.hosts:
+        if host in ping.unreachable_hosts or host in ping.failed_hosts:
+            report.checks.append(
+                CheckResult("reachable", host, "fail", "does not answer over SSH", _first_failure(ping, host))
+            )
+    if any(c.check == "reachable" for c in report.checks):
+        return None
+    report.checks.append(CheckResult("reachable", "*", "pass", f"{len(info.hosts)} hosts answer"))
+    say("preflight: tools")
+    which = ansible.run_module("ansible.builtin.command", " ".join(tools_argv(info.launcher)), inventory)
+    found = _host_stdout(which)
+    report.checks += [tool_check(h, found.get(h, ""), info.launcher) for h in info.hosts]
+    say("preflight: links, firmware, affinity, GIDs, subnet manager")
+    views = read_hosts(inventory)
+    static = [r for r in static_checks(views) if r.check != "mtu"]  # the profile sets the MTU
+    report.checks += with_evidence(static, views)
+    report.checks += firmware_check({h: v.ports for h, v in views.items() if v.ports is not None})
+    return views
+
+
+def _first_failure(outcome: ansible.RunOutcome, host: str) -> str:
+    for t in outcome.failures():
+        if t.host == host:
+            return str(t.result.get("msg", ""))[:200]
+    return ""
+
+
+def apply_profile(inventory: Path, profile: Profile, report: BootstrapReport, say: Progress) -> bool:
+    """Apply the baseline profile; per-host failures become check results."""
+    say("applying the baseline profile")
+    outcome = ansible.run_playbook(
+        "apply.yml", inventory, extravars={"fabric_desired": dict(profile.desired)}, diff=True
+    )
+    report.changes = {h: len(c) for h, c in knob_changes(outcome.tasks).items()}
+    for task in outcome.failures():
+        problems = task.result.get("problems") if task.task == VALIDATE_TASK else None
+        why = "; ".join(map(str, problems)) if problems else str(task.result.get("msg", "failed"))[:300]
+        report.checks.append(CheckResult("apply", task.host, "fail", f"{task.task}: {why}"))
+    for host in outcome.unreachable_hosts:
+        if not any(c.host == host and c.check == "apply" for c in report.checks):
+            report.checks.append(CheckResult("apply", host, "fail", "unreachable during apply"))
+    if outcome.ok:
+        report.checks.append(
+            CheckResult(
+                "apply", "*", "pass", f"profile applied ({sum(report.changes.values())} knobs changed)"
+            )
+        )
+    return outcome.ok
+
+
+def acceptance(inventory: Path, info: InventoryInfo, report: BootstrapReport, say: Progress) -> None:
+    """Static checks again, the pair matrix with re-tests, all_reduce busbw and the transport."""
+    views = read_hosts(inventory)
+    report.checks += with_evidence(static_checks(views), views)
+    hosts = sorted(views)
+    rails = min(len(v.rails) for v in views.values())
+    opts = PerftestOptions(size=PAIR_SIZE, duration_s=2)
+    if len(hosts) >= 2:
+        rounds = _matrix_rounds(hosts, rails)
+        done = pairs.run_rounds(inventory, rounds, views, opts, lambda m: say(f"pair matrix: {m}"))
+        report.pairs = [judge_pair(r, report.pair_threshold) for rnd in done for r in rnd]
+        tests = plan_retests(report.pairs)
+        measured: dict[tuple[str, int], PairVerdict] = {}
+        for index, rnd in enumerate(retest_rounds(tests), start=1):
+            say(f"re-testing suspect hosts against known-good partners ({index})")
+            results = pairs.run_round(inventory, [p for _t, p in rnd], views, opts)
+            for (test, _pair), res in zip(rnd, results, strict=True):
+                verdict = judge_pair(
+                    res, report.pair_threshold, f"re-test of {test.host} with known-good {test.partner}"
+                )
+                measured[(test.host, test.rail)] = verdict
+                report.retests.append(verdict)
+        report.checks += blame(
+            report.pairs, [(t, measured.get((t.host, t.rail))) for t in tests], report.pair_threshold
+        )
+        if not any(p.verdict == "fail" for p in report.pairs):
+            low = min((p.share or 0.0 for p in report.pairs), default=0.0)
+            report.checks.append(
+                CheckResult(
+                    "pair_bandwidth",
+                    "*",
+                    "pass",
+                    f"{len(report.pairs)} pair runs, lowest {low:.0%} of the ceiling "
+                    f"(threshold {report.pair_threshold:.0%})",
+                )
+            )
+    say("all_reduce_perf bus bandwidth and NCCL transport")
+    first = views[hosts[0]]
+    gpus = len([c for c in first.topo.columns if c.startswith("GPU")]) if first.topo else 1
+    launcher: nccl.Launcher = "srun" if info.launcher == "srun" else "mpirun"
+    run = nccl.run(
+        inventory,
+        hosts,
+        NcclOptions(
+            min_bytes=BUSBW_SIZE, max_bytes=BUSBW_SIZE, gpus_per_process=gpus, iters=5, warmup_iters=1
+        ),
+        {},
+        launcher=launcher,
+        oob_interface=info.oob_interface,
+    )
+    ceiling = min(pairs.rail_ceiling(r) for v in views.values() for r in v.rails)
+    report.busbw_reference_gbytes = busbw_reference(rails, ceiling)
+    rows = run.result.rows if run.result is not None else ()
+    report.busbw_gbytes = rows[-1].out_of_place.busbw_gbps if rows else None
+    tail = run.output.strip().splitlines()[-1] if run.output.strip() else ""
+    evidence = f"{BUSBW_SIZE}B over {len(hosts)} hosts x {gpus} GPUs, {rails} rails of {ceiling:.1f} Gb/s"
+    report.checks.append(
+        busbw_check(
+            report.busbw_gbytes,
+            report.busbw_reference_gbytes,
+            report.busbw_threshold,
+            evidence if rows else f"rc {run.rc}: {run.error or tail}",
+        )
+    )
+    for host in hosts:
+        log = run.per_host_log.get(host, "")
+        if not log:
+            report.checks.append(
+                CheckResult("transport", host, "fail", f"no NCCL log from this host (rc {run.rc})", tail)
+            )
+        else:
+            report.checks.append(checks.transport(host, run.debug(host), log))
+
+
+def _matrix_rounds(hosts: Sequence[str], rails: int) -> list[list[Pair]]:
+    if len(hosts) % 2 == 0:
+        return rail_pairs(all_pairs_rounds(hosts), rails)
+    # odd count: a phantom host sits out one host per round
+    phantom = "\x00"
+    rounds = [
+        [(a, b) for a, b in rnd if phantom not in (a, b)] for rnd in all_pairs_rounds([*hosts, phantom])
+    ]
+    return rail_pairs(rounds, rails)
+
+
+def run_bootstrap(
+    inventory: Path,
+    info: InventoryInfo,
+    profile: Profile,
+    *,
+    pair_threshold: float = 0.9,
+    busbw_threshold: float = 0.8,
+    journal: Journal | None = None,
+    run_id: str | None = None,
+    progress: Progress | None = None,
+) -> BootstrapReport:
+    """Preflight, apply the baseline profile, acceptance; stops at the first failed phase."""
+    say = progress or (lambda _m: None)
+    report = BootstrapReport(info.name, str(profile.path), pair_threshold, busbw_threshold)
+    with _step(journal, run_id, "preflight", {"hosts": list(info.hosts)}) as step:
+        views = preflight(inventory, info, report, say)
+        failed = views is None or bool(report.failures())
+        step["state"] = "failed" if failed else "done"
+        step["payload"] = {"failures": [c.__dict__ for c in report.failures()]}
+    if failed:
+        return report
+    report.phase = "apply"
+    with _step(journal, run_id, "apply", {"profile": str(profile.path)}) as step:
+        ok = apply_profile(inventory, profile, report, say)
+        step["state"] = "done" if ok else "failed"
+        step["payload"] = {"changes": report.changes}
+    if not ok:
+        return report
+    report.phase = "acceptance"
+    with _step(
+        journal, run_id, "acceptance", {"pair_threshold": pair_threshold, "busbw_threshold": busbw_threshold}
+    ) as step:
+        acceptance(inventory, info, report, say)
+        step["state"] = (
+            "failed" if report.failures() or any(p.verdict == "fail" for p in report.pairs) else "done"
+        )
+        step["payload"] = {
+            "failures": [c.__dict__ for c in report.failures()],
+            "busbw_gbytes": report.busbw_gbytes,
+        }
+    report.phase = "done"
+    return report

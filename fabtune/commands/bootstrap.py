@@ -1,0 +1,140 @@
+"""``fabtune bootstrap``: prove a new rack is right, apply its baseline profile, accept it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from fabtune import bootstrap as lib
+from fabtune.commands._common import require_file, write_json
+from fabtune.inventory import read_inventory
+from fabtune.journal import Journal
+from fabtune.lock import fabric_lock
+from fabtune.profile import load_profile
+
+STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red"}
+
+
+def _print(report: lib.BootstrapReport, console: Console) -> None:
+    hosts = Table("host", "check", "verdict", "summary", "evidence", title="per host")
+    for c in sorted(report.checks, key=lambda c: (c.host == "*", c.host, c.check)):
+        hosts.add_row(c.host, c.check, f"[{STYLE[c.verdict]}]{c.verdict}[/]", c.summary, c.evidence)
+    console.print(hosts)
+    if report.pairs or report.retests:
+        table = Table(
+            "client -> server", "NIC", "Gb/s", "ceiling", "share", "verdict", "note", title="per pair"
+        )
+        for p in [*report.pairs, *report.retests]:
+            table.add_row(
+                f"{p.client} -> {p.server}",
+                p.device,
+                "-" if p.gbps is None else f"{p.gbps:.1f}",
+                f"{p.ceiling_gbps:.1f}",
+                "-" if p.share is None else f"{p.share:.0%}",
+                f"[{STYLE[p.verdict]}]{p.verdict}[/]",
+                p.note or (p.error or ""),
+            )
+        console.print(table)
+    if report.passed:
+        console.print(f"[green]bootstrap passed[/]: fabric {report.fabric} accepted with {report.profile}")
+    else:
+        stop = {
+            "preflight": "preflight failed: nothing was applied",
+            "apply": "the profile could not be applied",
+            "acceptance": "acceptance did not finish",
+            "done": "acceptance failed",
+        }[report.phase]
+        console.print(
+            f"[bold red]bootstrap failed[/] ({stop}); hosts at fault: "
+            f"{', '.join(report.failed_hosts) or 'none named (rack-wide)'}",
+            highlight=False,
+        )
+
+
+@click.command("bootstrap")
+@click.option(
+    "-i",
+    "--inventory",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="Ansible inventory of the new rack.",
+)
+@click.option(
+    "--profile",
+    "profile_path",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="The baseline profile (YAML with fabric_desired).",
+)
+@click.option("--json", "json_file", type=click.Path(path_type=Path), help="Also write the report as JSON.")
+@click.option(
+    "--pair-threshold",
+    type=click.FloatRange(0.0, 1.0),
+    default=0.9,
+    show_default=True,
+    help="ib_write_bw per pair must reach this share of the link's physical ceiling.",
+)
+@click.option(
+    "--busbw-threshold",
+    type=click.FloatRange(0.0, 1.0),
+    default=0.8,
+    show_default=True,
+    help="all_reduce busbw per GPU must reach this share of NICs x ceiling / 8 (GB/s).",
+)
+def bootstrap(
+    inventory: Path,
+    profile_path: Path,
+    json_file: Path | None,
+    pair_threshold: float,
+    busbw_threshold: float,
+) -> None:
+    """Preflight a new rack, apply its baseline profile and run the acceptance benchmarks.
+
+    Preflight (nothing changes if it fails): hosts reachable; perftest, nccl-tests, rdma-core and
+    the launcher installed; ports up at one rate; one firmware per HCA model; GPU-NIC affinity;
+    one RoCEv2 GID index; a subnet manager (InfiniBand). Then the profile, then ib_write_bw over
+    every pair (a suspect pair's hosts are re-tested against a known-good partner before one is
+    blamed), all_reduce_perf bus bandwidth and the NCCL transport.
+
+    Exits 0 when the rack is accepted, 7 when any check fails (the hosts at fault are named).
+    """
+    require_file(inventory, "inventory")
+    profile = load_profile(profile_path)  # validated before anything runs
+    info = read_inventory(inventory)
+    console = Console(stderr=True)
+    journal = Journal()
+    run_id = journal.open_run("bootstrap", info.name, str(inventory), str(profile_path))
+    state = "failed"
+    try:
+        with fabric_lock(info.name, "bootstrap"), console.status("bootstrap") as shown:
+            report = lib.run_bootstrap(
+                inventory,
+                info,
+                profile,
+                pair_threshold=pair_threshold,
+                busbw_threshold=busbw_threshold,
+                journal=journal,
+                run_id=run_id,
+                progress=lambda m: shown.update(f"bootstrap: {m}"),
+            )
+        state = "passed" if report.passed else "failed"
+        journal.close_run(
+            run_id,
+            state,
+            {"phase": report.phase, "failed_hosts": report.failed_hosts, "busbw_gbytes": report.busbw_gbytes},
+        )
+    except BaseException:
+        journal.close_run(run_id, "failed", {"error": True})
+        raise
+    finally:
+        journal.close()
+    _print(report, Console())
+    write_json(json_file, {"kind": "bootstrap", "run_id": run_id, "passed": report.passed, "report": report})
+    if not report.passed:
+        raise lib.BootstrapFailed(
+            f"bootstrap of {report.fabric} failed at {report.phase}; hosts at fault: "
+            f"{', '.join(report.failed_hosts) or 'none named (rack-wide)'}"
+        )

@@ -1,0 +1,250 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: fabtune contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: fabric_revert
+short_description: Arm or confirm a host-side revert of a fabric change (commit-confirmed)
+description:
+  - O(state=armed) saves a snapshot (a C(fabric_desired) tree, typically the C(fabric_facts) taken
+    before the change) to C(/var/lib/fabtune/revert/RUN_ID.json) (mode 0600) with the managed
+    files' current bytes (C(/etc/nccl.conf), C(/etc/fabtune/rdma_cm.conf)), and arms a transient
+    systemd timer C(fabtune-revert-RUN_ID.timer) that runs C(/usr/local/sbin/fabtune-revert RUN_ID)
+    after O(deadline_s) seconds. That script (role C(fabric_revert)) applies the snapshot locally
+    with the same code as the fabric modules, unless the change was confirmed first.
+  - Arming again replaces the timer (it is stopped first) and the saved snapshot.
+  - O(state=confirmed) (or V(absent)) stops the timer and removes the saved snapshot. It fails when
+    the host has already reverted the run (the change is gone; the controller must know).
+  - The snapshot is validated against this host's ports (couplings not enforced) before anything
+    is armed: a revert that could not apply is refused up front.
+version_added: "1.0.0"
+options:
+  run_id:
+    description: The run (or move) the revert belongs to; letters, digits, C(_), C(.), C(-).
+    type: str
+    required: true
+  state:
+    description: V(armed) arms (or re-arms) the revert; V(confirmed) or V(absent) cancels it.
+    type: str
+    choices: [armed, confirmed, absent]
+    default: armed
+  snapshot:
+    description:
+      - The state to go back to (C(nics), C(nccl); C(hardware) and C(sm) are ignored by the host-side
+        revert). Required with O(state=armed).
+    type: dict
+  deadline_s:
+    description: Seconds until the revert fires unless confirmed (at least 10).
+    type: int
+    default: 300
+  state_dir:
+    description: Where saved snapshots live.
+    type: path
+    default: /var/lib/fabtune/revert
+  script:
+    description: The revert command the timer runs (installed by the C(fabric_revert) role).
+    type: path
+    default: /usr/local/sbin/fabtune-revert
+attributes:
+  check_mode:
+    support: full
+    details: In check mode nothing is armed, written, stopped or removed; the result says what would be.
+  diff_mode:
+    support: none
+  idempotent:
+    support: partial
+    details: Arming always re-arms (a new deadline), so it always reports a change; confirming is idempotent.
+requirements:
+  - systemd (C(systemd-run), C(systemctl)) on the host
+author:
+  - fabtune contributors
+"""
+
+EXAMPLES = r"""
+- name: Arm a revert to the snapshot, 120 s from now
+  fabric_revert:
+    run_id: "20240601-move3"
+    snapshot: "{{ fabric_facts }}"
+    deadline_s: 120
+
+- name: Keep the change (cancel the revert)
+  fabric_revert:
+    run_id: "20240601-move3"
+    state: confirmed
+"""
+
+RETURN = r"""
+armed:
+  description: Whether a revert is armed for the run after the task (false in check mode).
+  returned: always
+  type: bool
+deadline:
+  description: When the revert fires (epoch seconds); null when not armed.
+  returned: always
+  type: float
+unit:
+  description: The transient timer unit.
+  returned: always
+  type: str
+  sample: fabtune-revert-20240601-move3.timer
+path:
+  description: The saved snapshot.
+  returned: always
+  type: str
+reverted:
+  description: The host already reverted this run (O(state=confirmed) fails then).
+  returned: when state is confirmed
+  type: bool
+"""
+
+import json
+import os
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.fabric_apply import (
+    MIN_DEADLINE_S,
+    RUN_ID_RE,
+    arm_argv,
+    kept_files,
+    locked,
+    record_path,
+    unit_name,
+    write_record,
+)
+from ansible.module_utils.fabric_desired import validate
+from ansible.module_utils.fabric_host import netdev_split
+
+
+def get_argument_spec():
+    return dict(
+        run_id=dict(type="str", required=True),
+        state=dict(type="str", choices=["armed", "confirmed", "absent"], default="armed"),
+        snapshot=dict(type="dict"),
+        deadline_s=dict(type="int", default=300),
+        state_dir=dict(type="path", default="/var/lib/fabtune/revert"),
+        script=dict(type="path", default="/usr/local/sbin/fabtune-revert"),
+    )
+
+
+class Revert(object):
+    def __init__(self, module):
+        self.module = module
+        self.run_id = module.params["run_id"]
+        self.state_dir = module.params["state_dir"]
+        self.unit = unit_name(self.run_id)
+        self.timer = self.unit + ".timer"
+        self.path = record_path(self.state_dir, self.run_id)
+
+    def result(self, **kwargs):
+        return dict(dict(unit=self.timer, path=self.path, armed=False, deadline=None), **kwargs)
+
+    def systemctl(self, *args):
+        argv = [self.module.get_bin_path("systemctl", required=True)] + list(args)
+        return self.module.run_command(argv)
+
+    def active(self):
+        rc, out, _err = self.systemctl("is-active", self.timer)
+        return rc == 0 and out.strip() in ("active", "activating")
+
+    def stop(self):
+        """Stop the timer; not loaded (rc 5) is fine."""
+        rc, out, err = self.systemctl("stop", self.timer)
+        if rc not in (0, 5):
+            self.module.fail_json(msg="systemctl stop %s failed (rc %d): %s" % (self.timer, rc, (out + err).strip()),
+                                  **self.result())
+        self.systemctl("reset-failed", self.unit + ".service", self.timer)
+
+    def arm(self):
+        params = self.module.params
+        if params["snapshot"] is None:
+            self.module.fail_json(msg="state=armed needs a snapshot", **self.result())
+        if params["deadline_s"] < MIN_DEADLINE_S:
+            self.module.fail_json(msg="argument 'deadline_s' must be at least %d seconds, not %d"
+                                  % (MIN_DEADLINE_S, params["deadline_s"]), **self.result())
+        roce, other = netdev_split("/")
+        problems, _normal = validate(params["snapshot"], roce, other, enforce_couplings=False)
+        if problems:
+            self.module.fail_json(msg="the snapshot cannot be applied on this host: " + "; ".join(problems),
+                                  problems=problems, **self.result())
+        systemd_run = self.module.get_bin_path("systemd-run")
+        if systemd_run is None:
+            self.module.fail_json(msg="systemd-run not found: cannot arm a revert timer", **self.result())
+        argv = arm_argv(systemd_run, self.run_id, params["deadline_s"], params["script"])
+        if self.module.check_mode:
+            return self.result(changed=True, commands=[argv],
+                               msg="check mode: would arm %s for %d s" % (self.timer, params["deadline_s"]))
+        if not os.access(params["script"], os.X_OK):
+            self.module.fail_json(msg="%s is not installed (role fabric_revert installs it)" % params["script"],
+                                  **self.result())
+        with locked(self.state_dir):
+            self.stop()
+            for kind in ("reverted", "failed"):
+                stale = record_path(self.state_dir, self.run_id, kind)
+                if os.path.exists(stale):
+                    os.unlink(stale)
+            deadline = time.time() + params["deadline_s"]
+            write_record(self.state_dir, self.run_id, {
+                "run_id": self.run_id, "unit": self.timer, "armed_at": time.time(),
+                "deadline": deadline, "deadline_s": params["deadline_s"],
+                "snapshot": params["snapshot"], "files": kept_files("/"),
+            })
+            rc, out, err = self.module.run_command(argv)
+            if rc != 0:
+                os.unlink(self.path)
+                self.module.fail_json(msg="cannot arm the revert timer (rc %d): %s" % (rc, (out + err).strip()),
+                                      rc=rc, stdout=out, stderr=err, **self.result())
+        return self.result(changed=True, armed=True, deadline=deadline, commands=[argv])
+
+    def confirm(self):
+        with locked(self.state_dir) if not self.module.check_mode else _nothing():
+            saved = os.path.exists(self.path)
+            active = self.active()
+            reverted = [k for k in ("reverted", "failed")
+                        if os.path.exists(record_path(self.state_dir, self.run_id, k))]
+            if reverted and not saved:
+                done = record_path(self.state_dir, self.run_id, reverted[0])
+                self.module.fail_json(msg="run %s was already reverted on this host (%s): the change is gone"
+                                      % (self.run_id, _when(done)), reverted=True, **self.result())
+            changed = saved or active
+            if changed and not self.module.check_mode:
+                self.stop()
+                if saved:
+                    os.unlink(self.path)
+        return self.result(changed=changed, reverted=False)
+
+
+class _nothing(object):
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _when(path):
+    try:
+        with open(path) as handle:
+            stamp = json.load(handle).get("reverted_at")
+        return "at %s" % time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(stamp)) if stamp else path
+    except (IOError, OSError, ValueError):
+        return path
+
+
+def main():
+    module = AnsibleModule(argument_spec=get_argument_spec(), supports_check_mode=True,
+                           required_if=[("state", "armed", ("snapshot",))])
+    if not RUN_ID_RE.match(module.params["run_id"]):
+        module.fail_json(msg="argument 'run_id' must match ^[A-Za-z0-9_.-]+$, not %r" % module.params["run_id"])
+    revert = Revert(module)
+    if module.params["state"] == "armed":
+        module.exit_json(**revert.arm())
+    module.exit_json(**revert.confirm())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,402 @@
+# -*- coding: utf-8 -*-
+# Copyright: fabtune contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Apply a desired NIC and NCCL state on this host, and the commit-confirmed revert built on it.
+
+The write half of the fabric modules as plain functions: the QoS apply of ``fabric_qos`` (read with
+``mlnx_qos``/``dcb``, diff, write in a safe order: all in ``fabric_qos_backend``), the sysfs and
+configfs writes of ``fabric_sysfs`` (knob paths from ``fabric_host``, plan, mkdir of the rdma_cm
+configfs group, write, read back) and the ``/etc/nccl.conf`` of ``nccl_env``. ``fabtune-revert``
+(installed by the ``fabric_revert`` role with these files in ``/usr/local/lib/fabtune``) applies a
+saved snapshot with them, so a revert is the same code as an apply: no separate undo code.
+
+Commit-confirmed (``library/fabric_revert.py`` arms, ``fabtune-revert`` fires):
+``STATE_DIR/<run_id>.json`` (0600) holds the snapshot, the deadline and the managed files' bytes as
+they were when armed; the transient timer ``fabtune-revert-<run_id>.timer`` runs
+``fabtune-revert <run_id>`` at the deadline, which applies the snapshot and renames the record to
+``<run_id>.reverted.json`` (``<run_id>.revert-failed.json`` when something could not be put back).
+Confirming stops the timer and removes the record. One lock (``STATE_DIR/.lock``) orders the
+revert, arming and confirming, so a confirm never races a revert half-way.
+
+Importable as ``ansible.module_utils.fabric_apply`` (modules) or as plain ``fabric_apply`` from
+``/usr/local/lib/fabtune`` (the revert script, no Ansible on the path).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+try:
+    from ansible.module_utils.fabric_desired import QOS_KNOBS, validate
+    from ansible.module_utils.fabric_host import (
+        cc_knob_paths,
+        netdev_split,
+        parse_nccl_conf,
+        path as host_path,
+        port_of,
+        tos_knob_paths,
+    )
+    from ansible.module_utils.fabric_qos_backend import diff_state, parse, read_argvs, write_argvs
+except ImportError:  # /usr/local/lib/fabtune beside fabtune-revert
+    from fabric_desired import QOS_KNOBS, validate  # type: ignore[no-redef]
+    from fabric_host import (  # type: ignore[no-redef]
+        cc_knob_paths,
+        netdev_split,
+        parse_nccl_conf,
+        path as host_path,
+        port_of,
+        tos_knob_paths,
+    )
+    from fabric_qos_backend import diff_state, parse, read_argvs, write_argvs  # type: ignore[no-redef]
+
+STATE_DIR = "/var/lib/fabtune/revert"
+LOG_FILE = "/var/log/fabtune-revert.log"
+SCRIPT = "/usr/local/sbin/fabtune-revert"
+LIB_DIR = "/usr/local/lib/fabtune"
+NCCL_CONF = "/etc/nccl.conf"
+RDMA_CM_CONF = "/etc/fabtune/rdma_cm.conf"
+KEPT_FILES = (NCCL_CONF, RDMA_CM_CONF)
+RUN_ID_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
+MIN_DEADLINE_S = 10
+SYSFS_KNOBS = ("mtu", "ecn", "cnp_dscp", "cnp_prio", "roce_tos", "roce_mode")
+RDMA_CM = "/sys/kernel/config/rdma_cm/"
+TOOL_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+class ApplyError(Exception):
+    """A command or a write that did not do what the apply needs."""
+
+
+# --- sysfs / configfs (fabric_sysfs) -----------------------------------------------------------
+
+def nic_knobs(root, interface, nic):
+    """``(knobs, problem)``: the ``{path: value}`` a desired NIC entry asks for on ``interface``."""
+    knobs = {}
+    if nic.get("mtu") is not None:
+        knobs["/sys/class/net/%s/mtu" % interface] = str(nic["mtu"])
+    knobs.update(cc_knob_paths(interface, nic))
+    if nic.get("roce_tos") is not None or nic.get("roce_mode") is not None:
+        where = port_of(root, interface)
+        if where is None:
+            return knobs, "%s has no RDMA port: cannot set roce_tos/roce_mode" % interface
+        knobs.update(tos_knob_paths(where[0], where[1], nic))
+    return knobs, None
+
+
+def read_value(path):
+    try:
+        with open(path) as handle:
+            return handle.read().strip()
+    except (IOError, OSError):
+        return None
+
+
+def write_value(path, value):
+    with open(path, "w") as handle:
+        handle.write(value + "\n")
+
+
+def cm_group(path):
+    """The rdma_cm configfs group directory a path needs (``.../rdma_cm/mlx5_0``), or None."""
+    if not path.startswith(RDMA_CM):
+        return None
+    dev = path[len(RDMA_CM):].split("/", 1)[0]
+    return RDMA_CM + dev
+
+
+def plan(knobs, reader=None, root="/"):
+    """``(before, changes)``: current values and the ``{path: (before, after)}`` that differ."""
+    reader = reader or read_value
+    before, changes = {}, {}
+    for name in sorted(knobs):
+        want = str(knobs[name]).strip()
+        have = reader(host_path(root, name))
+        before[name] = have
+        if have != want:
+            changes[name] = (have, want)
+    return before, changes
+
+
+def write_changes(changes, writer=None, reader=None, root="/"):
+    """Write ``plan``'s changes (creating rdma_cm configfs groups) and read them back.
+
+    Raises:
+        ApplyError: a write failed or the kernel did not take a value.
+    """
+    writer, reader = writer or write_value, reader or read_value
+    for name, (_old, new) in sorted(changes.items()):
+        group = cm_group(name)
+        try:
+            if group and not os.path.isdir(host_path(root, group)):
+                os.mkdir(host_path(root, group))
+            writer(host_path(root, name), new)
+        except (IOError, OSError) as exc:
+            raise ApplyError("cannot write %r to %s: %s" % (new, name, exc))
+    wrong = dict((p, reader(host_path(root, p))) for p in changes)
+    wrong = dict((p, v) for p, v in wrong.items() if v != changes[p][1])
+    if wrong:
+        raise ApplyError("the kernel did not take the values: %s" % wrong)
+
+
+# --- QoS (fabric_qos) --------------------------------------------------------------------------
+
+def pick_backend(which):
+    """``mlnx_qos`` when installed, else ``dcb``, else None (``which(name)`` finds a command)."""
+    for name in ("mlnx_qos", "dcb"):
+        if which(name):
+            return name
+    return None
+
+
+def qos_apply(backend, interface, desired, run, check_mode=False):
+    """Read the port's QoS state, write what differs; ``(before, changes, commands)``.
+
+    ``run(argv)`` runs a command and returns its stdout (raising on failure).
+    """
+    before = parse(backend, [run(argv) for argv in read_argvs(backend, interface)])
+    changes = diff_state(before, desired)
+    commands = write_argvs(backend, interface, changes, dict(before, **desired))
+    if changes and not check_mode:
+        for argv in commands:
+            run(argv)
+    return before, changes, commands
+
+
+# --- /etc/nccl.conf (nccl_env) -----------------------------------------------------------------
+
+def render_nccl_conf(nccl, header="#\n# Ansible managed\n#"):
+    """The nccl_env role's file: the header, then sorted ``KEY=value`` lines."""
+    return header.rstrip("\n") + "\n" + "".join("%s=%s\n" % (k, nccl[k]) for k in sorted(nccl))
+
+
+def write_file(name, content, mode=0o644):
+    """Replace a file atomically (``content`` None removes it)."""
+    if content is None:
+        with contextlib.suppress(OSError):
+            os.unlink(name)
+        return
+    parent = os.path.dirname(name)
+    if parent and not os.path.isdir(parent):
+        os.makedirs(parent, 0o755)
+    tmp = "%s.fabtune-%d" % (name, os.getpid())
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    try:
+        os.write(fd, content.encode("utf-8"))
+    finally:
+        os.close(fd)
+    os.chmod(tmp, mode)
+    os.rename(tmp, name)
+
+
+def read_file(name):
+    try:
+        with open(name) as handle:
+            return handle.read()
+    except (IOError, OSError):
+        return None
+
+
+# --- a whole snapshot --------------------------------------------------------------------------
+
+def command_runner(extra_path=TOOL_PATH):
+    """``run(argv) -> stdout`` over subprocess, raising ApplyError on a non-zero exit."""
+    search = os.pathsep.join(filter(None, [os.environ.get("PATH"), extra_path]))
+
+    def run(argv):
+        exe = shutil.which(argv[0], path=search)
+        if exe is None:
+            raise ApplyError("%s: command not found" % argv[0])
+        proc = subprocess.run([exe] + list(argv[1:]), capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            raise ApplyError("%s failed (rc %d): %s" % (" ".join(argv), proc.returncode,
+                                                        (proc.stdout + proc.stderr).strip()[-500:]))
+        return proc.stdout
+
+    run.which = lambda name: shutil.which(name, path=search)
+    return run
+
+
+def apply_snapshot(snapshot, run, which, root="/", files=None, log=None):
+    """Apply a snapshot (a ``fabric_desired`` tree, couplings not enforced) to this host.
+
+    Same order as the apply playbook: per RoCE port QoS and MTU (roce_qos), ECN/CNP (roce_cc),
+    rdma_cm ToS/mode (roce_tos); then ``/etc/nccl.conf`` (nccl_env). ``files`` are the managed
+    files' bytes when the revert was armed (``{path: text or None}``): ``/etc/nccl.conf`` is put back
+    byte for byte when its settings are the snapshot's (else rendered from the snapshot), the
+    rdma_cm boot configuration as it was. The subnet manager (``sm``) is not reverted here.
+
+    Returns:
+        ``(changes, problems)``: one line per change made, one per thing that could not be done
+        (an invalid snapshot changes nothing).
+    """
+    log = log or (lambda text: None)
+    files = files or {}
+    roce, other = netdev_split(root)
+    problems, normal = validate(snapshot, roce, other, enforce_couplings=False)
+    if problems:
+        return [], ["invalid snapshot: %s" % p for p in problems]
+    changes, failed = [], []
+    backend = pick_backend(which)
+    for netdev in sorted(normal.get("nics", {})):
+        nic = normal["nics"][netdev]
+        qos = dict((k, nic[k]) for k in QOS_KNOBS if k in nic)
+        try:
+            if qos and backend is None:
+                raise ApplyError("neither mlnx_qos nor dcb is installed: cannot set the QoS of %s" % netdev)
+            if qos:
+                _before, diff, commands = qos_apply(backend, netdev, qos, run)
+                for key, (old, new) in sorted(diff.items()):
+                    changes.append("%s.%s: %s -> %s" % (netdev, key, old, new))
+                for argv in commands:
+                    log("ran: %s" % " ".join(argv))
+        except (ApplyError, ValueError) as exc:
+            failed.append("%s qos: %s" % (netdev, exc))
+        sysfs = dict((k, nic[k]) for k in SYSFS_KNOBS if k in nic)
+        knobs, problem = nic_knobs(root, netdev, sysfs)
+        if problem:
+            failed.append(problem)
+        _before, diff = plan(knobs, root=root)
+        try:
+            write_changes(diff, root=root)
+            for name, (old, new) in sorted(diff.items()):
+                changes.append("%s: %s -> %s" % (name, old, new))
+        except ApplyError as exc:
+            failed.append("%s sysfs: %s" % (netdev, exc))
+    if "nccl" in normal:
+        _restore_nccl(normal["nccl"], files, root, changes, failed)
+    if RDMA_CM_CONF in files:
+        _restore_file(RDMA_CM_CONF, files[RDMA_CM_CONF], root, changes, failed)
+    if normal.get("sm"):
+        log("sm: the subnet manager's settings are not reverted on the host (run the apply playbook "
+            "with the snapshot on the subnet manager hosts)")
+    return changes, failed
+
+
+def _restore_nccl(nccl, files, root, changes, failed):
+    saved = files.get(NCCL_CONF, False)
+    if nccl is None:
+        content = None
+    elif saved not in (False, None) and validate({"nccl": parse_nccl_conf(saved)},
+                                                 enforce_couplings=False)[1].get("nccl") == nccl:
+        content = saved
+    else:
+        content = render_nccl_conf(nccl)
+    _restore_file(NCCL_CONF, content, root, changes, failed)
+
+
+def _restore_file(name, content, root, changes, failed):
+    where = host_path(root, name)
+    if read_file(where) == content:
+        return
+    try:
+        write_file(where, content)
+        changes.append("%s: %s" % (name, "removed" if content is None else "restored"))
+    except (IOError, OSError) as exc:
+        failed.append("%s: %s" % (name, exc))
+
+
+# --- the revert record and its timer -----------------------------------------------------------
+
+def unit_name(run_id):
+    """The transient unit name (``.timer`` and ``.service``) of a run's revert."""
+    return "fabtune-revert-%s" % run_id
+
+
+def arm_argv(systemd_run, run_id, deadline_s, script=SCRIPT):
+    return [systemd_run, "--unit=%s" % unit_name(run_id), "--on-active=%ds" % int(deadline_s),
+            "--timer-property=AccuracySec=1s", script, run_id]
+
+
+def record_path(state_dir, run_id, kind="armed"):
+    suffix = {"armed": ".json", "reverted": ".reverted.json", "failed": ".revert-failed.json"}[kind]
+    return os.path.join(state_dir, run_id + suffix)
+
+
+@contextlib.contextmanager
+def locked(state_dir):
+    """The revert lock (arm, confirm and revert of every run take it)."""
+    if not os.path.isdir(state_dir):
+        os.makedirs(state_dir, 0o700)
+    fd = os.open(os.path.join(state_dir, ".lock"), os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def write_record(state_dir, run_id, record):
+    """Write ``STATE_DIR/<run_id>.json`` (0600, atomically)."""
+    if not os.path.isdir(state_dir):
+        os.makedirs(state_dir, 0o700)
+    write_file(record_path(state_dir, run_id), json.dumps(record, indent=1, sort_keys=True) + "\n", 0o600)
+
+
+def kept_files(root="/", names=KEPT_FILES):
+    """``{path: text or None}``: the managed files as they are now (for a byte-exact revert)."""
+    return dict((name, read_file(host_path(root, name))) for name in names)
+
+
+def revert(run_id, state_dir=STATE_DIR, root="/", run=None, which=None, log=None):
+    """Apply ``<run_id>.json``'s snapshot and mark it done; the exit status of fabtune-revert."""
+    log = log or (lambda text: None)
+    run = run or command_runner()
+    which = which or getattr(run, "which", None) or shutil.which
+    with locked(state_dir):
+        armed = record_path(state_dir, run_id)
+        text = read_file(armed)
+        if text is None:
+            log("run %s: nothing armed (confirmed, or already reverted): nothing to do" % run_id)
+            return 0
+        try:
+            record = json.loads(text)
+        except ValueError as exc:
+            log("run %s: unreadable record %s: %s" % (run_id, armed, exc))
+            os.rename(armed, record_path(state_dir, run_id, "failed"))
+            return 1
+        log("run %s: deadline passed without confirmation: reverting to the snapshot" % run_id)
+        changes, failed = apply_snapshot(record.get("snapshot") or {}, run, which, root=root,
+                                         files=record.get("files") or {}, log=log)
+        for line in changes:
+            log("run %s: reverted %s" % (run_id, line))
+        for line in failed:
+            log("run %s: FAILED %s" % (run_id, line))
+        record.update(reverted_at=time.time(), changes=changes, problems=failed)
+        write_file(armed, json.dumps(record, indent=1, sort_keys=True) + "\n", 0o600)
+        kind = "failed" if failed else "reverted"
+        os.rename(armed, record_path(state_dir, run_id, kind))
+        log("run %s: %s (%d changes, %d problems)" % (run_id, "revert incomplete" if failed else "reverted",
+                                                     len(changes), len(failed)))
+        return 1 if failed else 0
+
+
+def file_logger(name=LOG_FILE):
+    def log(text):
+        line = "%s fabtune-revert[%d]: %s\n" % (time.strftime("%Y-%m-%dT%H:%M:%S%z"), os.getpid(), text)
+        try:
+            with open(name, "a") as handle:
+                handle.write(line)
+        except (IOError, OSError):
+            sys.stderr.write(line)
+    return log
+
+
+def revert_main(argv, state_dir=STATE_DIR, log_file=LOG_FILE, root="/"):
+    """``fabtune-revert RUN_ID``: the command the revert timer runs."""
+    log = file_logger(log_file)
+    if len(argv) != 1 or not RUN_ID_RE.match(argv[0]):
+        sys.stderr.write("usage: fabtune-revert RUN_ID   (RUN_ID: letters, digits, _ . -)\n")
+        return 2
+    try:
+        return revert(argv[0], state_dir=state_dir, root=root, log=log)
+    except Exception as exc:  # the log must say why, whatever happened
+        log("run %s: revert crashed: %r" % (argv[0], exc))
+        return 1

@@ -1,0 +1,148 @@
+"""The emulated subnet manager of an InfiniBand testbed, driven by the ib_sm role over SSH.
+
+h01 is the SM host: ``testbed up`` writes its ``/etc/opensm/opensm.conf`` (Debian's
+``opensm --create-config`` plus the spec) and hostinit starts the emulated opensm, which publishes
+the master record every host's ``sminfo`` reads and the routing the fabric model sees.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from fabtune import ansible
+from fabtune.sim import observe
+from fabtune.sim.model.config import SmConfig
+from fabtune.testbed import layout
+from fabtune.testbed.access import ssh_argv
+from fabtune.testbed.spec import TestbedSpec
+from tests.integration.conftest import make_testbed
+
+pytestmark = pytest.mark.testbed
+
+REPO = Path(__file__).resolve().parents[2]
+HOSTS = ("h01", "h02")
+# h01 (host index 1) is the SM: its mlx5_0 has LID 17 and node GUID 0xb83fd20300000100.
+MASTER = re.compile(r"^sminfo: sm lid 17 sm guid 0xb83fd20300000100, activity count (\d+) "
+                    r"priority (\d+) state 3 SMINFO_MASTER$")
+
+
+def ib_profile() -> dict[str, Any]:
+    """inventory/profiles/ib.yml with the MLNX adaptive-routing engine instead of ftree."""
+    desired = copy.deepcopy(yaml.safe_load((REPO / "inventory/profiles/ib.yml").read_text())
+                            ["fabric_desired"])
+    desired["sm"].update({"sm_flavor": "mlnx", "routing_engine": "ar_updn", "ar_enable": True})
+    return dict(desired)
+
+
+@pytest.fixture(scope="module")
+def rack() -> Iterator[TestbedSpec]:
+    """A 2-host IB rack; h01 runs the SM (minhop, no adaptive routing)."""
+    yield from make_testbed({"name": "itib", "fabric": "ib", "hosts": 2, "subnet_base": "10.206",
+                             "nics_per_host": 2, "gpus_per_host": 2, "seed": 7,
+                             "sm": {"host": "h01", "routing_engine": "minhop",
+                                    "adaptive_routing": False}})
+
+
+def on_host(spec: TestbedSpec, host: str, command: str, rc: int = 0) -> str:
+    out = subprocess.run(ssh_argv(spec.name, host, command), capture_output=True, text=True,
+                         timeout=60, check=False)
+    assert out.returncode == rc, out.stderr + out.stdout
+    return out.stdout + out.stderr
+
+
+def wait_for(cond: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"condition not met within {timeout:.0f} s")
+
+
+def sminfo_ok(spec: TestbedSpec, host: str) -> bool:
+    out = subprocess.run(ssh_argv(spec.name, host, "sminfo"), capture_output=True, text=True,
+                         timeout=60, check=False)
+    return out.returncode == 0 and bool(MASTER.match(out.stdout.strip()))
+
+
+def fabric_sm(spec: TestbedSpec) -> SmConfig:
+    return observe.controller_fabric(spec.name).sm
+
+
+def test_sm_host_has_opensm_conf_and_master(rack: TestbedSpec) -> None:
+    conf = on_host(rack, "h01", "cat /etc/opensm/opensm.conf")
+    assert "\nrouting_engine minhop\n" in conf and "# Supported engines:" in conf
+    on_host(rack, "h02", "test ! -e /etc/opensm/opensm.conf")
+    wait_for(lambda: all(sminfo_ok(rack, h) for h in HOSTS))
+    first = MASTER.match(on_host(rack, "h02", "sminfo").strip())
+    assert first is not None
+    wait_for(lambda: int(MASTER.match(on_host(rack, "h02", "sminfo").strip())[1])  # type: ignore[index]
+             > int(first[1]))
+    sm = fabric_sm(rack)
+    assert (sm.routing_engine, sm.adaptive_routing) == ("minhop", False)
+
+
+@pytest.mark.parametrize("host", HOSTS)
+def test_ibstat_shows_infiniband_and_sm_lid(rack: TestbedSpec, host: str) -> None:
+    out = on_host(rack, host, "ibstat mlx5_0")
+    assert "Link layer: InfiniBand" in out
+    assert re.search(r"SM lid: 17\n", out)  # the master SM's LID, as sminfo says
+
+
+def test_ib_profile_changes_the_sm_and_is_idempotent(rack: TestbedSpec) -> None:
+    inventory = layout.testbed_dir(rack.name) / "inventory.yml"
+    desired = ib_profile()
+    first = ansible.run_playbook("apply.yml", inventory, extravars={"fabric_desired": desired})
+    first.raise_for_failure("apply ib profile")
+    assert first.changed_count("h01") > 0
+    verified = first.results("Check that a master subnet manager answers")
+    assert "h01" in verified and not verified["h01"].get("skipped")
+    conf = on_host(rack, "h01", "cat /etc/opensm/opensm.conf")
+    assert "\nrouting_engine ar_updn\n" in conf and "\nar_enable TRUE\n" in conf
+    wait_for(lambda: fabric_sm(rack).routing_engine == "ar_updn")
+    sm = fabric_sm(rack)
+    assert (sm.adaptive_routing, sm.qos, sm.lmc) == (True, True, 0)
+    shared = json.loads((layout.testbed_dir(rack.name) / "fabric/sm.json").read_text())
+    assert shared["sm_priority"] == 14
+    wait_for(lambda: "priority 14 " in on_host(rack, "h02", "sminfo"))
+
+    second = ansible.run_playbook("apply.yml", inventory, extravars={"fabric_desired": desired})
+    second.raise_for_failure("re-apply ib profile")
+    assert {h: second.changed_count(h) for h in HOSTS} == {"h01": 0, "h02": 0}
+    assert "h01" in second.results("Check that a master subnet manager answers")
+
+
+def test_invalid_conf_means_no_master(rack: TestbedSpec) -> None:
+    on_host(rack, "h01", "cp /etc/opensm/opensm.conf /root/opensm.conf.good && "
+                         "sed -i 's/^routing_engine .*/routing_engine no_such_engine/' "
+                         "/etc/opensm/opensm.conf")
+    try:
+        wait_for(lambda: not sminfo_ok(rack, "h02"))
+        assert on_host(rack, "h02", "sminfo", rc=255) == "sminfo: iberror: failed: query\n"
+        assert "no_such_engine" in on_host(rack, "h01", "cat /var/log/opensm.log")
+        assert fabric_sm(rack).routing_engine == "ar_updn"  # the switches keep their routes
+    finally:
+        on_host(rack, "h01", "cp /root/opensm.conf.good /etc/opensm/opensm.conf")
+    wait_for(lambda: all(sminfo_ok(rack, h) for h in HOSTS))
+
+
+def test_dead_daemon_means_no_master(rack: TestbedSpec) -> None:
+    """Last in the module: the SM stays down afterwards."""
+    pid = on_host(rack, "h01", "pgrep -f '^/.*python.* -m fabtune.sim.opensm'").split()
+    assert len(pid) == 1
+    on_host(rack, "h01", f"kill {pid[0]}")
+    wait_for(lambda: not sminfo_ok(rack, "h02"))
+    on_host(rack, "h02", "sminfo", rc=255)
+    outcome = ansible.run_playbook("apply.yml", layout.testbed_dir(rack.name) / "inventory.yml",
+                                   extravars={"fabric_desired": ib_profile()})
+    assert outcome.failed_hosts == ["h01"]
