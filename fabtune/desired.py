@@ -21,7 +21,7 @@ def save_tuned(fabric: str, desired: Mapping[str, Any], run_id: str) -> Path:
     """Write the tuned desired state as a profile usable with ``fabtune apply`` and ansible-playbook."""
     path = tuned_path(fabric)
     path.parent.mkdir(parents=True, exist_ok=True)
-    header = f"# Tuned desired state of fabric {fabric!r}, written by fabtune run {run_id} at {time.ctime()}\n"
+    header = f"# Tuned desired state of fabric {fabric!r}, written by run {run_id} at {time.ctime()}\n"
     tmp = path.with_suffix(".tmp")
     tmp.write_text(header + yaml.safe_dump({"fabric_desired": dict(desired)}, sort_keys=True))
     tmp.replace(path)
