@@ -171,6 +171,12 @@ class Journal:
         ).fetchall()
         return [Step(r[0], r[1], r[2], r[3], json.loads(r[4]), r[5]) for r in rows]
 
+    def snapshot_at(self, run_id: str, step: int) -> dict[str, Any]:
+        """Per host, the snapshot journaled for ``step``."""
+        rows = self._db.execute("SELECT host, state FROM snapshots WHERE run_id=? AND step=?",
+                                (run_id, step)).fetchall()
+        return {host: json.loads(state) for host, state in rows}
+
     def first_snapshot(self, run_id: str) -> dict[str, Any]:
         """Per host, the earliest snapshot of the run: the exact pre-run managed state."""
         rows = self._db.execute(

@@ -9,5 +9,6 @@ from fabtune.commands.bench import bench
 from fabtune.commands.check import check
 from fabtune.commands.parse import parse
 from fabtune.commands.testbed import testbed
+from fabtune.commands.tune import resume, rollback, runs, show, tune
 
-COMMANDS: list[click.Command] = [testbed, apply, bench, check, parse]
+COMMANDS: list[click.Command] = [testbed, tune, apply, bench, check, runs, show, rollback, resume, parse]

@@ -63,6 +63,11 @@ class Decision:
     ci_low: float
     ci_high: float
 
+    @property
+    def worse(self) -> bool:
+        """A significant loss (not merely no gain)."""
+        return self.verdict == "rollback" and self.reason.startswith("worse")
+
 
 def median_ratio_ci(
     base: Sequence[float], cand: Sequence[float], policy: DecisionPolicy, seed: int = 0

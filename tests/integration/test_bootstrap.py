@@ -3,8 +3,8 @@ naming both hosts with their evidence; the same rack without those faults is acc
 
 from __future__ import annotations
 
+import contextlib
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -14,7 +14,6 @@ from fabtune.commands.bootstrap import bootstrap as bootstrap_command
 from fabtune.errors import ExitStatus
 from fabtune.journal import Journal
 from fabtune.testbed import layout
-from fabtune.testbed.spec import TestbedSpec
 from tests.integration.conftest import make_testbed
 
 pytestmark = pytest.mark.testbed
@@ -50,15 +49,6 @@ BASE = {
 }
 
 
-def _jumbo_switch(spec: TestbedSpec) -> None:
-    """The switch side of the rails at 9216 like a real RoCE switch port (the testbed leaves 1500)."""
-    names = layout.Names(spec.name)
-    for rail in range(spec.nics_per_host):
-        for host in spec.hosts:
-            subprocess.run(["ip", "link", "set", names.rail_veth(host, rail), "mtu", "9216"], check=True)
-        subprocess.run(["ip", "link", "set", names.rail_bridge(rail), "mtu", "9216"], check=True)
-
-
 def _bootstrap(inventory: Path, profile: Path, report: Path) -> int:
     if "bootstrap" not in cli.commands:
         cli.add_command(bootstrap_command)
@@ -76,7 +66,8 @@ def test_bootstrap_names_both_faulty_hosts_then_accepts_the_fixed_rack(tmp_path:
     profile = tmp_path / "profile.yml"
     profile.write_text(PROFILE)
     faulty = {**BASE, "overrides": {"h03": {"nic_numa": {"mlx5_0": 1}}, "h02": {"gid_layout": "ipv6-first"}}}
-    for spec in make_testbed(faulty):
+    with contextlib.closing(make_testbed(faulty)) as testbed:  # torn down even when an assert fails
+        spec = next(testbed)
         inventory = layout.testbed_dir(spec.name) / "inventory.yml"
         out = tmp_path / "faulty.json"
         assert _bootstrap(inventory, profile, out) == ExitStatus.CHECK_FAILED
@@ -93,8 +84,8 @@ def test_bootstrap_names_both_faulty_hosts_then_accepts_the_fixed_rack(tmp_path:
         assert set(_nics(inventory).values()) == {"1500"}  # preflight stopped before anything was applied
 
     fixed = tmp_path / "fixed.json"
-    for spec in make_testbed(BASE):
-        _jumbo_switch(spec)
+    with contextlib.closing(make_testbed(BASE)) as testbed:
+        spec = next(testbed)
         inventory = layout.testbed_dir(spec.name) / "inventory.yml"
         rc = _bootstrap(inventory, profile, fixed)
         doc = json.loads(fixed.read_text())

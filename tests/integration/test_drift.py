@@ -48,18 +48,9 @@ fabric_desired:
 """
 
 
-def _jumbo_switch(spec: TestbedSpec) -> None:
-    """The switch side of the rails at 9216 like a real RoCE switch port (the testbed leaves 1500)."""
-    names = layout.Names(spec.name)
-    for rail in range(spec.nics_per_host):
-        for host in spec.hosts:
-            subprocess.run(["ip", "link", "set", names.rail_veth(host, rail), "mtu", "9216"], check=True)
-        subprocess.run(["ip", "link", "set", names.rail_bridge(rail), "mtu", "9216"], check=True)
-
-
 @pytest.fixture(scope="module")
 def rack() -> Iterator[TestbedSpec]:
-    for spec in make_testbed(
+    yield from make_testbed(
         {
             "name": "itdrif",
             "fabric": "roce",
@@ -71,9 +62,7 @@ def rack() -> Iterator[TestbedSpec]:
             "initial": TUNED,
             "switch": {"pfc_priorities": [3], "ecn_priorities": [3]},
         }
-    ):
-        _jumbo_switch(spec)
-        yield spec
+    )
 
 
 @pytest.fixture(scope="module")

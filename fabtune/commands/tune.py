@@ -1,0 +1,106 @@
+"""``fabtune tune`` and the run history verbs: ``runs``, ``show``, ``rollback``, ``resume``."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+from fabtune.commands._common import INVENTORY_OPTION, require_file
+from fabtune.commands._progress import Progress
+from fabtune.errors import ConfigError
+from fabtune.journal import Journal
+from fabtune.tune import run as tune_run
+from fabtune.tune.loop import TuneResult
+
+
+def _tune_options(path: Path | None) -> dict[str, Any]:
+    if path is None:
+        return {}
+    try:
+        doc = yaml.safe_load(require_file(path, "profile").read_text()) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(str(path), [f"cannot be read: {err}"]) from err
+    if not isinstance(doc, dict):
+        raise ConfigError(str(path), ["(top level): must be a mapping"])
+    options: dict[str, Any] = doc.get("fabtune_tune") or {}
+    return options
+
+
+def summary_table(result: TuneResult) -> Table:
+    """The closing summary: each move, what happened and why."""
+    table = Table("move", "knobs", "outcome", "all_reduce busbw (median GB/s)", "why", title=f"run {result.run_id}")
+    for m in result.moves:
+        median = sorted(m.all_reduce)[len(m.all_reduce) // 2] if m.all_reduce else 0.0
+        colour = "green" if m.outcome == "kept" else "yellow"
+        table.add_row(m.name, ", ".join(m.knobs), f"[{colour}]{m.outcome}[/]", f"{median:.1f} (was {m.reference:.1f})",
+                      m.reason)
+    return table
+
+
+def _finish(result: TuneResult, report: Path) -> None:
+    console = Console()
+    console.print(summary_table(result))
+    base = sorted(result.baseline)[len(result.baseline) // 2]
+    final = sorted(result.final)[len(result.final) // 2]
+    console.print(f"all_reduce bus bandwidth: {base:.1f} -> {final:.1f} GB/s ({final / base - 1:+.1%}); "
+                  f"noise floor {result.noise_floor:.1%}")
+    console.print(f"report: {report}")
+
+
+@click.command("tune")
+@INVENTORY_OPTION
+@click.option("--profile", type=click.Path(path_type=Path), help="Profile with a fabtune_tune section (options).")
+@click.option("--jsonl", is_flag=True, help="Progress as JSON lines on stdout (for automation).")
+def tune(inventory: Path, profile: Path | None, jsonl: bool) -> None:
+    """Measure, change one knob group, keep what improves bandwidth, roll back the rest."""
+    options = _tune_options(profile)
+    result, report = tune_run.tune(inventory, options, Progress(jsonl))
+    _finish(result, report)
+
+
+@click.command("runs")
+@click.option("--limit", type=int, default=20, show_default=True)
+def runs(limit: int) -> None:
+    """The run history (tune, bootstrap, drift)."""
+    table = Table("run", "kind", "fabric", "state", "started", "summary")
+    for r in Journal().runs(limit):
+        started = time.strftime("%Y-%m-%d %H:%M", time.localtime(r.started))
+        table.add_row(r.id, r.kind, r.fabric, r.state, started, str(r.summary.get("report", "")))
+    Console().print(table)
+
+
+@click.command("show")
+@click.argument("run_id")
+def show(run_id: str) -> None:
+    """Every journaled step of a run."""
+    journal = Journal()
+    run = journal.run(run_id)
+    Console().print(f"run {run.id}: {run.kind} on {run.fabric} ({run.inventory}), {run.state}")
+    table = Table("#", "kind", "name", "state", "detail")
+    for s in journal.steps(run_id):
+        detail = s.payload.get("reason") or s.payload.get("why") or ""
+        table.add_row(str(s.seq), s.kind, s.name, s.state, str(detail))
+    Console().print(table)
+
+
+@click.command("rollback")
+@click.argument("run_id")
+def rollback(run_id: str) -> None:
+    """Restore every managed knob on every host to its value before RUN_ID (verified)."""
+    hosts = tune_run.rollback(run_id, Progress())
+    Console().print(f"restored {len(hosts)} hosts to their state before {run_id}: {', '.join(hosts)}")
+
+
+@click.command("resume")
+@click.argument("run_id")
+@click.option("--jsonl", is_flag=True, help="Progress as JSON lines on stdout.")
+def resume(run_id: str, jsonl: bool) -> None:
+    """Continue an interrupted run: undo its unfinished move, then try the moves not yet decided."""
+    result, report = tune_run.resume(run_id, Progress(jsonl))
+    _finish(result, report)

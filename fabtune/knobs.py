@@ -1,0 +1,197 @@
+"""The knob registry: each knob and coupled knob group declared once.
+
+Validation (``module_utils/fabric_desired.py`` checks values and couplings), planning (the move
+groups below, in order of expected impact), snapshots and drift (the knobs' paths in the desired
+tree), and reports all read this registry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Scope = Literal["nic", "nccl", "sm"]
+Fabric = Literal["roce", "ib"]
+LOSSLESS_ORDER = (3, 4, 5, 2, 1, 6, 0, 7)  # 3 is the industry's usual RoCE priority; try it first
+ECT0 = 2  # the ECN-capable-transport bit DCQCN needs in the ToS byte
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One setting fabtune manages."""
+
+    name: str
+    scope: Scope
+    key: str
+    role: str
+    fabrics: tuple[Fabric, ...]
+    domain: str
+    read_by: str = "fabric_facts"
+    couples: tuple[str, ...] = ()
+
+
+KNOBS: tuple[Knob, ...] = (
+    Knob("trust", "nic", "trust", "roce_qos", ("roce",), "pcp | dscp", couples=("dscp2prio",)),
+    Knob("dscp2prio", "nic", "dscp2prio", "roce_qos", ("roce",), "{dscp 0-63: prio 0-7}",
+         couples=("trust", "roce_tos", "cnp_dscp")),
+    Knob("pfc", "nic", "pfc", "roce_qos", ("roce",), "list of priorities 0-7 with PFC",
+         couples=("roce_tos", "dscp2prio")),
+    Knob("mtu", "nic", "mtu", "roce_qos", ("roce",), "1500 | 2200 | 4200 | 9000"),
+    Knob("ecn", "nic", "ecn", "roce_cc", ("roce",), "{np: [prio], rp: [prio]}", couples=("pfc",)),
+    Knob("cnp_dscp", "nic", "cnp_dscp", "roce_cc", ("roce",), "0-63", couples=("cnp_prio", "dscp2prio")),
+    Knob("cnp_prio", "nic", "cnp_prio", "roce_cc", ("roce",), "0-7, not the RoCE priority", couples=("pfc",)),
+    Knob("roce_tos", "nic", "roce_tos", "roce_tos", ("roce",), "0-255 (DSCP << 2 | ECN)",
+         couples=("dscp2prio", "pfc", "NCCL_IB_TC")),
+    Knob("roce_mode", "nic", "roce_mode", "roce_tos", ("roce",), "1 | 2"),
+    Knob("NCCL_IB_TC", "nccl", "NCCL_IB_TC", "nccl_env", ("roce",), "= roce_tos", couples=("roce_tos",)),
+    Knob("NCCL_IB_GID_INDEX", "nccl", "NCCL_IB_GID_INDEX", "nccl_env", ("roce",), "the RoCEv2 IPv4 GID index"),
+    Knob("NCCL_IB_QPS_PER_CONNECTION", "nccl", "NCCL_IB_QPS_PER_CONNECTION", "nccl_env", ("roce", "ib"), "1-128"),
+    Knob("NCCL_NET_GDR_LEVEL", "nccl", "NCCL_NET_GDR_LEVEL", "nccl_env", ("roce", "ib"), "LOC|PIX|PXB|PHB|SYS"),
+    Knob("NCCL_IB_DISABLE", "nccl", "NCCL_IB_DISABLE", "nccl_env", ("roce", "ib"), "0 | 1"),
+    Knob("NCCL_IB_ADAPTIVE_ROUTING", "nccl", "NCCL_IB_ADAPTIVE_ROUTING", "nccl_env", ("ib",), "0 | 1"),
+    Knob("routing_engine", "sm", "routing_engine", "ib_sm", ("ib",), "opensm routing engines"),
+    Knob("ar_enable", "sm", "ar_enable", "ib_sm", ("ib",), "TRUE | FALSE (MLNX OpenSM)"),
+)
+KNOB_BY_NAME = {k.name: k for k in KNOBS}
+
+
+@dataclass(frozen=True)
+class Change:
+    """A partial desired state: NIC knobs applied to every RDMA port, NCCL and SM keys."""
+
+    nic: Mapping[str, Any] = field(default_factory=dict)
+    nccl: Mapping[str, Any] = field(default_factory=dict)
+    sm: Mapping[str, Any] = field(default_factory=dict)
+
+    def knobs(self) -> list[str]:
+        return sorted([*self.nic, *self.nccl, *self.sm])
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One move: a change to try, with why it is worth trying."""
+
+    group: str
+    name: str
+    change: Change
+    why: str
+
+
+@dataclass(frozen=True)
+class View:
+    """What the planner knows of the rack: current state (one host's, all hosts alike) and hardware."""
+
+    fabric: Fabric
+    nic: Mapping[str, Any]
+    nccl: Mapping[str, Any]
+    sm: Mapping[str, Any]
+    rocev2_gid_index: int | None
+    hosts: int
+    gpu_nic_distance: str
+
+
+def lossless_change(prio: int, cnp_prio: int = 6) -> Change:
+    """The coupled lossless-class settings for RoCE priority ``prio``: DSCP trust, the DSCP that maps
+    to it, PFC and ECN on it, the RoCE ToS and NCCL_IB_TC carrying that DSCP with ECT(0), and CNPs
+    on their own priority."""
+    dscp = prio * 8 + 2  # in the class selector of prio: 26 (AF31) for priority 3, the common choice
+    tos = dscp << 2 | ECT0
+    cnp = cnp_prio if cnp_prio != prio else 7
+    return Change(
+        nic={"trust": "dscp", "dscp2prio": {dscp: prio, 48: cnp}, "pfc": [prio],
+             "ecn": {"np": [prio], "rp": [prio]}, "roce_tos": tos, "cnp_dscp": 48, "cnp_prio": cnp},
+        nccl={"NCCL_IB_TC": str(tos)},
+    )
+
+
+def _differs(current: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
+    return any(_norm(current.get(k)) != _norm(v) for k, v in wanted.items())
+
+
+def _norm(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _norm(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_norm(v) for v in value]
+    return str(value) if value is not None else None
+
+
+def changes_anything(view: View, change: Change) -> bool:
+    """Whether applying ``change`` to the current state would change a knob."""
+    return (_differs(view.nic, change.nic) or _differs(view.nccl, change.nccl)
+            or _differs(view.sm, change.sm))
+
+
+def _transport(view: View) -> list[Candidate]:
+    out = []
+    if str(view.nccl.get("NCCL_IB_DISABLE", "0")) == "1":
+        out.append(Candidate("transport", "enable RDMA", Change(nccl={"NCCL_IB_DISABLE": "0"}),
+                             "NCCL_IB_DISABLE=1 forces TCP sockets"))
+    if view.fabric == "roce" and view.rocev2_gid_index is not None:
+        out.append(Candidate("transport", f"GID index {view.rocev2_gid_index}",
+                             Change(nccl={"NCCL_IB_GID_INDEX": str(view.rocev2_gid_index)}),
+                             "NCCL must use the RoCEv2 IPv4 GID (show_gids)"))
+    return out
+
+
+def _lossless(view: View) -> list[Candidate]:
+    if view.fabric != "roce":
+        return []
+    return [Candidate("lossless", f"lossless priority {p}", lossless_change(p),
+                      f"PFC, DSCP trust and ToS agree on priority {p}, with ECN/DCQCN on it")
+            for p in LOSSLESS_ORDER]
+
+
+def _mtu(view: View) -> list[Candidate]:
+    if view.fabric != "roce":
+        return []
+    return [Candidate("mtu", "MTU 4200", Change(nic={"mtu": 4200}), "RoCE MTU 4096: fewer headers per byte")]
+
+
+def _qps(view: View) -> list[Candidate]:
+    return [Candidate("qps", f"{q} QPs per connection", Change(nccl={"NCCL_IB_QPS_PER_CONNECTION": str(q)}),
+                      "more QPs spread over ECMP paths and lift the per-QP limit") for q in (4, 8)]
+
+
+def _gdr(view: View) -> list[Candidate]:
+    levels = ("PHB", "SYS") if view.gpu_nic_distance in ("NODE", "SYS", "PHB") else ("PXB",)
+    return [Candidate("gdr", f"GPUDirect RDMA up to {lvl}", Change(nccl={"NCCL_NET_GDR_LEVEL": lvl}),
+                      f"GPU-NIC distance is {view.gpu_nic_distance}") for lvl in levels]
+
+
+def _routing(view: View) -> list[Candidate]:
+    if view.fabric != "ib":
+        return []
+    return [
+        Candidate("routing", "ar_updn + adaptive routing",
+                  Change(sm={"sm_flavor": "mlnx", "routing_engine": "ar_updn", "ar_enable": True},
+                         nccl={"NCCL_IB_ADAPTIVE_ROUTING": "1"}),
+                  "adaptive routing spreads flows over all spines"),
+        Candidate("routing", "ftree", Change(sm={"routing_engine": "ftree"}), "fat-tree routing balances paths"),
+    ]
+
+
+GROUPS: tuple[tuple[str, Callable[[View], list[Candidate]]], ...] = (
+    ("transport", _transport),
+    ("lossless", _lossless),
+    ("routing", _routing),
+    ("mtu", _mtu),
+    ("qps", _qps),
+    ("gdr", _gdr),
+)
+
+
+def plan(view: View, skip: Sequence[str] = ()) -> list[list[Candidate]]:
+    """Candidate moves per group, in order of expected impact; no-op candidates left out.
+
+    Within a group the candidates are alternatives: the loop keeps at most one per group.
+    """
+    groups = []
+    for name, make in GROUPS:
+        if name in skip:
+            continue
+        candidates = [c for c in make(view) if changes_anything(view, c.change)]
+        if candidates:
+            groups.append(candidates)
+    return groups

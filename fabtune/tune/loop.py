@@ -1,0 +1,255 @@
+"""``fabtune tune``: measure, change one knob group, measure again, keep or roll back.
+
+validate -> lock -> journal -> facts -> preflight -> baseline -> for each candidate move:
+snapshot (journaled first) -> apply with a host-side revert armed -> measure until the decision is
+clear -> keep (confirm: cancel the revert) or roll back (apply the snapshot, read back, verify
+equal) -> tuned desired state -> report.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from fabtune import ansible
+from fabtune.bench.checks import CheckResult
+from fabtune.errors import FabtuneError
+from fabtune.journal import Journal
+from fabtune.knobs import Candidate, plan
+from fabtune.tune.measure import Batch, Sample
+from fabtune.tune.state import differences, snapshot_of, view_of, with_change
+from fabtune.tune.stats import Decision, DecisionPolicy, decide, noise_floor
+
+
+class PreflightFailed(FabtuneError):
+    """Measuring would be pointless: the evidence says why."""
+
+    def __init__(self, results: Sequence[CheckResult]) -> None:
+        self.results = list(results)
+        lines = "; ".join(f"{r.host}: {r.summary} [{r.evidence}]" for r in results)
+        super().__init__(f"preflight failed, nothing was changed: {lines}")
+
+
+class RollbackFailed(FabtuneError):
+    """A rollback did not restore the snapshot (read back differs)."""
+
+
+class Backend(Protocol):
+    """Host I/O of a run (AnsibleBackend in production and on the testbed)."""
+
+    def facts(self) -> dict[str, dict[str, Any]]: ...
+
+    def learn(self, facts: Mapping[str, Mapping[str, Any]]) -> None: ...
+
+    def apply(self, desired: Mapping[str, Mapping[str, Any]], *, run_id: str | None = None,
+              snapshots: Mapping[str, Mapping[str, Any]] | None = None,
+              exact: bool = False) -> ansible.RunOutcome: ...
+
+    def confirm(self, run_id: str) -> ansible.RunOutcome: ...
+
+    def measure(self, repetitions: int) -> Batch: ...
+
+
+Event = Callable[[str, str, Mapping[str, Any]], None]
+
+
+@dataclass(frozen=True)
+class TuneOptions:
+    """Parameters of a tuning run (each can be set in the profile's ``fabtune_tune`` section)."""
+
+    policy: DecisionPolicy = DecisionPolicy()
+    baseline_runs: int = 6
+    pause_guard: float = 10.0
+    skip_groups: tuple[str, ...] = ()
+
+
+@dataclass
+class MoveRecord:
+    """What happened to one candidate."""
+
+    group: str
+    name: str
+    knobs: list[str]
+    outcome: str
+    reason: str
+    all_reduce: list[float] = field(default_factory=list)
+    alltoall: list[float] = field(default_factory=list)
+    reference: float = 0.0
+    decision: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class TuneResult:
+    """The run's outcome, for the report."""
+
+    run_id: str
+    baseline: list[float]
+    final: list[float]
+    noise_floor: float
+    moves: list[MoveRecord]
+    desired: dict[str, dict[str, Any]]
+    preflight: list[CheckResult]
+
+
+def _ar(samples: Sequence[Sample]) -> list[float]:
+    return [s.all_reduce for s in samples]
+
+
+def _aa(samples: Sequence[Sample]) -> list[float]:
+    return [s.alltoall for s in samples]
+
+
+class Tuner:
+    """One tuning run over a backend, journaled step by step."""
+
+    def __init__(self, backend: Backend, journal: Journal, run_id: str, fabric: str,
+                 options: TuneOptions = TuneOptions(), on_event: Event | None = None) -> None:
+        self.backend, self.journal, self.run_id, self.fabric = backend, journal, run_id, fabric
+        self.options = options
+        self.emit: Event = on_event or (lambda kind, message, data: None)
+        self.current: dict[str, dict[str, Any]] = {}
+        self.reference: list[Sample] = []
+        self.pause_rate = 0.0
+
+    # -- phases ---------------------------------------------------------------------------
+
+    def read_facts(self) -> dict[str, dict[str, Any]]:
+        seq = self.journal.step(self.run_id, "phase", "facts", {})
+        facts = self.backend.facts()
+        self.backend.learn(facts)
+        self.current = {h: snapshot_of(f) for h, f in facts.items()}
+        self.journal.snapshot(self.run_id, seq, self.current)
+        self.journal.finish_step(self.run_id, seq, "done", {"hosts": sorted(facts)})
+        self.emit("phase", f"facts read from {len(facts)} hosts", {"hosts": sorted(facts)})
+        return facts
+
+    def baseline(self) -> list[CheckResult]:
+        seq = self.journal.step(self.run_id, "phase", "baseline", {})
+        batch = self.backend.measure(self.options.baseline_runs)
+        failed = [r for r in batch.transport if r.verdict == "fail"]
+        broken = [s for s in batch.samples if s.error]
+        if failed or len(broken) == len(batch.samples):
+            self.journal.finish_step(self.run_id, seq, "failed", {"errors": [s.error for s in broken]})
+            evidence = failed or [CheckResult("benchmark", "*", "fail", str(broken[0].error), "")]
+            raise PreflightFailed(evidence)
+        self.reference = list(batch.samples)
+        self.pause_rate = batch.pause_frames / max(len(batch.samples), 1)
+        floor = noise_floor(_ar(self.reference))
+        self.journal.finish_step(self.run_id, seq, "done", {"all_reduce": _ar(self.reference),
+                                                            "alltoall": _aa(self.reference), "noise_floor": floor})
+        self.emit("baseline", f"all_reduce busbw {statistics.median(_ar(self.reference)):.1f} GB/s, "
+                  f"noise {floor:.1%}", {"samples": _ar(self.reference)})
+        return list(batch.transport)
+
+    # -- one move -------------------------------------------------------------------------
+
+    def try_move(self, cand: Candidate) -> MoveRecord:
+        desired = {h: with_change(state, cand.change) for h, state in self.current.items()}
+        seq = self.journal.step(self.run_id, "move", cand.name, {
+            "group": cand.group, "knobs": cand.change.knobs(), "why": cand.why, "desired": desired})
+        self.journal.snapshot(self.run_id, seq, self.current)
+        self.emit("move", f"{cand.name}: {cand.why}", {"knobs": cand.change.knobs()})
+        record = MoveRecord(cand.group, cand.name, cand.change.knobs(), "", "",
+                            reference=statistics.median(_ar(self.reference)))
+        applied = self.backend.apply(desired, run_id=self.run_id, snapshots=self.current)
+        if not applied.ok:
+            reason = "; ".join(f"{t.host}: {t.result.get('msg', 'failed')}" for t in applied.failures())[:500]
+            return self._undo(seq, record, f"apply failed: {reason}", desired)
+        self.journal.finish_step(self.run_id, seq, "applied")
+        decision, samples, pauses = self._measure_until_clear(record)
+        record.decision = {"all_reduce": decision[0].__dict__, "alltoall": decision[1].__dict__}
+        verdict, reason = self._verdict(decision, pauses / max(len(samples), 1))
+        if verdict == "keep":
+            return self._keep(seq, record, reason, desired, samples)
+        return self._undo(seq, record, reason, desired)
+
+    def _measure_until_clear(self, record: MoveRecord) -> tuple[tuple[Decision, Decision], list[Sample], int]:
+        policy = self.options.policy
+        samples: list[Sample] = []
+        pauses = 0
+        while True:
+            batch = self.backend.measure(policy.batch if samples else policy.min_runs)
+            samples += batch.samples
+            pauses += batch.pause_frames
+            record.all_reduce, record.alltoall = _ar(samples), _aa(samples)
+            ar = decide(_ar(self.reference), _ar(samples), policy)
+            aa = decide(_aa(self.reference), _aa(samples), policy)
+            self.emit("measure", f"{len(samples)} runs: all_reduce x{ar.ratio:.3f}, alltoall x{aa.ratio:.3f}",
+                      {"all_reduce": _ar(samples), "alltoall": _aa(samples)})
+            if self._settled(ar, aa) or len(samples) >= policy.max_runs:
+                return (ar, aa), samples, pauses
+
+    @staticmethod
+    def _settled(ar: Decision, aa: Decision) -> bool:
+        """A significant loss or gain on either metric, or no gain on both, ends the measurements."""
+        if ar.worse or aa.worse or "keep" in (ar.verdict, aa.verdict):
+            return True
+        return ar.verdict != "continue" and aa.verdict != "continue"
+
+    def _verdict(self, decision: tuple[Decision, Decision], pause_rate: float) -> tuple[str, str]:
+        ar, aa = decision
+        if ar.worse:
+            return "rollback", f"all_reduce {ar.reason}"
+        if aa.worse:
+            return "rollback", f"guard: alltoall (incast) {aa.reason}"
+        flood = pause_rate > max(self.options.pause_guard * self.pause_rate, 1000.0)
+        if flood and aa.verdict != "keep":
+            return "rollback", f"guard: pause frames x{pause_rate / max(self.pause_rate, 1):.0f} with no incast gain"
+        if ar.verdict == "keep":
+            return "keep", f"all_reduce {ar.reason}"
+        if aa.verdict == "keep":
+            return "keep", f"alltoall {aa.reason}; all_reduce unchanged ({ar.ratio - 1:+.1%})"
+        return "rollback", f"all_reduce {ar.reason}"
+
+    def _keep(self, seq: int, record: MoveRecord, reason: str, desired: dict[str, dict[str, Any]],
+              samples: list[Sample]) -> MoveRecord:
+        self.backend.confirm(self.run_id).raise_for_failure("confirming the move")
+        self.current = desired
+        self.reference = samples
+        record.outcome, record.reason = "kept", reason
+        self.journal.finish_step(self.run_id, seq, "kept", {"reason": reason, "all_reduce": record.all_reduce})
+        self.emit("decision", f"kept {record.name}: {reason}", {"outcome": "kept"})
+        return record
+
+    def _undo(self, seq: int, record: MoveRecord, reason: str, desired: dict[str, dict[str, Any]]) -> MoveRecord:
+        restore_and_verify(self.backend, self.current)
+        self.backend.confirm(self.run_id)
+        record.outcome, record.reason = "rolled_back", reason
+        self.journal.finish_step(self.run_id, seq, "rolled_back", {"reason": reason, "verified": True,
+                                                                   "all_reduce": record.all_reduce})
+        self.emit("decision", f"rolled back {record.name}: {reason} (verified)", {"outcome": "rolled_back"})
+        return record
+
+    # -- the whole run --------------------------------------------------------------------
+
+    def run(self, done: Sequence[str] = ()) -> TuneResult:
+        facts = self.read_facts()
+        transport = self.baseline()
+        baseline = _ar(self.reference)
+        moves: list[MoveRecord] = []
+        for group in plan(view_of(facts, self.fabric), self.options.skip_groups):
+            for cand in group:
+                if cand.name in done:
+                    continue
+                record = self.try_move(cand)
+                moves.append(record)
+                if record.outcome == "kept":
+                    break
+        return TuneResult(self.run_id, baseline, _ar(self.reference), noise_floor(baseline), moves,
+                          self.current, transport)
+
+
+def restore_and_verify(backend: Backend, snapshots: Mapping[str, Mapping[str, Any]]) -> None:
+    """Apply each host's snapshot exactly (couplings off), read the state back, require equality.
+
+    Raises:
+        RollbackFailed: naming every knob that did not come back.
+    """
+    outcome = backend.apply(snapshots, exact=True)
+    outcome.raise_for_failure("rollback")
+    found = {h: snapshot_of(f) for h, f in backend.facts().items()}
+    problems = [f"{h}: {d}" for h, snap in snapshots.items() for d in differences(snap, found.get(h, {}))]
+    if problems:
+        raise RollbackFailed(f"rollback did not restore: {'; '.join(problems[:10])}")

@@ -1,0 +1,172 @@
+"""A whole tuning run: validate, lock, journal, tune, write the tuned desired state and the report."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from fabtune.desired import save_tuned
+from fabtune.errors import ConfigError
+from fabtune.inventory import InventoryInfo, read_inventory
+from fabtune.journal import Journal
+from fabtune.lock import fabric_lock
+from fabtune.testbed.layout import fabtune_home
+from fabtune.tune.backend import AnsibleBackend
+from fabtune.tune.loop import Event, Tuner, TuneOptions, TuneResult, restore_and_verify
+from fabtune.tune.stats import DecisionPolicy
+
+OPTION_KEYS = ("alpha", "min_effect", "min_runs", "max_runs", "batch", "baseline_runs", "pause_guard",
+               "skip_groups", "revert_deadline_s")
+
+
+def options_from(raw: Mapping[str, Any] | None) -> tuple[TuneOptions, int]:
+    """Tuning options from a profile's ``fabtune_tune`` section, every problem named.
+
+    Raises:
+        ConfigError: listing each unknown key and invalid value.
+    """
+    raw = dict(raw or {})
+    problems = [f"fabtune_tune.{k}: {raw[k]!r} is not a known option (known: {', '.join(OPTION_KEYS)})"
+                for k in raw if k not in OPTION_KEYS]
+    policy_keys = {k: raw[k] for k in ("alpha", "min_effect", "min_runs", "max_runs", "batch") if k in raw}
+    try:
+        policy = DecisionPolicy(**policy_keys)
+        opts = TuneOptions(policy, int(raw.get("baseline_runs", 6)), float(raw.get("pause_guard", 10.0)),
+                           tuple(raw.get("skip_groups", ())))
+        deadline = int(raw.get("revert_deadline_s", 300))
+    except (TypeError, ValueError) as err:
+        raise ConfigError("fabtune_tune", [f"{err}"]) from err
+    problems += [f"fabtune_tune.{p}" for p in policy.problems()]
+    if opts.baseline_runs < policy.min_runs:
+        problems.append(f"fabtune_tune.baseline_runs: {opts.baseline_runs} must be at least min_runs ({policy.min_runs})")
+    if deadline < 30:
+        problems.append(f"fabtune_tune.revert_deadline_s: {deadline} must be at least 30 seconds")
+    if problems:
+        raise ConfigError("tuning options", problems)
+    return opts, deadline
+
+
+def runs_dir(run_id: str) -> Path:
+    return fabtune_home() / "runs" / run_id
+
+
+def _plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def tuned_tree(result: TuneResult) -> dict[str, Any]:
+    """The tuned desired state as one profile tree (NIC knobs for every port, NCCL, SM)."""
+    first = result.desired[sorted(result.desired)[0]]
+    nics = first.get("nics") or {}
+    tree: dict[str, Any] = {"nics": {"all": nics[sorted(nics)[0]]}} if nics else {}
+    for key in ("nccl", "sm"):
+        if first.get(key) is not None:
+            tree[key] = first[key]
+    return tree
+
+
+def write_report(info: InventoryInfo, result: TuneResult, extra: Mapping[str, Any]) -> Path:
+    folder = runs_dir(result.run_id)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "report.json"
+    doc = {"schema": "fabtune.tune/1", "fabric": info.name, "fabric_type": info.fabric,
+           "inventory": str(info.path), **_plain(result), **dict(extra)}
+    path.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    return path
+
+
+def tune(inventory: Path, raw_options: Mapping[str, Any] | None = None, on_event: Event | None = None,
+         oracle: Any = None) -> tuple[TuneResult, Path]:
+    """Run ``fabtune tune`` on ``inventory``; returns the result and the report's path."""
+    info = read_inventory(inventory)
+    options, deadline = options_from(raw_options)
+    journal = Journal()
+    with fabric_lock(info.name, "tune") as stale:
+        run_id = journal.open_run("tune", info.name, str(inventory), None)
+        if on_event is not None:
+            on_event("run", f"run {run_id} on {info.name} ({len(info.hosts)} hosts)", {"stale_lock": stale})
+        tuner = Tuner(AnsibleBackend(info, deadline), journal, run_id, info.fabric, options, on_event)
+        try:
+            result = tuner.run()
+        except BaseException as err:
+            _abort(tuner, err)
+            journal.close_run(run_id, "failed", {"error": str(err)})
+            raise
+        tuned = save_tuned(info.name, tuned_tree(result), run_id)
+        extra = {"tuned_desired": str(tuned), "oracle": oracle(info) if oracle else None}
+        report = write_report(info, result, extra)
+        journal.close_run(run_id, "done", {"report": str(report), "baseline": result.baseline,
+                                           "final": result.final, "tuned_desired": str(tuned)})
+    return result, report
+
+
+def _abort(tuner: Tuner, _err: BaseException) -> None:
+    """After a failure mid-move, put the hosts back now (the armed host-side revert is the backstop)."""
+    if not tuner.reference:  # failed before any move: nothing was changed
+        return
+    try:
+        restore_and_verify(tuner.backend, tuner.current)
+        tuner.backend.confirm(tuner.run_id)
+    except Exception:  # noqa: BLE001 - the host-side revert still fires at its deadline
+        return
+
+
+def rollback(run_id: str, on_event: Event | None = None) -> list[str]:
+    """Restore every managed knob on every host to its value before run ``run_id``, and verify.
+
+    Works after the controller was killed mid-move: the pre-run snapshot was journaled first.
+    Armed host-side reverts of the run are cancelled first so they cannot fire afterwards.
+
+    Returns:
+        The hosts restored.
+    """
+    journal = Journal()
+    run = journal.run(run_id)
+    snapshot = journal.first_snapshot(run_id)
+    if not snapshot:
+        raise ConfigError(f"run {run_id}", ["snapshots: the run recorded no pre-run state; nothing to restore"])
+    info = read_inventory(Path(run.inventory))
+    backend = AnsibleBackend(info)
+    with fabric_lock(info.name, f"rollback {run_id}"):
+        seq = journal.step(run_id, "rollback", "restore pre-run state", {"hosts": sorted(snapshot)})
+        if on_event is not None:
+            on_event("rollback", f"restoring {len(snapshot)} hosts to their state before {run_id}", {})
+        backend.confirm(run_id)
+        restore_and_verify(backend, snapshot)
+        journal.finish_step(run_id, seq, "done", {"verified": True})
+        journal.close_run(run_id, "rolled_back", {**run.summary, "rolled_back": True})
+    return sorted(snapshot)
+
+
+def resume(run_id: str, on_event: Event | None = None) -> tuple[TuneResult, Path]:
+    """Continue an interrupted run: undo its unfinished move (verified), then try the moves not yet decided."""
+    journal = Journal()
+    run = journal.run(run_id)
+    info = read_inventory(Path(run.inventory))
+    options, deadline = options_from(None)
+    steps = journal.steps(run_id)
+    decided = [s.name for s in steps if s.kind == "move" and s.state in ("kept", "rolled_back")]
+    with fabric_lock(info.name, f"resume {run_id}"):
+        backend = AnsibleBackend(info, deadline)
+        open_moves = [s for s in steps if s.kind == "move" and s.state in ("intent", "applied")]
+        for step in open_moves:
+            snap = journal.snapshot_at(run_id, step.seq)
+            backend.confirm(run_id)
+            restore_and_verify(backend, snap)
+            journal.finish_step(run_id, step.seq, "rolled_back", {"reason": "interrupted; undone on resume",
+                                                                 "verified": True})
+        tuner = Tuner(backend, journal, run_id, info.fabric, options, on_event)
+        result = tuner.run(done=decided)
+        tuned = save_tuned(info.name, tuned_tree(result), run_id)
+        report = write_report(info, result, {"tuned_desired": str(tuned), "resumed": True})
+        journal.close_run(run_id, "done", {"report": str(report), "final": result.final, "resumed": True})
+    return result, report
