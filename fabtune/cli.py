@@ -41,7 +41,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     console = Console(stderr=True)
     try:
-        cli.main(args=args, prog_name="fabtune", standalone_mode=False)
+        code = cli.main(args=args, prog_name="fabtune", standalone_mode=False)
     except FabtuneError as err:
         if "--debug" in args:
             raise
@@ -58,4 +58,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         console.print("interrupted")
         return int(ExitStatus.INTERRUPTED)
-    return int(ExitStatus.OK)
+    # A command that ends with ctx.exit(N) returns N here (click's standalone_mode=False).
+    return code if isinstance(code, int) else int(ExitStatus.OK)

@@ -106,7 +106,16 @@ def lossless_change(prio: int, cnp_prio: int = 6) -> Change:
 
 
 def _differs(current: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
-    return any(_norm(current.get(k)) != _norm(v) for k, v in wanted.items())
+    """Whether a wanted value differs; a wanted mapping (dscp2prio, ecn) only manages its own keys."""
+    have_all, want_all = _norm(current), _norm(wanted)
+    for key, value in want_all.items():
+        have = have_all.get(key)
+        if isinstance(value, dict) and isinstance(have, dict):
+            if _differs(have, value):
+                return True
+        elif have != value:
+            return True
+    return False
 
 
 def _norm(value: Any) -> Any:
@@ -121,18 +130,6 @@ def changes_anything(view: View, change: Change) -> bool:
     """Whether applying ``change`` to the current state would change a knob."""
     return (_differs(view.nic, change.nic) or _differs(view.nccl, change.nccl)
             or _differs(view.sm, change.sm))
-
-
-def _transport(view: View) -> list[Candidate]:
-    out = []
-    if str(view.nccl.get("NCCL_IB_DISABLE", "0")) == "1":
-        out.append(Candidate("transport", "enable RDMA", Change(nccl={"NCCL_IB_DISABLE": "0"}),
-                             "NCCL_IB_DISABLE=1 forces TCP sockets"))
-    if view.fabric == "roce" and view.rocev2_gid_index is not None:
-        out.append(Candidate("transport", f"GID index {view.rocev2_gid_index}",
-                             Change(nccl={"NCCL_IB_GID_INDEX": str(view.rocev2_gid_index)}),
-                             "NCCL must use the RoCEv2 IPv4 GID (show_gids)"))
-    return out
 
 
 def _lossless(view: View) -> list[Candidate]:
@@ -155,7 +152,9 @@ def _qps(view: View) -> list[Candidate]:
 
 
 def _gdr(view: View) -> list[Candidate]:
-    levels = ("PHB", "SYS") if view.gpu_nic_distance in ("NODE", "SYS", "PHB") else ("PXB",)
+    if view.gpu_nic_distance not in ("NODE", "SYS", "PHB"):
+        return []  # NCCL's default already uses GPUDirect RDMA up to PXB
+    levels = ("PHB", "SYS")
     return [Candidate("gdr", f"GPUDirect RDMA up to {lvl}", Change(nccl={"NCCL_NET_GDR_LEVEL": lvl}),
                       f"GPU-NIC distance is {view.gpu_nic_distance}") for lvl in levels]
 
@@ -172,8 +171,9 @@ def _routing(view: View) -> list[Candidate]:
     ]
 
 
+# The transport (TCP fallback, GID index) is a preflight check, not a move: a run whose baseline
+# cannot use RDMA stops with the evidence before anything changes.
 GROUPS: tuple[tuple[str, Callable[[View], list[Candidate]]], ...] = (
-    ("transport", _transport),
     ("lossless", _lossless),
     ("routing", _routing),
     ("mtu", _mtu),
@@ -183,15 +183,18 @@ GROUPS: tuple[tuple[str, Callable[[View], list[Candidate]]], ...] = (
 
 
 def plan(view: View, skip: Sequence[str] = ()) -> list[list[Candidate]]:
-    """Candidate moves per group, in order of expected impact; no-op candidates left out.
+    """Candidate moves per group, in order of expected impact.
 
-    Within a group the candidates are alternatives: the loop keeps at most one per group.
+    Within a group the candidates are alternatives: the loop keeps at most one per group, and a
+    group whose alternative the rack already runs is left out.
     """
     groups = []
     for name, make in GROUPS:
         if name in skip:
             continue
-        candidates = [c for c in make(view) if changes_anything(view, c.change)]
+        candidates = make(view)
+        if any(not changes_anything(view, c.change) for c in candidates):
+            continue  # the rack already runs one of the group's alternatives
         if candidates:
             groups.append(candidates)
     return groups

@@ -60,7 +60,7 @@ def _finish(result: TuneResult, report: Path) -> None:
 def tune(inventory: Path, profile: Path | None, jsonl: bool) -> None:
     """Measure, change one knob group, keep what improves bandwidth, roll back the rest."""
     options = _tune_options(profile)
-    result, report = tune_run.tune(inventory, options, Progress(jsonl))
+    result, report = tune_run.tune(inventory, options, Progress(jsonl), oracle=tune_run.testbed_oracle)
     _finish(result, report)
 
 

@@ -206,7 +206,7 @@ class Tuner:
     def _keep(self, seq: int, record: MoveRecord, reason: str, desired: dict[str, dict[str, Any]],
               samples: list[Sample]) -> MoveRecord:
         self.backend.confirm(self.run_id).raise_for_failure("confirming the move")
-        self.current = desired
+        self.current = {h: snapshot_of(f) for h, f in self.backend.facts().items()}  # read back, normal form
         self.reference = samples
         record.outcome, record.reason = "kept", reason
         self.journal.finish_step(self.run_id, seq, "kept", {"reason": reason, "all_reduce": record.all_reduce})

@@ -170,3 +170,19 @@ def resume(run_id: str, on_event: Event | None = None) -> tuple[TuneResult, Path
         report = write_report(info, result, {"tuned_desired": str(tuned), "resumed": True})
         journal.close_run(run_id, "done", {"report": str(report), "final": result.final, "resumed": True})
     return result, report
+
+
+def testbed_oracle(info: InventoryInfo) -> dict[str, Any] | None:
+    """On a testbed, the model's best reachable all_reduce busbw and the tuned rack's, noise-free."""
+    from fabtune.sim.model import best_config, expected_busbw  # the model only matters on a testbed
+    from fabtune.sim.observe import controller_fabric
+    from fabtune.testbed.build import load_state
+
+    if load_state(info.name) is None:
+        return None
+    fabric = controller_fabric(info.name)
+    size = 8 << 30
+    _, best = best_config(fabric, "all_reduce", size)
+    now = expected_busbw(fabric, "all_reduce", size)
+    return {"best_busbw": best, "tuned_busbw": now, "share_of_best": now / best if best else None,
+            "size_bytes": size}
