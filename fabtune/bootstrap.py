@@ -30,6 +30,7 @@ the default threshold 0.8 flags a rack that has lost a rail, GPUDirect or path d
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import re
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -211,6 +212,7 @@ class PairVerdict:
     verdict: str
     error: str | None = None
     note: str = ""
+    counters: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
 
 
 def judge_pair(result: pairs.PairResult, threshold: float, note: str = "") -> PairVerdict:
@@ -227,6 +229,7 @@ def judge_pair(result: pairs.PairResult, threshold: float, note: str = "") -> Pa
         "pass" if ok else "fail",
         result.error,
         note,
+        result.counters,
     )
 
 
@@ -359,6 +362,7 @@ class BootstrapReport:
     busbw_gbytes: float | None = None
     busbw_reference_gbytes: float | None = None
     changes: dict[str, int] = field(default_factory=dict)
+    applied: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
@@ -394,7 +398,8 @@ def _step(
             journal.finish_step(run_id, seq, "failed")
         raise
     if journal and run_id and seq is not None:
-        journal.finish_step(run_id, seq, outcome["state"], outcome.get("payload"))
+        found = outcome.get("payload")
+        journal.finish_step(run_id, seq, outcome["state"], None if found is None else {**payload, **found})
 
 
 def preflight(
@@ -440,7 +445,9 @@ def apply_profile(inventory: Path, profile: Profile, report: BootstrapReport, sa
     outcome = ansible.run_playbook(
         "apply.yml", inventory, extravars={"fabric_desired": dict(profile.desired)}, diff=True
     )
-    report.changes = {h: len(c) for h, c in knob_changes(outcome.tasks).items()}
+    changed = knob_changes(outcome.tasks)
+    report.changes = {h: len(c) for h, c in changed.items()}
+    report.applied = {h: [dataclasses.asdict(k) for k in c] for h, c in changed.items()}
     for task in outcome.failures():
         problems = task.result.get("problems") if task.task == VALIDATE_TASK else None
         why = "; ".join(map(str, problems)) if problems else str(task.result.get("msg", "failed"))[:300]
@@ -560,20 +567,26 @@ def run_bootstrap(
         views = preflight(inventory, info, report, say)
         failed = views is None or bool(report.failures())
         step["state"] = "failed" if failed else "done"
-        step["payload"] = {"failures": [c.__dict__ for c in report.failures()]}
+        step["payload"] = {"failures": [c.__dict__ for c in report.failures()], "checks": _checks(report, 0)}
     if failed:
         return report
     report.phase = "apply"
     with _step(journal, run_id, "apply", {"profile": str(profile.path)}) as step:
+        first = len(report.checks)
         ok = apply_profile(inventory, profile, report, say)
         step["state"] = "done" if ok else "failed"
-        step["payload"] = {"changes": report.changes}
+        step["payload"] = {
+            "changes": report.changes,
+            "applied": report.applied,
+            "checks": _checks(report, first),
+        }
     if not ok:
         return report
     report.phase = "acceptance"
     with _step(
         journal, run_id, "acceptance", {"pair_threshold": pair_threshold, "busbw_threshold": busbw_threshold}
     ) as step:
+        first = len(report.checks)
         acceptance(inventory, info, report, say)
         step["state"] = (
             "failed" if report.failures() or any(p.verdict == "fail" for p in report.pairs) else "done"
@@ -581,6 +594,15 @@ def run_bootstrap(
         step["payload"] = {
             "failures": [c.__dict__ for c in report.failures()],
             "busbw_gbytes": report.busbw_gbytes,
+            "busbw_reference_gbytes": report.busbw_reference_gbytes,
+            "checks": _checks(report, first),
+            "pairs": [dataclasses.asdict(p) for p in report.pairs],
+            "retests": [dataclasses.asdict(p) for p in report.retests],
         }
     report.phase = "done"
     return report
+
+
+def _checks(report: BootstrapReport, first: int) -> list[dict[str, Any]]:
+    """The check results a phase added (from index ``first``), for its journal step."""
+    return [dataclasses.asdict(c) for c in report.checks[first:]]

@@ -11,6 +11,7 @@ collector; ``render_units`` gives the systemd service and timer that run it peri
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shlex
 import sys
@@ -371,12 +372,14 @@ def remediate(
     outcome = ansible.run_playbook(
         "apply.yml", inventory, extravars={"fabric_desired": dict(desired)}, diff=True
     )
+    applied = {h: [dataclasses.asdict(k) for k in c] for h, c in knob_changes(outcome.tasks).items()}
+    done = {"hosts": hosts, "knobs": len(report.items), "applied": applied}
     if not outcome.ok:
-        journal.finish_step(run_id, seq, "failed")
+        journal.finish_step(run_id, seq, "failed", done)
         say("apply failed: rolling back")
         restore(inventory, snaps)
         outcome.raise_for_failure("remediation")
-    journal.finish_step(run_id, seq, "done")
+    journal.finish_step(run_id, seq, "done", done)
 
     say("measuring bandwidth after remediation")
     views = read_hosts(inventory)  # MTUs and ceilings may have changed
@@ -392,7 +395,9 @@ def remediate(
         journal.finish_step(run_id, seq, "rolled_back")
         return Remediation(True, before, after, True, tuple(reasons))
     say("checking nothing drifted is left")
+    seq = journal.step(run_id, "check", "remaining drift", {})
     remaining = detect(inventory, desired, report.hosts)
+    journal.finish_step(run_id, seq, "done", drift_payload(remaining))
     return Remediation(True, before, after, False, (), remaining)
 
 
@@ -403,10 +408,31 @@ def _bw_payload(bw: Bandwidth) -> dict[str, Any]:
         "busbw_gbytes": bw.busbw_gbytes,
         "error": bw.error,
         "pairs": [
-            {"server": p.server, "client": p.client, "rail": p.rail, "gbps": p.gbps, "error": p.error}
+            {
+                "server": p.server,
+                "client": p.client,
+                "rail": p.rail,
+                "gbps": p.gbps,
+                "error": p.error,
+                "device": p.device,
+                "ceiling_gbps": p.ceiling_gbps,
+                "counters": {k: dict(v) for k, v in p.counters.items()},
+            }
             for p in bw.pairs
         ],
     }
+
+
+def drift_payload(report: DriftReport, source: str | None = None) -> dict[str, Any]:
+    """A drift check's journal payload: every drifted knob, the hosts checked, those that could not be."""
+    payload: dict[str, Any] = {
+        "items": [[i.host, i.knob, i.expected, i.found] for i in report.items],
+        "failed": dict(report.failed),
+        "hosts": list(report.hosts),
+    }
+    if source is not None:
+        payload["source"] = source
+    return payload
 
 
 # --------------------------------------------------------------------------- Prometheus textfile

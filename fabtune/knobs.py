@@ -33,21 +33,53 @@ class Knob:
 
 KNOBS: tuple[Knob, ...] = (
     Knob("trust", "nic", "trust", "roce_qos", ("roce",), "pcp | dscp", couples=("dscp2prio",)),
-    Knob("dscp2prio", "nic", "dscp2prio", "roce_qos", ("roce",), "{dscp 0-63: prio 0-7}",
-         couples=("trust", "roce_tos", "cnp_dscp")),
-    Knob("pfc", "nic", "pfc", "roce_qos", ("roce",), "list of priorities 0-7 with PFC",
-         couples=("roce_tos", "dscp2prio")),
+    Knob(
+        "dscp2prio",
+        "nic",
+        "dscp2prio",
+        "roce_qos",
+        ("roce",),
+        "{dscp 0-63: prio 0-7}",
+        couples=("trust", "roce_tos", "cnp_dscp"),
+    ),
+    Knob(
+        "pfc",
+        "nic",
+        "pfc",
+        "roce_qos",
+        ("roce",),
+        "list of priorities 0-7 with PFC",
+        couples=("roce_tos", "dscp2prio"),
+    ),
     Knob("mtu", "nic", "mtu", "roce_qos", ("roce",), "1500 | 2200 | 4200 | 9000"),
     Knob("ecn", "nic", "ecn", "roce_cc", ("roce",), "{np: [prio], rp: [prio]}", couples=("pfc",)),
     Knob("cnp_dscp", "nic", "cnp_dscp", "roce_cc", ("roce",), "0-63", couples=("cnp_prio", "dscp2prio")),
     Knob("cnp_prio", "nic", "cnp_prio", "roce_cc", ("roce",), "0-7, not the RoCE priority", couples=("pfc",)),
-    Knob("roce_tos", "nic", "roce_tos", "roce_tos", ("roce",), "0-255 (DSCP << 2 | ECN)",
-         couples=("dscp2prio", "pfc", "NCCL_IB_TC")),
+    Knob(
+        "roce_tos",
+        "nic",
+        "roce_tos",
+        "roce_tos",
+        ("roce",),
+        "0-255 (DSCP << 2 | ECN)",
+        couples=("dscp2prio", "pfc", "NCCL_IB_TC"),
+    ),
     Knob("roce_mode", "nic", "roce_mode", "roce_tos", ("roce",), "1 | 2"),
     Knob("NCCL_IB_TC", "nccl", "NCCL_IB_TC", "nccl_env", ("roce",), "= roce_tos", couples=("roce_tos",)),
-    Knob("NCCL_IB_GID_INDEX", "nccl", "NCCL_IB_GID_INDEX", "nccl_env", ("roce",), "the RoCEv2 IPv4 GID index"),
-    Knob("NCCL_IB_QPS_PER_CONNECTION", "nccl", "NCCL_IB_QPS_PER_CONNECTION", "nccl_env", ("roce", "ib"), "1-128"),
-    Knob("NCCL_NET_GDR_LEVEL", "nccl", "NCCL_NET_GDR_LEVEL", "nccl_env", ("roce", "ib"), "LOC|PIX|PXB|PHB|SYS"),
+    Knob(
+        "NCCL_IB_GID_INDEX", "nccl", "NCCL_IB_GID_INDEX", "nccl_env", ("roce",), "the RoCEv2 IPv4 GID index"
+    ),
+    Knob(
+        "NCCL_IB_QPS_PER_CONNECTION",
+        "nccl",
+        "NCCL_IB_QPS_PER_CONNECTION",
+        "nccl_env",
+        ("roce", "ib"),
+        "1-128",
+    ),
+    Knob(
+        "NCCL_NET_GDR_LEVEL", "nccl", "NCCL_NET_GDR_LEVEL", "nccl_env", ("roce", "ib"), "LOC|PIX|PXB|PHB|SYS"
+    ),
     Knob("NCCL_IB_DISABLE", "nccl", "NCCL_IB_DISABLE", "nccl_env", ("roce", "ib"), "0 | 1"),
     Knob("NCCL_IB_ADAPTIVE_ROUTING", "nccl", "NCCL_IB_ADAPTIVE_ROUTING", "nccl_env", ("ib",), "0 | 1"),
     Knob("routing_engine", "sm", "routing_engine", "ib_sm", ("ib",), "opensm routing engines"),
@@ -99,8 +131,15 @@ def lossless_change(prio: int, cnp_prio: int = 6) -> Change:
     tos = dscp << 2 | ECT0
     cnp = cnp_prio if cnp_prio != prio else 7
     return Change(
-        nic={"trust": "dscp", "dscp2prio": {dscp: prio, 48: cnp}, "pfc": [prio],
-             "ecn": {"np": [prio], "rp": [prio]}, "roce_tos": tos, "cnp_dscp": 48, "cnp_prio": cnp},
+        nic={
+            "trust": "dscp",
+            "dscp2prio": {dscp: prio, 48: cnp},
+            "pfc": [prio],
+            "ecn": {"np": [prio], "rp": [prio]},
+            "roce_tos": tos,
+            "cnp_dscp": 48,
+            "cnp_prio": cnp,
+        },
         nccl={"NCCL_IB_TC": str(tos)},
     )
 
@@ -128,16 +167,21 @@ def _norm(value: Any) -> Any:
 
 def changes_anything(view: View, change: Change) -> bool:
     """Whether applying ``change`` to the current state would change a knob."""
-    return (_differs(view.nic, change.nic) or _differs(view.nccl, change.nccl)
-            or _differs(view.sm, change.sm))
+    return _differs(view.nic, change.nic) or _differs(view.nccl, change.nccl) or _differs(view.sm, change.sm)
 
 
 def _lossless(view: View) -> list[Candidate]:
     if view.fabric != "roce":
         return []
-    return [Candidate("lossless", f"lossless priority {p}", lossless_change(p),
-                      f"PFC, DSCP trust and ToS agree on priority {p}, with ECN/DCQCN on it")
-            for p in LOSSLESS_ORDER]
+    return [
+        Candidate(
+            "lossless",
+            f"lossless priority {p}",
+            lossless_change(p),
+            f"PFC, DSCP trust and ToS agree on priority {p}, with ECN/DCQCN on it",
+        )
+        for p in LOSSLESS_ORDER
+    ]
 
 
 def _mtu(view: View) -> list[Candidate]:
@@ -147,27 +191,48 @@ def _mtu(view: View) -> list[Candidate]:
 
 
 def _qps(view: View) -> list[Candidate]:
-    return [Candidate("qps", f"{q} QPs per connection", Change(nccl={"NCCL_IB_QPS_PER_CONNECTION": str(q)}),
-                      "more QPs spread over ECMP paths and lift the per-QP limit") for q in (4, 8)]
+    return [
+        Candidate(
+            "qps",
+            f"{q} QPs per connection",
+            Change(nccl={"NCCL_IB_QPS_PER_CONNECTION": str(q)}),
+            "more QPs spread over ECMP paths and lift the per-QP limit",
+        )
+        for q in (4, 8)
+    ]
 
 
 def _gdr(view: View) -> list[Candidate]:
     if view.gpu_nic_distance not in ("NODE", "SYS", "PHB"):
         return []  # NCCL's default already uses GPUDirect RDMA up to PXB
     levels = ("PHB", "SYS")
-    return [Candidate("gdr", f"GPUDirect RDMA up to {lvl}", Change(nccl={"NCCL_NET_GDR_LEVEL": lvl}),
-                      f"GPU-NIC distance is {view.gpu_nic_distance}") for lvl in levels]
+    return [
+        Candidate(
+            "gdr",
+            f"GPUDirect RDMA up to {lvl}",
+            Change(nccl={"NCCL_NET_GDR_LEVEL": lvl}),
+            f"GPU-NIC distance is {view.gpu_nic_distance}",
+        )
+        for lvl in levels
+    ]
 
 
 def _routing(view: View) -> list[Candidate]:
     if view.fabric != "ib":
         return []
     return [
-        Candidate("routing", "ar_updn + adaptive routing",
-                  Change(sm={"sm_flavor": "mlnx", "routing_engine": "ar_updn", "ar_enable": True},
-                         nccl={"NCCL_IB_ADAPTIVE_ROUTING": "1"}),
-                  "adaptive routing spreads flows over all spines"),
-        Candidate("routing", "ftree", Change(sm={"routing_engine": "ftree"}), "fat-tree routing balances paths"),
+        Candidate(
+            "routing",
+            "ar_updn + adaptive routing",
+            Change(
+                sm={"sm_flavor": "mlnx", "routing_engine": "ar_updn", "ar_enable": True},
+                nccl={"NCCL_IB_ADAPTIVE_ROUTING": "1"},
+            ),
+            "adaptive routing spreads flows over all spines",
+        ),
+        Candidate(
+            "routing", "ftree", Change(sm={"routing_engine": "ftree"}), "fat-tree routing balances paths"
+        ),
     ]
 
 

@@ -8,9 +8,26 @@ from fabtune.commands.apply import apply
 from fabtune.commands.bench import bench
 from fabtune.commands.bootstrap import bootstrap
 from fabtune.commands.check import check
+from fabtune.commands.demo import demo
 from fabtune.commands.drift import drift
 from fabtune.commands.parse import parse
+from fabtune.commands.report import report
 from fabtune.commands.testbed import testbed
 from fabtune.commands.tune import resume, rollback, runs, show, tune
 
-COMMANDS: list[click.Command] = [testbed, tune, apply, bootstrap, drift, bench, check, runs, show, rollback, resume, parse]
+COMMANDS: list[click.Command] = [
+    demo,
+    testbed,
+    tune,
+    apply,
+    bootstrap,
+    drift,
+    bench,
+    check,
+    runs,
+    show,
+    rollback,
+    resume,
+    report,
+    parse,
+]

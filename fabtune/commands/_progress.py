@@ -1,23 +1,45 @@
-"""Live progress for long runs: rich on a terminal, plain lines or JSON lines otherwise."""
+"""Live progress for long runs: rich on a terminal, plain lines or JSON lines otherwise.
+
+Events are ``(kind, message, data)``: the tuning loop's (``run``, ``phase``, ``baseline``, ``move``,
+``measure``, ``decision``, ``rollback``) and, through :meth:`Progress.text`, the one-line messages of
+bootstrap, drift and the benchmark rounds, which become ``phase`` events, or ``round`` events with
+``round``, ``rounds`` and ``eta_s`` (``fabtune.bench.pairs.run_rounds`` says "round 3/7, about 12 s
+left"). On a terminal: a line per event, a spinner with the current phase, a bar and the ETA for
+rounds. Not on a terminal: ``[  12s] kind: message`` lines on stderr. With ``jsonl``: one JSON object
+per event on stdout (``t``, ``kind``, ``message`` and the event's data), for automation.
+"""
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from rich.console import Console
+
+ROUND = re.compile(r"round (\d+)/(\d+)(?:, about (\d+) s left)?")
+STYLE = {
+    "decision": "bold",
+    "move": "cyan",
+    "baseline": "green",
+    "rollback": "yellow",
+    "round": "magenta",
+    "phase": "blue",
+}
 
 
 class Progress:
     """An event sink for the tuning loop and other long runs (``(kind, message, data)``)."""
 
-    def __init__(self, jsonl: bool = False) -> None:
-        self.console = Console(stderr=True)
+    def __init__(self, jsonl: bool = False, console: Console | None = None) -> None:
+        self.console = console or Console(stderr=True)
         self.jsonl = jsonl
         self.start = time.monotonic()
+        self._status: Any = None
 
     def __call__(self, kind: str, message: str, data: Mapping[str, Any]) -> None:
         elapsed = time.monotonic() - self.start
@@ -29,10 +51,59 @@ class Progress:
         if not self.console.is_terminal:
             self.console.print(f"[{elapsed:6.0f}s] {kind}: {message}", markup=False, highlight=False)
             return
-        style = {"decision": "bold", "move": "cyan", "baseline": "green", "rollback": "yellow"}.get(kind, "")
-        text = f"[dim]{elapsed:5.0f}s[/] [{style}]{kind:<9}[/] {message}" if style else \
-            f"[dim]{elapsed:5.0f}s[/] {kind:<9} {message}"
-        self.console.print(text, highlight=False)
+        if kind == "round" and data.get("rounds"):
+            message = f"{message}  {_bar(int(data['round']), int(data['rounds']))}" + (
+                f" ETA {_clock(float(data['eta_s']))}" if data.get("eta_s") is not None else ""
+            )
+        style = STYLE.get(kind, "")
+        label = f"[{style}]{kind:<9}[/]" if style else f"{kind:<9}"
+        self.console.print(f"[dim]{elapsed:5.0f}s[/] {label} ", end="", highlight=False)
+        self.console.print(message, markup=False, highlight=False)
+        if self._status is not None:
+            self._status.update(message)
+
+    def text(self, run: str = "") -> Callable[[str], None]:
+        """A sink for one-line progress messages (bootstrap, drift, the pair rounds) as events."""
+
+        def say(message: str) -> None:
+            found = ROUND.search(message)
+            if found is None:
+                self("phase", message, {"run": run} if run else {})
+                return
+            phase = message[: found.start()].rstrip(" :,") or run
+            eta = int(found.group(3)) if found.group(3) else None
+            data = {
+                "run": run,
+                "phase": phase,
+                "round": int(found.group(1)),
+                "rounds": int(found.group(2)),
+                "eta_s": eta,
+            }
+            self("round", message, data)
+
+        return say
+
+    @contextmanager
+    def status(self, run: str) -> Iterator[Callable[[str], None]]:
+        """:meth:`text` inside a spinner showing the latest message (on a terminal only)."""
+        if self.jsonl or not self.console.is_terminal:
+            yield self.text(run)
+            return
+        with self.console.status(run) as shown:
+            self._status = shown
+            try:
+                yield self.text(run)
+            finally:
+                self._status = None
+
+
+def _bar(done: int, total: int, width: int = 20) -> str:
+    filled = round(width * (done - 1) / total) if total else 0
+    return "[" + "#" * filled + "-" * (width - filled) + f"] {done}/{total}"
+
+
+def _clock(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds // 60:.0f} min {seconds % 60:02.0f} s"
 
 
 def _jsonable(data: Mapping[str, Any]) -> dict[str, Any]:

@@ -9,7 +9,9 @@ from rich.console import Console
 from rich.table import Table
 
 from fabtune import bootstrap as lib
+from fabtune import report as reports
 from fabtune.commands._common import require_file, write_json
+from fabtune.commands._progress import Progress
 from fabtune.inventory import read_inventory
 from fabtune.journal import Journal
 from fabtune.lock import fabric_lock
@@ -109,7 +111,7 @@ def bootstrap(
     run_id = journal.open_run("bootstrap", info.name, str(inventory), str(profile_path))
     state = "failed"
     try:
-        with fabric_lock(info.name, "bootstrap"), console.status("bootstrap") as shown:
+        with fabric_lock(info.name, "bootstrap"), Progress(console=console).status("bootstrap") as say:
             report = lib.run_bootstrap(
                 inventory,
                 info,
@@ -118,20 +120,25 @@ def bootstrap(
                 busbw_threshold=busbw_threshold,
                 journal=journal,
                 run_id=run_id,
-                progress=lambda m: shown.update(f"bootstrap: {m}"),
+                progress=say,
             )
         state = "passed" if report.passed else "failed"
         journal.close_run(
             run_id,
             state,
-            {"phase": report.phase, "failed_hosts": report.failed_hosts, "busbw_gbytes": report.busbw_gbytes},
+            {"phase": report.phase, "failed_hosts": report.failed_hosts, "busbw_gbytes": report.busbw_gbytes,
+             "report": str(reports.report_dir(run_id) / "report.json")},
         )
+        written = reports.write_quietly(journal, run_id)
     except BaseException:
         journal.close_run(run_id, "failed", {"error": True})
+        reports.write_quietly(journal, run_id)
         raise
     finally:
         journal.close()
     _print(report, Console())
+    if written:
+        Console().print(f"report: {written['html']}", highlight=False)
     write_json(json_file, {"kind": "bootstrap", "run_id": run_id, "passed": report.passed, "report": report})
     if not report.passed:
         raise lib.BootstrapFailed(

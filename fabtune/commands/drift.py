@@ -9,7 +9,9 @@ from rich.console import Console
 from rich.table import Table
 
 from fabtune import drift as lib
+from fabtune import report as reports
 from fabtune.commands._common import write_json
+from fabtune.commands._progress import Progress
 from fabtune.errors import ExitStatus, FabtuneError
 from fabtune.inventory import read_inventory
 from fabtune.journal import Journal
@@ -146,18 +148,10 @@ def drift(
             seq = journal.step(run_id, "check", "drift check", {"source": source.source})
             with console.status("checking drift"):
                 report = lib.detect(inventory, source.desired, info.hosts)
-            journal.finish_step(
-                run_id,
-                seq,
-                "done",
-                {
-                    "items": [[i.host, i.knob, i.expected, i.found] for i in report.items],
-                    "failed": dict(report.failed),
-                },
-            )
+            journal.finish_step(run_id, seq, "done", lib.drift_payload(report, source.source))
             result = lib.DriftResult(info.name, source.source, report)
             if remediate and report.drifted:
-                with console.status("remediating") as shown:
+                with Progress(console=console).status("remediating") as say:
                     rem = lib.remediate(
                         inventory,
                         info,
@@ -166,7 +160,7 @@ def drift(
                         journal=journal,
                         run_id=run_id,
                         tolerance=tolerance,
-                        progress=lambda m: shown.update(f"remediating: {m}"),
+                        progress=say,
                     )
                 result = lib.DriftResult(info.name, source.source, report, rem)
     except (FabtuneError, Exception) as err:
@@ -204,9 +198,13 @@ def _finish(
             "hosts": result.report.drifted_hosts,
             "error": result.error,
             "exit": int(result.exit_status),
+            "report": str(reports.report_dir(run_id) / "report.json"),
         },
     )
+    written = reports.write_quietly(journal, run_id)
     journal.close()
+    if written:
+        Console(stderr=True).print(f"report: {written['html']}", highlight=False)
     if textfile is not None:
         lib.write_textfile(textfile, lib.prometheus_text(result))
     write_json(

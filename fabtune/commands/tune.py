@@ -34,12 +34,19 @@ def _tune_options(path: Path | None) -> dict[str, Any]:
 
 def summary_table(result: TuneResult) -> Table:
     """The closing summary: each move, what happened and why."""
-    table = Table("move", "knobs", "outcome", "all_reduce busbw (median GB/s)", "why", title=f"run {result.run_id}")
+    table = Table(
+        "move", "knobs", "outcome", "all_reduce busbw (median GB/s)", "why", title=f"run {result.run_id}"
+    )
     for m in result.moves:
         median = sorted(m.all_reduce)[len(m.all_reduce) // 2] if m.all_reduce else 0.0
         colour = "green" if m.outcome == "kept" else "yellow"
-        table.add_row(m.name, ", ".join(m.knobs), f"[{colour}]{m.outcome}[/]", f"{median:.1f} (was {m.reference:.1f})",
-                      m.reason)
+        table.add_row(
+            m.name,
+            ", ".join(m.knobs),
+            f"[{colour}]{m.outcome}[/]",
+            f"{median:.1f} (was {m.reference:.1f})",
+            m.reason,
+        )
     return table
 
 
@@ -48,14 +55,18 @@ def _finish(result: TuneResult, report: Path) -> None:
     console.print(summary_table(result))
     base = sorted(result.baseline)[len(result.baseline) // 2]
     final = sorted(result.final)[len(result.final) // 2]
-    console.print(f"all_reduce bus bandwidth: {base:.1f} -> {final:.1f} GB/s ({final / base - 1:+.1%}); "
-                  f"noise floor {result.noise_floor:.1%}")
+    console.print(
+        f"all_reduce bus bandwidth: {base:.1f} -> {final:.1f} GB/s ({final / base - 1:+.1%}); "
+        f"noise floor {result.noise_floor:.1%}"
+    )
     console.print(f"report: {report}")
 
 
 @click.command("tune")
 @INVENTORY_OPTION
-@click.option("--profile", type=click.Path(path_type=Path), help="Profile with a fabtune_tune section (options).")
+@click.option(
+    "--profile", type=click.Path(path_type=Path), help="Profile with a fabtune_tune section (options)."
+)
 @click.option("--jsonl", is_flag=True, help="Progress as JSON lines on stdout (for automation).")
 def tune(inventory: Path, profile: Path | None, jsonl: bool) -> None:
     """Measure, change one knob group, keep what improves bandwidth, roll back the rest."""

@@ -37,20 +37,33 @@ class AnsibleBackend:
 
     def learn(self, facts: Mapping[str, Mapping[str, Any]]) -> None:
         """Take the GPU count and RDMA netdevs of each host from its facts (for measurements)."""
-        self.netdevs = {h: [p["netdev"] for p in (f.get("hardware") or {}).get("ports") or [] if p.get("netdev")]
-                        for h, f in facts.items()}
+        self.netdevs = {
+            h: [p["netdev"] for p in (f.get("hardware") or {}).get("ports") or [] if p.get("netdev")]
+            for h, f in facts.items()
+        }
         first = facts[sorted(facts)[0]]
         matrix = ((first.get("hardware") or {}).get("topology") or {}).get("matrix") or {}
         self.gpus = self.gpus or max(1, len([r for r in matrix if str(r).startswith("GPU")]))
 
-    def apply(self, desired: Mapping[str, Mapping[str, Any]], *, run_id: str | None = None,
-              snapshots: Mapping[str, Mapping[str, Any]] | None = None, exact: bool = False) -> ansible.RunOutcome:
+    def apply(
+        self,
+        desired: Mapping[str, Mapping[str, Any]],
+        *,
+        run_id: str | None = None,
+        snapshots: Mapping[str, Mapping[str, Any]] | None = None,
+        exact: bool = False,
+    ) -> ansible.RunOutcome:
         """Apply per-host desired states; with ``run_id``, each host first arms a revert to ``snapshots``."""
-        extravars: dict[str, Any] = {"fabric_desired_by_host": {h: dict(d) for h, d in desired.items()},
-                                     "fabric_enforce_couplings": not exact}
+        extravars: dict[str, Any] = {
+            "fabric_desired_by_host": {h: dict(d) for h, d in desired.items()},
+            "fabric_enforce_couplings": not exact,
+        }
         if run_id is not None and snapshots is not None:
-            extravars.update(fabric_revert_run_id=run_id, fabric_revert_deadline_s=self.deadline_s,
-                             fabric_revert_snapshots={h: dict(s) for h, s in snapshots.items()})
+            extravars.update(
+                fabric_revert_run_id=run_id,
+                fabric_revert_deadline_s=self.deadline_s,
+                fabric_revert_snapshots={h: dict(s) for h, s in snapshots.items()},
+            )
         return ansible.run_playbook("apply.yml", self.inventory, extravars=extravars)
 
     def confirm(self, run_id: str) -> ansible.RunOutcome:
@@ -58,6 +71,12 @@ class AnsibleBackend:
         return ansible.run_playbook("confirm.yml", self.inventory, extravars={"fabric_run_id": run_id})
 
     def measure(self, repetitions: int) -> Batch:
-        spec = MeasureSpec(self.inventory, self.info.hosts, self.gpus, self.netdevs or {},
-                           self.info.launcher, self.info.oob_interface)
+        spec = MeasureSpec(
+            self.inventory,
+            self.info.hosts,
+            self.gpus,
+            self.netdevs or {},
+            self.info.launcher,
+            self.info.oob_interface,
+        )
         return measure(spec, repetitions)

@@ -8,6 +8,7 @@ equal) -> tuned desired state -> report.
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -43,9 +44,14 @@ class Backend(Protocol):
 
     def learn(self, facts: Mapping[str, Mapping[str, Any]]) -> None: ...
 
-    def apply(self, desired: Mapping[str, Mapping[str, Any]], *, run_id: str | None = None,
-              snapshots: Mapping[str, Mapping[str, Any]] | None = None,
-              exact: bool = False) -> ansible.RunOutcome: ...
+    def apply(
+        self,
+        desired: Mapping[str, Mapping[str, Any]],
+        *,
+        run_id: str | None = None,
+        snapshots: Mapping[str, Mapping[str, Any]] | None = None,
+        exact: bool = False,
+    ) -> ansible.RunOutcome: ...
 
     def confirm(self, run_id: str) -> ansible.RunOutcome: ...
 
@@ -59,7 +65,7 @@ Event = Callable[[str, str, Mapping[str, Any]], None]
 class TuneOptions:
     """Parameters of a tuning run (each can be set in the profile's ``fabtune_tune`` section)."""
 
-    policy: DecisionPolicy = DecisionPolicy()
+    policy: DecisionPolicy = field(default_factory=DecisionPolicy)
     baseline_runs: int = 6
     pause_guard: float = 10.0
     skip_groups: tuple[str, ...] = ()
@@ -78,6 +84,7 @@ class MoveRecord:
     alltoall: list[float] = field(default_factory=list)
     reference: float = 0.0
     decision: dict[str, Any] = field(default_factory=dict)
+    pause_frames: int = 0
 
 
 @dataclass
@@ -104,14 +111,23 @@ def _aa(samples: Sequence[Sample]) -> list[float]:
 class Tuner:
     """One tuning run over a backend, journaled step by step."""
 
-    def __init__(self, backend: Backend, journal: Journal, run_id: str, fabric: str,
-                 options: TuneOptions = TuneOptions(), on_event: Event | None = None) -> None:
+    def __init__(
+        self,
+        backend: Backend,
+        journal: Journal,
+        run_id: str,
+        fabric: str,
+        *,
+        options: TuneOptions | None = None,
+        on_event: Event | None = None,
+    ) -> None:
         self.backend, self.journal, self.run_id, self.fabric = backend, journal, run_id, fabric
-        self.options = options
+        self.options = options or TuneOptions()
         self.emit: Event = on_event or (lambda kind, message, data: None)
         self.current: dict[str, dict[str, Any]] = {}
         self.reference: list[Sample] = []
         self.pause_rate = 0.0
+        self._intents: dict[int, dict[str, Any]] = {}  # a move's intent payload, kept in its outcome
 
     # -- phases ---------------------------------------------------------------------------
 
@@ -121,7 +137,9 @@ class Tuner:
         self.backend.learn(facts)
         self.current = {h: snapshot_of(f) for h, f in facts.items()}
         self.journal.snapshot(self.run_id, seq, self.current)
-        self.journal.finish_step(self.run_id, seq, "done", {"hosts": sorted(facts)})
+        self.journal.finish_step(
+            self.run_id, seq, "done", {"hosts": sorted(facts), "fabric_type": self.fabric}
+        )
         self.emit("phase", f"facts read from {len(facts)} hosts", {"hosts": sorted(facts)})
         return facts
 
@@ -137,22 +155,43 @@ class Tuner:
         self.reference = list(batch.samples)
         self.pause_rate = batch.pause_frames / max(len(batch.samples), 1)
         floor = noise_floor(_ar(self.reference))
-        self.journal.finish_step(self.run_id, seq, "done", {"all_reduce": _ar(self.reference),
-                                                            "alltoall": _aa(self.reference), "noise_floor": floor})
-        self.emit("baseline", f"all_reduce busbw {statistics.median(_ar(self.reference)):.1f} GB/s, "
-                  f"noise {floor:.1%}", {"samples": _ar(self.reference)})
+        self.journal.finish_step(
+            self.run_id,
+            seq,
+            "done",
+            {
+                "all_reduce": _ar(self.reference),
+                "alltoall": _aa(self.reference),
+                "noise_floor": floor,
+                "pause_frames": batch.pause_frames,
+                "checks": [dataclasses.asdict(c) for c in batch.transport],
+                "policy": dataclasses.asdict(self.options.policy),
+            },
+        )
+        self.emit(
+            "baseline",
+            f"all_reduce busbw {statistics.median(_ar(self.reference)):.1f} GB/s, noise {floor:.1%}",
+            {"samples": _ar(self.reference)},
+        )
         return list(batch.transport)
 
     # -- one move -------------------------------------------------------------------------
 
     def try_move(self, cand: Candidate) -> MoveRecord:
         desired = {h: with_change(state, cand.change) for h, state in self.current.items()}
-        seq = self.journal.step(self.run_id, "move", cand.name, {
-            "group": cand.group, "knobs": cand.change.knobs(), "why": cand.why, "desired": desired})
+        intent = {"group": cand.group, "knobs": cand.change.knobs(), "why": cand.why, "desired": desired}
+        seq = self.journal.step(self.run_id, "move", cand.name, intent)
+        self._intents[seq] = intent
         self.journal.snapshot(self.run_id, seq, self.current)
         self.emit("move", f"{cand.name}: {cand.why}", {"knobs": cand.change.knobs()})
-        record = MoveRecord(cand.group, cand.name, cand.change.knobs(), "", "",
-                            reference=statistics.median(_ar(self.reference)))
+        record = MoveRecord(
+            cand.group,
+            cand.name,
+            cand.change.knobs(),
+            "",
+            "",
+            reference=statistics.median(_ar(self.reference)),
+        )
         applied = self.backend.apply(desired, run_id=self.run_id, snapshots=self.current)
         if not applied.ok:
             reason = "; ".join(f"{t.host}: {t.result.get('msg', 'failed')}" for t in applied.failures())[:500]
@@ -160,6 +199,7 @@ class Tuner:
         self.journal.finish_step(self.run_id, seq, "applied")
         decision, samples, pauses = self._measure_until_clear(record)
         record.decision = {"all_reduce": decision[0].__dict__, "alltoall": decision[1].__dict__}
+        record.pause_frames = pauses
         verdict, reason = self._verdict(decision, pauses / max(len(samples), 1))
         if verdict == "keep":
             return self._keep(seq, record, reason, desired, samples)
@@ -176,8 +216,11 @@ class Tuner:
             record.all_reduce, record.alltoall = _ar(samples), _aa(samples)
             ar = decide(_ar(self.reference), _ar(samples), policy)
             aa = decide(_aa(self.reference), _aa(samples), policy)
-            self.emit("measure", f"{len(samples)} runs: all_reduce x{ar.ratio:.3f}, alltoall x{aa.ratio:.3f}",
-                      {"all_reduce": _ar(samples), "alltoall": _aa(samples)})
+            self.emit(
+                "measure",
+                f"{len(samples)} runs: all_reduce x{ar.ratio:.3f}, alltoall x{aa.ratio:.3f}",
+                {"all_reduce": _ar(samples), "alltoall": _aa(samples)},
+            )
             if self._settled(ar, aa) or len(samples) >= policy.max_runs:
                 return (ar, aa), samples, pauses
 
@@ -196,31 +239,56 @@ class Tuner:
             return "rollback", f"guard: alltoall (incast) {aa.reason}"
         flood = pause_rate > max(self.options.pause_guard * self.pause_rate, 1000.0)
         if flood and aa.verdict != "keep":
-            return "rollback", f"guard: pause frames x{pause_rate / max(self.pause_rate, 1):.0f} with no incast gain"
+            return (
+                "rollback",
+                f"guard: pause frames x{pause_rate / max(self.pause_rate, 1):.0f} with no incast gain",
+            )
         if ar.verdict == "keep":
             return "keep", f"all_reduce {ar.reason}"
         if aa.verdict == "keep":
             return "keep", f"alltoall {aa.reason}; all_reduce unchanged ({ar.ratio - 1:+.1%})"
         return "rollback", f"all_reduce {ar.reason}"
 
-    def _keep(self, seq: int, record: MoveRecord, reason: str, desired: dict[str, dict[str, Any]],
-              samples: list[Sample]) -> MoveRecord:
+    def _keep(
+        self,
+        seq: int,
+        record: MoveRecord,
+        reason: str,
+        desired: dict[str, dict[str, Any]],
+        samples: list[Sample],
+    ) -> MoveRecord:
         self.backend.confirm(self.run_id).raise_for_failure("confirming the move")
         self.current = {h: snapshot_of(f) for h, f in self.backend.facts().items()}  # read back, normal form
         self.reference = samples
         record.outcome, record.reason = "kept", reason
-        self.journal.finish_step(self.run_id, seq, "kept", {"reason": reason, "all_reduce": record.all_reduce})
+        self.journal.finish_step(self.run_id, seq, "kept", {"reason": reason, **self._outcome(seq, record)})
         self.emit("decision", f"kept {record.name}: {reason}", {"outcome": "kept"})
         return record
 
-    def _undo(self, seq: int, record: MoveRecord, reason: str, desired: dict[str, dict[str, Any]]) -> MoveRecord:
+    def _undo(
+        self, seq: int, record: MoveRecord, reason: str, desired: dict[str, dict[str, Any]]
+    ) -> MoveRecord:
         restore_and_verify(self.backend, self.current)
         self.backend.confirm(self.run_id)
         record.outcome, record.reason = "rolled_back", reason
-        self.journal.finish_step(self.run_id, seq, "rolled_back", {"reason": reason, "verified": True,
-                                                                   "all_reduce": record.all_reduce})
+        self.journal.finish_step(
+            self.run_id,
+            seq,
+            "rolled_back",
+            {"reason": reason, "verified": True, **self._outcome(seq, record)},
+        )
         self.emit("decision", f"rolled back {record.name}: {reason} (verified)", {"outcome": "rolled_back"})
         return record
+
+    def _outcome(self, seq: int, record: MoveRecord) -> dict[str, Any]:
+        """A move's outcome payload: its intent, every sample, the decision's numbers, the pause frames."""
+        return {
+            **self._intents.pop(seq, {}),
+            "all_reduce": record.all_reduce,
+            "alltoall": record.alltoall,
+            "decision": record.decision,
+            "pause_frames": record.pause_frames,
+        }
 
     # -- the whole run --------------------------------------------------------------------
 
@@ -237,8 +305,16 @@ class Tuner:
                 moves.append(record)
                 if record.outcome == "kept":
                     break
-        return TuneResult(self.run_id, baseline, _ar(self.reference), noise_floor(baseline), moves,
-                          self.current, transport)
+        seq = self.journal.step(self.run_id, "phase", "final", {})
+        self.journal.finish_step(
+            self.run_id,
+            seq,
+            "done",
+            {"state": self.current, "all_reduce": _ar(self.reference), "alltoall": _aa(self.reference)},
+        )
+        return TuneResult(
+            self.run_id, baseline, _ar(self.reference), noise_floor(baseline), moves, self.current, transport
+        )
 
 
 def restore_and_verify(backend: Backend, snapshots: Mapping[str, Mapping[str, Any]]) -> None:

@@ -55,8 +55,14 @@ class MeasureSpec:
 
 
 def _argv(spec: MeasureSpec, test: str) -> list[str]:
-    opts = NcclOptions(test=test, min_bytes=spec.min_bytes, max_bytes=spec.max_bytes, gpus_per_process=spec.gpus,
-                       iters=20, warmup_iters=5)
+    opts = NcclOptions(
+        test=test,
+        min_bytes=spec.min_bytes,
+        max_bytes=spec.max_bytes,
+        gpus_per_process=spec.gpus,
+        iters=20,
+        warmup_iters=5,
+    )
     launcher: nccl.Launcher = "srun" if spec.launcher == "srun" else "mpirun"
     return nccl.launcher_argv(launcher, list(spec.hosts), opts, {"NCCL_DEBUG": "INFO"}, spec.oob_interface)
 
@@ -64,7 +70,11 @@ def _argv(spec: MeasureSpec, test: str) -> list[str]:
 def _busbw(res: Mapping[str, Any]) -> tuple[float, str | None, str]:
     output = f"{res.get('stdout', '')}\n{res.get('stderr', '')}"
     if int(res.get("rc", 1)) != 0:
-        return 0.0, f"exit {res.get('rc')}: {output.strip().splitlines()[-1] if output.strip() else ''}", output
+        return (
+            0.0,
+            f"exit {res.get('rc')}: {output.strip().splitlines()[-1] if output.strip() else ''}",
+            output,
+        )
     try:
         parsed = nccl_tests.parse(output)
     except ParseError as err:
@@ -87,8 +97,9 @@ def _pauses(results: Sequence[Mapping[str, Any]]) -> int:
 def _pause_delta(outcome: ansible.RunOutcome) -> int:
     before = outcome.results("Read RDMA port counters before")
     after = outcome.results("Read RDMA port counters after")
-    return sum(_pauses(after[h].get("results", [])) - _pauses(before.get(h, {}).get("results", []))
-               for h in after)
+    return sum(
+        _pauses(after[h].get("results", [])) - _pauses(before.get(h, {}).get("results", [])) for h in after
+    )
 
 
 def _transport(spec: MeasureSpec, output: str) -> tuple[CheckResult, ...]:
@@ -103,14 +114,18 @@ def measure(spec: MeasureSpec, repetitions: int) -> Batch:
         PlaybookFailed: when a host is unreachable.
     """
     argvs = [_argv(spec, t) for _ in range(repetitions) for t in ("all_reduce_perf", "alltoall_perf")]
-    extravars = {"fabtune_launch_host": spec.hosts[0], "fabtune_measure_argvs": argvs,
-                 "fabtune_counter_netdevs": {h: list(v) for h, v in spec.netdevs.items()}}
+    extravars = {
+        "fabtune_launch_host": spec.hosts[0],
+        "fabtune_measure_argvs": argvs,
+        "fabtune_counter_netdevs": {h: list(v) for h, v in spec.netdevs.items()},
+    }
     outcome = ansible.run_playbook("bench_measure.yml", spec.inventory, extravars=extravars)
     outcome.raise_for_failure("measurement")
     runs = outcome.results("Run nccl-tests").get(spec.hosts[0], {}).get("results", [])
     parsed = [_busbw(r) for r in runs]
     samples = tuple(
-        Sample(parsed[i][0], parsed[i + 1][0], parsed[i][1] or parsed[i + 1][1]) for i in range(0, len(parsed), 2)
+        Sample(parsed[i][0], parsed[i + 1][0], parsed[i][1] or parsed[i + 1][1])
+        for i in range(0, len(parsed), 2)
     )
     transport = _transport(spec, parsed[0][2]) if parsed else ()
     return Batch(samples, _pause_delta(outcome), transport)

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import dataclasses
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from fabtune import report
 from fabtune.desired import save_tuned
 from fabtune.errors import ConfigError
 from fabtune.inventory import InventoryInfo, read_inventory
@@ -15,11 +14,20 @@ from fabtune.journal import Journal
 from fabtune.lock import fabric_lock
 from fabtune.testbed.layout import fabtune_home
 from fabtune.tune.backend import AnsibleBackend
-from fabtune.tune.loop import Event, Tuner, TuneOptions, TuneResult, restore_and_verify
+from fabtune.tune.loop import Event, TuneOptions, Tuner, TuneResult, restore_and_verify
 from fabtune.tune.stats import DecisionPolicy
 
-OPTION_KEYS = ("alpha", "min_effect", "min_runs", "max_runs", "batch", "baseline_runs", "pause_guard",
-               "skip_groups", "revert_deadline_s")
+OPTION_KEYS = (
+    "alpha",
+    "min_effect",
+    "min_runs",
+    "max_runs",
+    "batch",
+    "baseline_runs",
+    "pause_guard",
+    "skip_groups",
+    "revert_deadline_s",
+)
 
 
 def options_from(raw: Mapping[str, Any] | None) -> tuple[TuneOptions, int]:
@@ -29,19 +37,28 @@ def options_from(raw: Mapping[str, Any] | None) -> tuple[TuneOptions, int]:
         ConfigError: listing each unknown key and invalid value.
     """
     raw = dict(raw or {})
-    problems = [f"fabtune_tune.{k}: {raw[k]!r} is not a known option (known: {', '.join(OPTION_KEYS)})"
-                for k in raw if k not in OPTION_KEYS]
+    problems = [
+        f"fabtune_tune.{k}: {raw[k]!r} is not a known option (known: {', '.join(OPTION_KEYS)})"
+        for k in raw
+        if k not in OPTION_KEYS
+    ]
     policy_keys = {k: raw[k] for k in ("alpha", "min_effect", "min_runs", "max_runs", "batch") if k in raw}
     try:
         policy = DecisionPolicy(**policy_keys)
-        opts = TuneOptions(policy, int(raw.get("baseline_runs", 6)), float(raw.get("pause_guard", 10.0)),
-                           tuple(raw.get("skip_groups", ())))
+        opts = TuneOptions(
+            policy,
+            int(raw.get("baseline_runs", 6)),
+            float(raw.get("pause_guard", 10.0)),
+            tuple(raw.get("skip_groups", ())),
+        )
         deadline = int(raw.get("revert_deadline_s", 300))
     except (TypeError, ValueError) as err:
         raise ConfigError("fabtune_tune", [f"{err}"]) from err
     problems += [f"fabtune_tune.{p}" for p in policy.problems()]
     if opts.baseline_runs < policy.min_runs:
-        problems.append(f"fabtune_tune.baseline_runs: {opts.baseline_runs} must be at least min_runs ({policy.min_runs})")
+        problems.append(
+            f"fabtune_tune.baseline_runs: {opts.baseline_runs} must be at least min_runs ({policy.min_runs})"
+        )
     if deadline < 30:
         problems.append(f"fabtune_tune.revert_deadline_s: {deadline} must be at least 30 seconds")
     if problems:
@@ -51,16 +68,6 @@ def options_from(raw: Mapping[str, Any] | None) -> tuple[TuneOptions, int]:
 
 def runs_dir(run_id: str) -> Path:
     return fabtune_home() / "runs" / run_id
-
-
-def _plain(value: Any) -> Any:
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
 
 
 def tuned_tree(result: TuneResult) -> dict[str, Any]:
@@ -74,18 +81,47 @@ def tuned_tree(result: TuneResult) -> dict[str, Any]:
     return tree
 
 
-def write_report(info: InventoryInfo, result: TuneResult, extra: Mapping[str, Any]) -> Path:
-    folder = runs_dir(result.run_id)
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "report.json"
-    doc = {"schema": "fabtune.tune/1", "fabric": info.name, "fabric_type": info.fabric,
-           "inventory": str(info.path), **_plain(result), **dict(extra)}
-    path.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
-    return path
+def write_report(journal: Journal, run_id: str) -> Path:
+    """Write the run's report (JSON, HTML, Markdown) from the journal alone; returns report.json's path."""
+    return report.write_all(journal, run_id, runs_dir(run_id))["json"]
 
 
-def tune(inventory: Path, raw_options: Mapping[str, Any] | None = None, on_event: Event | None = None,
-         oracle: Any = None) -> tuple[TuneResult, Path]:
+def finish(
+    journal: Journal,
+    run_id: str,
+    result: TuneResult,
+    tuned: Path,
+    *,
+    oracle: Mapping[str, Any] | None = None,
+    summary: Mapping[str, Any] | None = None,
+) -> Path:
+    """Journal the outcome (tuned desired state, oracle), close the run, write its report from the journal."""
+    journal.step(
+        run_id, "result", "tuned desired state", {"tuned_desired": str(tuned), "oracle": oracle}, state="done"
+    )
+    path = runs_dir(run_id) / "report.json"
+    closing = {
+        "report": str(path),
+        "baseline": result.baseline,
+        "final": result.final,
+        "tuned_desired": str(tuned),
+    }
+    journal.close_run(run_id, "done", {**closing, **dict(summary or {})})
+    return write_report(journal, run_id)
+
+
+def fail(journal: Journal, run_id: str, err: BaseException) -> None:
+    """Close a failed run and write what its journal holds as a report (best effort)."""
+    journal.close_run(run_id, "failed", {"error": str(err), "report": str(runs_dir(run_id) / "report.json")})
+    report.write_quietly(journal, run_id, runs_dir(run_id))
+
+
+def tune(
+    inventory: Path,
+    raw_options: Mapping[str, Any] | None = None,
+    on_event: Event | None = None,
+    oracle: Any = None,
+) -> tuple[TuneResult, Path]:
     """Run ``fabtune tune`` on ``inventory``; returns the result and the report's path."""
     info = read_inventory(inventory)
     options, deadline = options_from(raw_options)
@@ -94,19 +130,18 @@ def tune(inventory: Path, raw_options: Mapping[str, Any] | None = None, on_event
         run_id = journal.open_run("tune", info.name, str(inventory), None)
         if on_event is not None:
             on_event("run", f"run {run_id} on {info.name} ({len(info.hosts)} hosts)", {"stale_lock": stale})
-        tuner = Tuner(AnsibleBackend(info, deadline), journal, run_id, info.fabric, options, on_event)
+        tuner = Tuner(
+            AnsibleBackend(info, deadline), journal, run_id, info.fabric, options=options, on_event=on_event
+        )
         try:
             result = tuner.run()
         except BaseException as err:
             _abort(tuner, err)
-            journal.close_run(run_id, "failed", {"error": str(err)})
+            fail(journal, run_id, err)
             raise
         tuned = save_tuned(info.name, tuned_tree(result), run_id)
-        extra = {"tuned_desired": str(tuned), "oracle": oracle(info) if oracle else None}
-        report = write_report(info, result, extra)
-        journal.close_run(run_id, "done", {"report": str(report), "baseline": result.baseline,
-                                           "final": result.final, "tuned_desired": str(tuned)})
-    return result, report
+        path = finish(journal, run_id, result, tuned, oracle=oracle(info) if oracle else None)
+    return result, path
 
 
 def _abort(tuner: Tuner, _err: BaseException) -> None:
@@ -116,7 +151,7 @@ def _abort(tuner: Tuner, _err: BaseException) -> None:
     try:
         restore_and_verify(tuner.backend, tuner.current)
         tuner.backend.confirm(tuner.run_id)
-    except Exception:  # noqa: BLE001 - the host-side revert still fires at its deadline
+    except Exception:
         return
 
 
@@ -133,7 +168,9 @@ def rollback(run_id: str, on_event: Event | None = None) -> list[str]:
     run = journal.run(run_id)
     snapshot = journal.first_snapshot(run_id)
     if not snapshot:
-        raise ConfigError(f"run {run_id}", ["snapshots: the run recorded no pre-run state; nothing to restore"])
+        raise ConfigError(
+            f"run {run_id}", ["snapshots: the run recorded no pre-run state; nothing to restore"]
+        )
     info = read_inventory(Path(run.inventory))
     backend = AnsibleBackend(info)
     with fabric_lock(info.name, f"rollback {run_id}"):
@@ -148,7 +185,7 @@ def rollback(run_id: str, on_event: Event | None = None) -> list[str]:
 
 
 def resume(run_id: str, on_event: Event | None = None) -> tuple[TuneResult, Path]:
-    """Continue an interrupted run: undo its unfinished move (verified), then try the moves not yet decided."""
+    """Continue an interrupted run: undo its unfinished move (verified), then try the moves not decided."""
     journal = Journal()
     run = journal.run(run_id)
     info = read_inventory(Path(run.inventory))
@@ -162,14 +199,17 @@ def resume(run_id: str, on_event: Event | None = None) -> tuple[TuneResult, Path
             snap = journal.snapshot_at(run_id, step.seq)
             backend.confirm(run_id)
             restore_and_verify(backend, snap)
-            journal.finish_step(run_id, step.seq, "rolled_back", {"reason": "interrupted; undone on resume",
-                                                                 "verified": True})
-        tuner = Tuner(backend, journal, run_id, info.fabric, options, on_event)
+            journal.finish_step(
+                run_id,
+                step.seq,
+                "rolled_back",
+                {**step.payload, "verified": True, "reason": "interrupted; undone on resume"},
+            )
+        tuner = Tuner(backend, journal, run_id, info.fabric, options=options, on_event=on_event)
         result = tuner.run(done=decided)
         tuned = save_tuned(info.name, tuned_tree(result), run_id)
-        report = write_report(info, result, {"tuned_desired": str(tuned), "resumed": True})
-        journal.close_run(run_id, "done", {"report": str(report), "final": result.final, "resumed": True})
-    return result, report
+        path = finish(journal, run_id, result, tuned, summary={"resumed": True})
+    return result, path
 
 
 def testbed_oracle(info: InventoryInfo) -> dict[str, Any] | None:
@@ -184,5 +224,9 @@ def testbed_oracle(info: InventoryInfo) -> dict[str, Any] | None:
     size = 8 << 30
     _, best = best_config(fabric, "all_reduce", size)
     now = expected_busbw(fabric, "all_reduce", size)
-    return {"best_busbw": best, "tuned_busbw": now, "share_of_best": now / best if best else None,
-            "size_bytes": size}
+    return {
+        "best_busbw": best,
+        "tuned_busbw": now,
+        "share_of_best": now / best if best else None,
+        "size_bytes": size,
+    }

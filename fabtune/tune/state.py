@@ -79,5 +79,12 @@ def view_of(facts: Mapping[str, Mapping[str, Any]], fabric: str) -> View:
     ports = (first.get("hardware") or {}).get("ports") or []
     gid = ports[0].get("roce_v2_gid_index") if ports else None
     worst = max((_distance(f) for f in facts.values()), key=DISTANCE_ORDER.index)
-    return View(fabric="ib" if fabric == "ib" else "roce", nic=nic, nccl=first.get("nccl") or {},
-                sm=first.get("sm") or {}, rocev2_gid_index=gid, hosts=len(facts), gpu_nic_distance=worst)
+    return View(
+        fabric="ib" if fabric == "ib" else "roce",
+        nic=nic,
+        nccl=first.get("nccl") or {},
+        sm=first.get("sm") or {},
+        rocev2_gid_index=gid,
+        hosts=len(facts),
+        gpu_nic_distance=worst,
+    )

@@ -1,0 +1,49 @@
+"""``fabtune demo``: a small misconfigured rack, tuned, with the report to show for it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from rich.console import Console
+
+from fabtune.commands._progress import Progress
+from fabtune.commands.tune import _finish
+from fabtune.testbed import build
+from fabtune.testbed.spec import load_spec
+from fabtune.tune import run as tune_run
+
+DEMO_SPEC = Path(__file__).resolve().parents[2] / "inventory" / "testbed" / "demo.yml"
+
+
+@click.command("demo")
+@click.option(
+    "--spec",
+    "spec_file",
+    type=click.Path(path_type=Path),
+    default=DEMO_SPEC,
+    show_default=True,
+    help="The rack to build.",
+)
+@click.option(
+    "--keep/--down", default=True, show_default=True, help="Keep the rack afterwards (to look around)."
+)
+def demo(spec_file: Path, keep: bool) -> None:
+    """Build a small misconfigured RoCE rack, tune it, and say where the report is."""
+    console = Console(stderr=True)
+    spec = load_spec(spec_file, {})
+    with console.status(f"building testbed {spec.name!r} ({len(spec.hosts)} hosts)"):
+        tb_dir = build.up(spec)
+    inventory = tb_dir / "inventory.yml"
+    console.print(f"testbed {spec.name!r} is up: {len(spec.hosts)} hosts; inventory {inventory}")
+    try:
+        result, report = tune_run.tune(inventory, None, Progress(), oracle=tune_run.testbed_oracle)
+        _finish(result, report)
+    finally:
+        if not keep:
+            build.down(spec.name)
+    if keep:
+        console.print(
+            f"the rack stays up: 'fabtune testbed ssh --name {spec.name} h01', "
+            f"'fabtune testbed down --name {spec.name}'"
+        )

@@ -1,0 +1,54 @@
+"""``fabtune report RUN``: a run's report (JSON, HTML or Markdown), rebuilt from the journal alone."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from fabtune import report as lib
+from fabtune.errors import ConfigError
+from fabtune.journal import Journal
+
+
+@click.command("report")
+@click.argument("run_id")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(lib.FORMATS),
+    default="json",
+    show_default=True,
+    help="json: the versioned document (schema fabtune.report/1); html: self-contained page "
+    "with plots; md: a short summary for tickets.",
+)
+@click.option(
+    "--output",
+    "-o",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Write here instead of standard output.",
+)
+def report(run_id: str, fmt: str, output: Path | None) -> None:
+    """The report of RUN_ID (tune, bootstrap or drift), rebuilt from the run journal.
+
+    Runs also write report.json, report.html and report.md into $FABTUNE_HOME/runs/RUN_ID/ when
+    they end; this rebuilds the same documents at any later time. 'fabtune runs' lists the runs.
+    """
+    journal = Journal()
+    try:
+        try:
+            doc = lib.build(journal, run_id)
+        except ValueError as err:
+            raise ConfigError(f"run {run_id}", [str(err)]) from err
+        lib.validate(doc)
+        html_path = str(output) if fmt == "html" and output else str(lib.report_dir(run_id) / "report.html")
+        text = lib.render(doc, fmt, html_path)
+    finally:
+        journal.close()
+    if output is None:
+        click.echo(text, nl=False)
+        return
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(text)
+    click.echo(f"wrote {output}", err=True)

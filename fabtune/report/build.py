@@ -1,0 +1,740 @@
+"""Report documents built from the journal alone: the run, its steps and its snapshots.
+
+Every figure in a report comes from what the run journaled (``fabtune.journal``), so a report can
+be regenerated at any time (``fabtune report RUN``) and equals the one written when the run ended.
+Nothing here reads a host, a clock or a random source (confidence intervals use a fixed seed).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from fabtune.journal import Journal, Run, Step
+
+SCHEMA_ID = "fabtune.report"
+SCHEMA_VERSION = 1
+BOOTSTRAP_SAMPLES = 2000
+CONFIDENCE = 0.95
+
+
+# --------------------------------------------------------------------------- small pure helpers
+
+
+def finite(value: Any) -> float | None:
+    """A JSON-safe number: None for missing, NaN or infinite values."""
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _iso(epoch: float | None) -> str | None:
+    if epoch is None:
+        return None
+    return dt.datetime.fromtimestamp(epoch, dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def median_ci(samples: Sequence[float]) -> tuple[float | None, float | None, float | None]:
+    """The median and its percentile-bootstrap confidence interval (fixed seed: reproducible)."""
+    values = np.asarray([s for s in samples if finite(s) is not None], float)
+    if values.size == 0:
+        return None, None, None
+    med = float(np.median(values))
+    if values.size == 1:
+        return med, med, med
+    rng = np.random.default_rng(0)
+    picks = rng.integers(0, values.size, (BOOTSTRAP_SAMPLES, values.size))
+    meds = np.median(values[picks], axis=1)
+    tail = (1 - CONFIDENCE) / 2 * 100
+    low, high = np.percentile(meds, [tail, 100 - tail])
+    return round(med, 4), round(float(low), 4), round(float(high), 4)
+
+
+def series_point(seq: int, label: str, kind: str, outcome: str, samples: Iterable[Any]) -> dict[str, Any]:
+    """One step of a bandwidth chart: its samples, median and confidence interval."""
+    clean = [round(v, 4) for v in (finite(s) for s in samples) if v is not None]
+    med, low, high = median_ci(clean)
+    return {
+        "seq": seq,
+        "label": label,
+        "kind": kind,
+        "outcome": outcome,
+        "samples": clean,
+        "n": len(clean),
+        "median": med,
+        "ci_low": low,
+        "ci_high": high,
+    }
+
+
+def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """A managed-state tree as ``path: value`` leaves (lists are leaves: a knob's value)."""
+    if isinstance(tree, Mapping):
+        out: dict[str, Any] = {}
+        for key in sorted(tree, key=str):
+            out.update(flatten(tree[key], f"{prefix}.{key}" if prefix else str(key)))
+        if not tree and prefix:
+            out[prefix] = {}
+        return out
+    return {prefix: tree} if prefix else {}
+
+
+def _same(a: Any, b: Any) -> bool:
+    return a == b or (a is not None and b is not None and str(a) == str(b))
+
+
+def diff_states(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
+    """Every knob path whose value differs: ``(knob, before, after)``."""
+    a, b = flatten(before), flatten(after)
+    return [
+        (k, a.get(k), b.get(k))
+        for k in sorted(set(a) | set(b))
+        if not _same(a.get(k), b.get(k)) and {_kind(a.get(k)), _kind(b.get(k))} != {"empty", "none"}
+    ]
+
+
+def _kind(value: Any) -> str:
+    """``empty`` for an empty mapping (a branch without leaves), ``none`` for None, else ``value``."""
+    if value is None:
+        return "none"
+    return "empty" if isinstance(value, Mapping) and not value else "value"
+
+
+def _decision(raw: Any) -> dict[str, Any] | None:
+    if not isinstance(raw, Mapping):
+        return None
+    return {
+        "verdict": str(raw.get("verdict", "")),
+        "reason": str(raw.get("reason", "")),
+        "runs": int(raw.get("runs") or 0),
+        "ratio": finite(raw.get("ratio")),
+        "ci_low": finite(raw.get("ci_low")),
+        "ci_high": finite(raw.get("ci_high")),
+        "p_gain": finite(raw.get("p_gain")),
+        "p_loss": finite(raw.get("p_loss")),
+    }
+
+
+def _check(raw: Mapping[str, Any], phase: str) -> dict[str, Any]:
+    return {
+        "phase": phase,
+        "check": str(raw.get("check", "")),
+        "host": str(raw.get("host", "*")),
+        "verdict": str(raw.get("verdict", "warn")),
+        "summary": str(raw.get("summary", "")),
+        "evidence": str(raw.get("evidence") or ""),
+    }
+
+
+def _pair(
+    raw: Mapping[str, Any], source: str, threshold: float | None, retest: bool = False
+) -> dict[str, Any]:
+    gbps, ceiling = finite(raw.get("gbps")), finite(raw.get("ceiling_gbps"))
+    share = finite(raw.get("share"))
+    if share is None and gbps is not None and ceiling:
+        share = gbps / ceiling
+    verdict = raw.get("verdict")
+    if verdict is None and threshold is not None:
+        verdict = "pass" if share is not None and share >= threshold else "fail"
+    counters = raw.get("counters") or {}
+    return {
+        "source": source,
+        "server": str(raw.get("server")),
+        "client": str(raw.get("client")),
+        "rail": int(raw.get("rail") or 0),
+        "device": str(raw.get("device") or ""),
+        "gbps": gbps,
+        "ceiling_gbps": ceiling,
+        "share": None if share is None else round(share, 4),
+        "verdict": verdict,
+        "error": raw.get("error"),
+        "note": str(raw.get("note") or ""),
+        "retest": retest,
+        "counters": {str(k): {str(c): int(v) for c, v in dict(vals).items()} for k, vals in counters.items()},
+    }
+
+
+def gpus_of(pairs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per rail (GPU i's NIC, mlx5_i): mean and lowest pair bandwidth against the rail's ceiling."""
+    out = []
+    for rail in sorted({int(p["rail"]) for p in pairs}):
+        on = [p for p in pairs if p["rail"] == rail]
+        values = [p["gbps"] if p["gbps"] is not None else 0.0 for p in on]
+        ceiling = min((p["ceiling_gbps"] for p in on if p["ceiling_gbps"]), default=None)
+        mean = sum(values) / len(values)
+        out.append(
+            {
+                "rail": rail,
+                "gpu": f"GPU{rail}",
+                "device": on[0]["device"],
+                "pairs": len(on),
+                "mean_gbps": round(mean, 3),
+                "min_gbps": round(min(values), 3),
+                "ceiling_gbps": ceiling,
+                "share_mean": round(mean / ceiling, 4) if ceiling else None,
+                "share_min": round(min(values) / ceiling, 4) if ceiling else None,
+            }
+        )
+    return out
+
+
+def pair_counters(pairs: Sequence[Mapping[str, Any]], source: str) -> list[dict[str, Any]]:
+    """Counter deltas of the pair runs, summed per host port and counter."""
+    total: dict[tuple[str, str, str], int] = {}
+    for p in pairs:
+        for where, values in p["counters"].items():
+            host, _, port = where.partition(":")
+            for name, delta in values.items():
+                total[(host, port, name)] = total.get((host, port, name), 0) + int(delta)
+    return [
+        {"source": source, "host": h, "port": port, "counter": c, "delta": d}
+        for (h, port, c), d in sorted(total.items())
+        if d
+    ]
+
+
+def _step_row(s: Step) -> dict[str, Any]:
+    return {"seq": s.seq, "kind": s.kind, "name": s.name, "state": s.state, "at": _iso(s.at)}
+
+
+def _run_doc(run: Run, fabric_type: str | None) -> dict[str, Any]:
+    duration = round(run.ended - run.started, 1) if run.ended is not None else None
+    return {
+        "id": run.id,
+        "kind": run.kind,
+        "fabric": run.fabric,
+        "fabric_type": fabric_type,
+        "inventory": run.inventory,
+        "profile": run.profile,
+        "state": run.state,
+        "started": _iso(run.started),
+        "ended": _iso(run.ended),
+        "duration_s": duration,
+        "summary": _jsonable(run.summary),
+    }
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, float):
+        return finite(value)
+    return value
+
+
+def _empty(kind: str, run: Run, steps: Sequence[Step], fabric_type: str | None = None) -> dict[str, Any]:
+    return {
+        "schema": SCHEMA_ID,
+        "schema_version": SCHEMA_VERSION,
+        "kind": kind,
+        "run": _run_doc(run, fabric_type),
+        "status": "running",
+        "headline": "",
+        "hosts": [],
+        "steps": [_step_row(s) for s in steps],
+        "bandwidth": [],
+        "pairs": {"threshold": None, "source": None, "results": []},
+        "gpus": [],
+        "counters": [],
+        "checks": [],
+        "settings": [],
+        "oracle": None,
+    }
+
+
+# --------------------------------------------------------------------------- tune
+
+
+def _pct(ratio: float | None) -> str:
+    return "?" if ratio is None else f"{ratio - 1:+.1%}"
+
+
+def build_tune(run: Run, steps: Sequence[Step], journal: Journal) -> dict[str, Any]:  # noqa: PLR0912, PLR0915
+    facts = next((s for s in steps if s.kind == "phase" and s.name == "facts"), None)
+    doc = _empty(
+        "tune",
+        run,
+        steps,
+        str(facts.payload.get("fabric_type")) if facts and facts.payload.get("fabric_type") else None,
+    )
+    doc["hosts"] = sorted(facts.payload.get("hosts") or []) if facts else []
+    ar: list[dict[str, Any]] = []
+    aa: list[dict[str, Any]] = []
+    decisions: list[dict[str, Any]] = []
+    baseline: list[float] = []
+    noise: float | None = None
+    policy: dict[str, Any] = {}
+    final_state: Mapping[str, Any] | None = None
+    final_ar: list[float] = []
+    for s in steps:
+        p = s.payload
+        if s.kind == "phase" and s.name == "baseline" and s.state == "done":
+            label = "baseline" if not baseline else "baseline (resumed)"
+            baseline = baseline or [float(v) for v in p.get("all_reduce") or []]
+            noise = noise if noise is not None else finite(p.get("noise_floor"))
+            policy = policy or dict(p.get("policy") or {})
+            ar.append(series_point(s.seq, label, "baseline", "baseline", p.get("all_reduce") or []))
+            aa.append(series_point(s.seq, label, "baseline", "baseline", p.get("alltoall") or []))
+            doc["checks"] += [_check(c, "baseline") for c in p.get("checks") or []]
+            if p.get("pause_frames") is not None:
+                doc["counters"].append(
+                    {
+                        "source": label,
+                        "host": "*",
+                        "port": "*",
+                        "counter": "pause frames (rx+tx, every priority)",
+                        "delta": int(p["pause_frames"]),
+                    }
+                )
+        elif s.kind == "phase" and s.name == "baseline" and s.state == "failed":
+            doc["checks"] += [
+                {
+                    "phase": "baseline",
+                    "check": "benchmark",
+                    "host": "*",
+                    "verdict": "fail",
+                    "summary": "the baseline measurement failed",
+                    "evidence": str(e),
+                }
+                for e in (p.get("errors") or [])[:5]
+            ]
+        elif s.kind == "phase" and s.name == "final" and s.state == "done":
+            final_state = p.get("state")
+            final_ar = [float(v) for v in p.get("all_reduce") or []]
+        elif s.kind == "move":
+            outcome = s.state if s.state in ("kept", "rolled_back") else "interrupted"
+            ar.append(series_point(s.seq, s.name, "move", outcome, p.get("all_reduce") or []))
+            aa.append(series_point(s.seq, s.name, "move", outcome, p.get("alltoall") or []))
+            decision = p.get("decision") or {}
+            decisions.append(
+                {
+                    "seq": s.seq,
+                    "name": s.name,
+                    "group": str(p.get("group") or ""),
+                    "knobs": [str(k) for k in p.get("knobs") or []],
+                    "why": str(p.get("why") or ""),
+                    "outcome": outcome,
+                    "reason": str(p.get("reason") or ("not finished" if outcome == "interrupted" else "")),
+                    "runs": len(p.get("all_reduce") or []),
+                    "pause_frames": None if p.get("pause_frames") is None else int(p["pause_frames"]),
+                    "all_reduce": _decision(decision.get("all_reduce")),
+                    "alltoall": _decision(decision.get("alltoall")),
+                }
+            )
+            if p.get("pause_frames") is not None:
+                doc["counters"].append(
+                    {
+                        "source": s.name,
+                        "host": "*",
+                        "port": "*",
+                        "counter": "pause frames (rx+tx, every priority)",
+                        "delta": int(p["pause_frames"]),
+                    }
+                )
+            before = journal.snapshot_at(run.id, s.seq)
+            for host, desired in sorted((p.get("desired") or {}).items()):
+                for knob, old, new in diff_states(before.get(host) or {}, desired or {}):
+                    doc["settings"].append(
+                        {
+                            "host": host,
+                            "knob": knob,
+                            "before": old,
+                            "after": new,
+                            "change": s.name,
+                            "outcome": outcome,
+                        }
+                    )
+    first = journal.first_snapshot(run.id)
+    net: list[dict[str, Any]] = []
+    if final_state is not None:
+        for host in sorted(set(first) | set(final_state)):
+            for knob, old, new in diff_states(first.get(host) or {}, final_state.get(host) or {}):
+                net.append(
+                    {
+                        "host": host,
+                        "knob": knob,
+                        "before": old,
+                        "after": new,
+                        "change": "whole run",
+                        "outcome": "in effect",
+                    }
+                )
+    doc["settings"] = net + doc["settings"]
+    base_med = median_ci(baseline)[0]
+    final_med = median_ci(final_ar)[0] if final_ar else None
+    summary = run.summary
+    oracle = summary.get("oracle") if isinstance(summary.get("oracle"), Mapping) else None
+    for s in steps:
+        if s.kind == "result":
+            oracle = s.payload.get("oracle") if isinstance(s.payload.get("oracle"), Mapping) else oracle
+    ar_metric: dict[str, Any] = {
+        "name": "all_reduce busbw",
+        "unit": "GB/s",
+        "role": "primary",
+        "series": ar,
+        "reference": None,
+        "reference_label": None,
+    }
+    if oracle and finite(oracle.get("best_busbw")):
+        ar_metric["reference"] = finite(oracle.get("best_busbw"))
+        ar_metric["reference_label"] = "model's best reachable"
+    doc["bandwidth"] = [
+        ar_metric,
+        {
+            "name": "alltoall busbw",
+            "unit": "GB/s",
+            "role": "guard",
+            "series": aa,
+            "reference": None,
+            "reference_label": None,
+        },
+    ]
+    doc["oracle"] = _jsonable(oracle) if oracle else None
+    tuned = next((s.payload.get("tuned_desired") for s in steps if s.kind == "result"), None)
+    kept = [d for d in decisions if d["outcome"] == "kept"]
+    rolled = [d for d in decisions if d["outcome"] == "rolled_back"]
+    change = final_med / base_med if final_med and base_med else None
+    doc["tune"] = {
+        "noise_floor": noise,
+        "baseline_median": base_med,
+        "final_median": final_med,
+        "change": None if change is None else round(change - 1, 4),
+        "policy": _jsonable(policy),
+        "decisions": decisions,
+        "kept": len(kept),
+        "rolled_back": len(rolled),
+        "tuned_desired": tuned or summary.get("tuned_desired"),
+        "resumed": bool(summary.get("resumed")),
+        "error": summary.get("error"),
+    }
+    if run.state in ("done", "rolled_back"):
+        doc["status"] = "pass"
+        moved = (
+            f"all_reduce busbw {base_med:.1f} -> {final_med:.1f} GB/s ({_pct(change)})"
+            if base_med and final_med
+            else "no measurement"
+        )
+        doc["headline"] = f"{moved}: {len(kept)} move(s) kept, {len(rolled)} rolled back"
+        if run.state == "rolled_back":
+            doc["headline"] += "; the run was rolled back to its pre-run state"
+    elif run.state == "failed":
+        doc["status"] = "fail"
+        doc["headline"] = f"tuning failed: {summary.get('error') or 'see the steps'}"
+    else:
+        doc["headline"] = f"tuning {run.state}: {len(decisions)} move(s) so far"
+    return doc
+
+
+# --------------------------------------------------------------------------- bootstrap
+
+
+def build_bootstrap(run: Run, steps: Sequence[Step], journal: Journal) -> dict[str, Any]:
+    del journal
+    doc = _empty("bootstrap", run, steps)
+    phases = {s.name: s for s in steps if s.kind == "phase"}
+    hosts = (phases["preflight"].payload.get("hosts") if "preflight" in phases else None) or []
+    doc["hosts"] = sorted(str(h) for h in hosts)
+    for s in steps:
+        if s.kind != "phase":
+            continue
+        checks = s.payload.get("checks")
+        if checks is None:  # an older journal: only the failures were kept
+            checks = s.payload.get("failures") or []
+        doc["checks"] += [_check(c, s.name) for c in checks]
+    acc = phases.get("acceptance")
+    pay = acc.payload if acc else {}
+    threshold = finite(pay.get("pair_threshold"))
+    matrix = [_pair(p, "matrix", threshold) for p in pay.get("pairs") or []]
+    retests = [_pair(p, "re-test", threshold, retest=True) for p in pay.get("retests") or []]
+    doc["pairs"] = {"threshold": threshold, "source": "matrix", "results": matrix + retests}
+    doc["gpus"] = gpus_of(matrix)
+    doc["counters"] = pair_counters(matrix, "pair matrix")
+    busbw, ref = finite(pay.get("busbw_gbytes")), finite(pay.get("busbw_reference_gbytes"))
+    busbw_threshold = finite(pay.get("busbw_threshold"))
+    if acc is not None and busbw is not None:
+        doc["bandwidth"] = [
+            {
+                "name": "all_reduce busbw per GPU",
+                "unit": "GB/s",
+                "role": "primary",
+                "series": [series_point(acc.seq, "acceptance", "measure", "measured", [busbw])],
+                "reference": ref,
+                "reference_label": "R x C_min / 8" if ref else None,
+            }
+        ]
+    apply = phases.get("apply")
+    applied = (apply.payload.get("applied") if apply else None) or {}
+    for host, changes in sorted(applied.items()):
+        for c in changes:
+            doc["settings"].append(
+                {
+                    "host": host,
+                    "knob": str(c.get("knob")),
+                    "before": c.get("before"),
+                    "after": c.get("after"),
+                    "change": "baseline profile",
+                    "outcome": "applied"
+                    if apply and apply.state == "done"
+                    else apply.state
+                    if apply
+                    else "applied",
+                }
+            )
+    summary = run.summary
+    phase = str(summary.get("phase") or (steps[-1].name if steps else "preflight"))
+    passed = run.state == "passed"
+    failed_hosts = [
+        str(h)
+        for h in summary.get("failed_hosts")
+        or sorted({c["host"] for c in doc["checks"] if c["verdict"] == "fail" and c["host"] != "*"})
+    ]
+    doc["bootstrap"] = {
+        "phase": phase,
+        "passed": passed,
+        "pair_threshold": threshold,
+        "busbw_threshold": busbw_threshold,
+        "busbw_gbytes": busbw,
+        "busbw_reference_gbytes": ref,
+        "changes": {
+            str(h): int(n) for h, n in ((apply.payload.get("changes") if apply else None) or {}).items()
+        },
+        "failed_hosts": failed_hosts,
+    }
+    failed_checks = [c for c in doc["checks"] if c["verdict"] == "fail"]
+    if passed:
+        doc["status"] = "pass"
+        low = min((p["share"] for p in matrix if p["share"] is not None), default=None)
+        share = f", busbw {busbw / ref:.0%} of reference" if busbw is not None and ref else ""
+        lowest = f"; lowest pair {low:.0%} of ceiling" if low is not None else ""
+        doc["headline"] = f"rack accepted: {len(doc['hosts'])} hosts{lowest}{share}"
+    elif run.state == "running":
+        doc["headline"] = f"bootstrap running ({phase})"
+    else:
+        doc["status"] = "fail"
+        at_fault = ", ".join(failed_hosts) or "none named (rack-wide)"
+        doc["headline"] = (
+            f"bootstrap failed at {'acceptance' if phase == 'done' else phase}: {len(failed_checks)} failed "
+            f"check(s); hosts at fault: {at_fault}"
+        )
+    return doc
+
+
+# --------------------------------------------------------------------------- drift
+
+
+def _items(raw: Any) -> list[dict[str, Any]]:
+    return [
+        {"host": str(i[0]), "knob": str(i[1]), "expected": _jsonable(i[2]), "found": _jsonable(i[3])}
+        for i in raw or []
+        if isinstance(i, (list, tuple)) and len(i) == 4
+    ]
+
+
+def _bw(payload: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "pair_mean_gbps": finite(payload.get("pair_mean_gbps")),
+        "pair_min_gbps": finite(payload.get("pair_min_gbps")),
+        "busbw_gbytes": finite(payload.get("busbw_gbytes")),
+        "error": payload.get("error"),
+    }
+
+
+def build_drift(run: Run, steps: Sequence[Step], journal: Journal) -> dict[str, Any]:  # noqa: PLR0912, PLR0915
+    del journal
+    doc = _empty("drift", run, steps)
+    check = next((s for s in steps if s.kind == "check" and s.name == "drift check"), None)
+    remaining_step = next((s for s in steps if s.kind == "check" and s.name == "remaining drift"), None)
+    pay = check.payload if check else {}
+    items = _items(pay.get("items"))
+    failed = {str(h): str(w) for h, w in (pay.get("failed") or {}).items()}
+    hosts = [str(h) for h in pay.get("hosts") or []] or sorted({i["host"] for i in items} | set(failed))
+    doc["hosts"] = sorted(hosts)
+    measures = {s.name: s for s in steps if s.kind == "measure" and s.state == "done"}
+    apply = next((s for s in steps if s.kind == "apply"), None)
+    rollback = next((s for s in steps if s.kind == "rollback"), None)
+    pair_metric: list[dict[str, Any]] = []
+    busbw_metric: list[dict[str, Any]] = []
+    all_pairs: list[dict[str, Any]] = []
+    for name in ("before", "after"):
+        m = measures.get(name)
+        if m is None:
+            continue
+        results = [_pair(p, name, None) for p in m.payload.get("pairs") or []]
+        for p in results:
+            p["verdict"] = None
+        all_pairs += results
+        pair_metric.append(
+            series_point(m.seq, f"{name} remediation", "measure", name, [p["gbps"] or 0.0 for p in results])
+        )
+        busbw = finite(m.payload.get("busbw_gbytes"))
+        busbw_metric.append(
+            series_point(m.seq, f"{name} remediation", "measure", name, [busbw] if busbw is not None else [])
+        )
+        doc["counters"] += pair_counters(results, f"pairs {name} remediation")
+    if pair_metric:
+        doc["bandwidth"] = [
+            {
+                "name": "all_reduce busbw",
+                "unit": "GB/s",
+                "role": "primary",
+                "series": busbw_metric,
+                "reference": None,
+                "reference_label": None,
+            },
+            {
+                "name": "ib_write_bw per pair",
+                "unit": "Gb/s",
+                "role": "guard",
+                "series": pair_metric,
+                "reference": None,
+                "reference_label": None,
+            },
+        ]
+    primary = "after" if "after" in measures else "before"
+    doc["pairs"] = {"threshold": None, "source": primary if all_pairs else None, "results": all_pairs}
+    doc["gpus"] = gpus_of([p for p in all_pairs if p["source"] == primary])
+    rolled_back = rollback is not None
+    remediated = apply is not None and apply.state == "done" and not rolled_back
+    for i in items:
+        outcome = "remediated" if remediated else "rolled_back" if rolled_back else "found"
+        doc["settings"].append(
+            {
+                "host": i["host"],
+                "knob": i["knob"],
+                "before": i["found"],
+                "after": i["expected"],
+                "change": "drift" if outcome == "found" else "remediation",
+                "outcome": outcome,
+            }
+        )
+    for host in doc["hosts"]:
+        mine = [i for i in items if i["host"] == host]
+        if host in failed:
+            doc["checks"].append(
+                {
+                    "phase": "drift check",
+                    "check": "drift",
+                    "host": host,
+                    "verdict": "fail",
+                    "summary": "could not be checked",
+                    "evidence": failed[host],
+                }
+            )
+        elif mine:
+            evidence = "; ".join(
+                f"{i['knob']}: expected {_short(i['expected'])}, found {_short(i['found'])}" for i in mine[:8]
+            ) + ("; ..." if len(mine) > 8 else "")
+            doc["checks"].append(
+                {
+                    "phase": "drift check",
+                    "check": "drift",
+                    "host": host,
+                    "verdict": "warn",
+                    "summary": f"{len(mine)} knob(s) differ from the desired state",
+                    "evidence": evidence,
+                }
+            )
+        else:
+            doc["checks"].append(
+                {
+                    "phase": "drift check",
+                    "check": "drift",
+                    "host": host,
+                    "verdict": "pass",
+                    "summary": "matches the desired state",
+                    "evidence": "",
+                }
+            )
+    remaining = _items(remaining_step.payload.get("items")) if remaining_step else None
+    remediation = None
+    reasons = [str(r) for r in (rollback.payload.get("reasons") if rollback else None) or []]
+    if apply is not None or measures:
+        remediation = {
+            "applied": apply is not None and apply.state == "done",
+            "rolled_back": rolled_back,
+            "reasons": reasons,
+            "before": _bw(measures["before"].payload) if "before" in measures else None,
+            "after": _bw(measures["after"].payload) if "after" in measures else None,
+            "remaining": remaining,
+        }
+        for r in reasons:
+            doc["checks"].append(
+                {
+                    "phase": "remediation",
+                    "check": "bandwidth",
+                    "host": "*",
+                    "verdict": "fail",
+                    "summary": "bandwidth got worse: rolled back",
+                    "evidence": r,
+                }
+            )
+    summary = run.summary
+    source = str(pay.get("source") or (check.payload.get("source") if check else "") or "")
+    exit_code = summary.get("exit")
+    doc["drift"] = {
+        "source": source,
+        "items": items,
+        "failed": failed,
+        "remediation": remediation,
+        "exit": int(exit_code) if isinstance(exit_code, int) else None,
+        "error": summary.get("error"),
+    }
+    n = len(items)
+    drifted = sorted({i["host"] for i in items})
+    if run.state == "failed" or summary.get("error"):
+        doc["status"] = "fail"
+        doc["headline"] = f"drift run failed: {summary.get('error') or 'see the steps'}"
+    elif run.state == "running":
+        doc["headline"] = "drift run in progress"
+    elif rolled_back:
+        doc["status"] = "fail"
+        doc["headline"] = (
+            f"{n} knob(s) drifted on {len(drifted)} host(s); remediation made bandwidth worse: rolled back"
+        )
+    elif remediated:
+        left = len(remaining or [])
+        doc["status"] = "pass" if not left else "warn"
+        doc["headline"] = f"{n} knob(s) drifted on {len(drifted)} host(s): remediated, bandwidth verified" + (
+            f"; {left} still drifted" if left else ""
+        )
+    elif n or failed:
+        doc["status"] = "warn"
+        doc["headline"] = f"{n} knob(s) drifted on {len(drifted)} of {len(doc['hosts'])} host(s)" + (
+            f"; {len(failed)} host(s) not checked" if failed else ""
+        )
+    else:
+        doc["status"] = "pass"
+        doc["headline"] = f"no drift on {len(doc['hosts'])} host(s)"
+    return doc
+
+
+def _short(value: Any) -> str:
+    text = "-" if value is None else str(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+BUILDERS = {"tune": build_tune, "bootstrap": build_bootstrap, "drift": build_drift}
+
+
+def build(journal: Journal, run_id: str) -> dict[str, Any]:
+    """The report document of run ``run_id``, from the journal alone.
+
+    Raises:
+        JournalError: no such run.
+        ValueError: a run kind without a report builder.
+    """
+    run = journal.run(run_id)
+    builder = BUILDERS.get(run.kind)
+    if builder is None:
+        raise ValueError(f"run {run_id} is a {run.kind!r} run; reports exist for {', '.join(BUILDERS)}")
+    return _jsonable(builder(run, journal.steps(run_id), journal))  # type: ignore[no-any-return]

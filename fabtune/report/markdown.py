@@ -1,0 +1,124 @@
+"""The short Markdown summary, for tickets and reviews."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+MAX_ROWS = 12
+
+
+def _cell(value: Any) -> str:
+    text = (
+        "-"
+        if value is None
+        else json.dumps(value, sort_keys=True)
+        if isinstance(value, (dict, list))
+        else str(value)
+    )
+    text = text.replace("|", "\\|").replace("\n", " ")
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _table(head: list[str], rows: list[list[Any]]) -> list[str]:
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows[:MAX_ROWS]]
+    if len(rows) > MAX_ROWS:
+        lines.append(f"\n_... {len(rows) - MAX_ROWS} more in the HTML report._")
+    return lines
+
+
+def _ci(d: Mapping[str, Any] | None) -> str:
+    if not d or d.get("ratio") is None:
+        return "-"
+    low, high = d.get("ci_low"), d.get("ci_high")
+    interval = f" (CI {low - 1:+.1%}..{high - 1:+.1%})" if low is not None and high is not None else ""
+    return f"{d['ratio'] - 1:+.1%}{interval}"
+
+
+def render_markdown(doc: Mapping[str, Any], html_path: str | None = None) -> str:  # noqa: PLR0912
+    """A few lines and one table: what ran, the verdict, what changed, what failed."""
+    run, kind = doc["run"], doc["kind"]
+    lines = [
+        f"**fabtune {kind}** `{run['id']}` on `{run['fabric']}` ({len(doc['hosts'])} hosts): "
+        f"**{doc['status'].upper()}** \u2014 {doc['headline']}",
+        "",
+    ]
+    duration = "-" if run["duration_s"] is None else f"{run['duration_s']:.0f} s"
+    lines.append(f"- started {run['started'] or '-'}, took {duration}, state `{run['state']}`")
+    if kind == "tune":
+        t = doc["tune"]
+        lines.append(
+            f"- noise floor {t['noise_floor']:.1%}" if t["noise_floor"] is not None else "- noise floor -"
+        )
+        if doc["oracle"] and doc["oracle"].get("share_of_best") is not None:
+            lines.append(
+                f"- reaches {doc['oracle']['share_of_best']:.1%} of the model's best reachable busbw"
+            )
+        if t["tuned_desired"]:
+            lines.append(f"- tuned desired state: `{t['tuned_desired']}`")
+        lines.append("")
+        lines += _table(
+            ["move", "outcome", "all_reduce", "alltoall", "reason"],
+            [
+                [
+                    d["name"],
+                    d["outcome"].replace("_", " "),
+                    _ci(d["all_reduce"]),
+                    _ci(d["alltoall"]),
+                    d["reason"],
+                ]
+                for d in t["decisions"]
+            ],
+        )
+    elif kind == "bootstrap":
+        b = doc["bootstrap"]
+        if b["busbw_gbytes"] is not None and b["busbw_reference_gbytes"]:
+            lines.append(
+                f"- all_reduce busbw {b['busbw_gbytes']:.1f} GB/s per GPU = "
+                f"{b['busbw_gbytes'] / b['busbw_reference_gbytes']:.0%} of "
+                f"{b['busbw_reference_gbytes']:.1f} (threshold {b['busbw_threshold'] or 0:.0%})"
+            )
+        matrix = [p for p in doc["pairs"]["results"] if not p["retest"]]
+        if matrix:
+            low = min((p["share"] for p in matrix if p["share"] is not None), default=None)
+            lines.append(
+                f"- {len(matrix)} pair runs, lowest {low:.0%} of the ceiling"
+                if low is not None
+                else f"- {len(matrix)} pair runs"
+            )
+        lines.append(f"- {sum(b['changes'].values())} knob(s) changed by the baseline profile")
+        fails = [c for c in doc["checks"] if c["verdict"] == "fail"]
+        if fails:
+            lines.append("")
+            lines += _table(
+                ["host", "check", "summary", "evidence"],
+                [[c["host"], c["check"], c["summary"], c["evidence"]] for c in fails],
+            )
+    else:
+        d = doc["drift"]
+        lines.append(f"- desired state: {d['source']}")
+        rem = d["remediation"]
+        if rem is not None:
+            for phase in ("before", "after"):
+                bw = rem[phase]
+                if bw:
+                    busbw = "-" if bw["busbw_gbytes"] is None else f"{bw['busbw_gbytes']:.2f} GB/s"
+                    lines.append(
+                        f"- bandwidth {phase} remediation: ib_write_bw mean "
+                        f"{bw['pair_mean_gbps'] or 0:.1f} Gb/s, all_reduce busbw {busbw}"
+                    )
+            if rem["reasons"]:
+                lines.append("- rolled back: " + "; ".join(rem["reasons"]))
+        for host, why in sorted(d["failed"].items()):
+            lines.append(f"- {host} not checked: {why}")
+        if d["items"]:
+            lines.append("")
+            lines += _table(
+                ["host", "knob", "expected", "found"],
+                [[i["host"], i["knob"], i["expected"], i["found"]] for i in d["items"]],
+            )
+    if html_path:
+        lines += ["", f"Full report: `{html_path}`"]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,141 @@
+"""The tuning loop's logic over a scripted backend: keeps what helps, rolls back (verified) the rest."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from fabtune.ansible import RunOutcome
+from fabtune.journal import Journal
+from fabtune.knobs import View, lossless_change, plan
+from fabtune.tune.loop import RollbackFailed, TuneOptions, Tuner
+from fabtune.tune.measure import Batch, Sample
+from fabtune.tune.state import differences, snapshot_of, with_change
+
+FACTORY = {
+    "trust": "pcp",
+    "pfc": [],
+    "mtu": 1500,
+    "ecn": {"np": list(range(8)), "rp": list(range(8))},
+    "cnp_dscp": 48,
+    "cnp_prio": 6,
+    "roce_tos": 0,
+    "roce_mode": 2,
+}
+HARDWARE = {"ports": [{"dev": "mlx5_0", "netdev": "eth2", "roce_v2_gid_index": 3}], "topology": None}
+
+
+def outcome(ok: bool = True) -> RunOutcome:
+    stats = {"failures": {} if ok else {"h01": 1}, "dark": {}, "changed": {}}
+    return RunOutcome("successful" if ok else "failed", 0 if ok else 2, stats, (), Path("/nonexistent"))
+
+
+class FakeRack:
+    """Hosts whose bandwidth follows the switch's lossless priority 3 and MTU 4200, with noise."""
+
+    def __init__(self, lossless_prio: int = 3, break_rollback: bool = False) -> None:
+        self.state = {h: {"nics": {"eth2": dict(FACTORY)}, "nccl": None} for h in ("h01", "h02")}
+        self.prio = lossless_prio
+        self.rng = np.random.default_rng(0)
+        self.applied: list[dict[str, Any]] = []
+        self.confirms = 0
+        self.break_rollback = break_rollback
+
+    def facts(self) -> dict[str, dict[str, Any]]:
+        return {h: {**copy.deepcopy(s), "hardware": HARDWARE} for h, s in self.state.items()}
+
+    def learn(self, facts: Mapping[str, Mapping[str, Any]]) -> None:
+        pass
+
+    def apply(
+        self,
+        desired: Mapping[str, Mapping[str, Any]],
+        *,
+        run_id: str | None = None,
+        snapshots: Mapping[str, Mapping[str, Any]] | None = None,
+        exact: bool = False,
+    ) -> RunOutcome:
+        self.applied.append({"exact": exact, "armed": run_id is not None})
+        for host, tree in desired.items():
+            new = copy.deepcopy(dict(tree))
+            if exact and self.break_rollback:
+                new["nics"]["eth2"]["mtu"] = 9000
+            self.state[host] = new
+        return outcome()
+
+    def confirm(self, run_id: str) -> RunOutcome:
+        self.confirms += 1
+        return outcome()
+
+    def _busbw(self) -> tuple[float, float]:
+        nic = self.state["h01"]["nics"]["eth2"]
+        lossless = (
+            nic.get("trust") == "dscp"
+            and self.prio in nic.get("pfc", [])
+            and nic.get("roce_tos") == ((self.prio * 8 + 2) << 2 | 2)
+        )
+        mtu = 1.06 if nic.get("mtu") == 4200 else 1.0
+        return 100 * mtu * (1.05 if lossless else 1.0), 100 * (1.0 if lossless else 0.3)
+
+    def measure(self, repetitions: int) -> Batch:
+        ar, aa = self._busbw()
+        noise = self.rng.normal(0, 0.01, (repetitions, 2))
+        return Batch(tuple(Sample(ar * float(np.exp(a)), aa * float(np.exp(b))) for a, b in noise), 0)
+
+
+def tuner(rack: FakeRack, tmp_path: Path) -> Tuner:
+    journal = Journal(tmp_path / "j.sqlite")
+    run_id = journal.open_run("tune", "rack", "inv.yml", None)
+    return Tuner(rack, journal, run_id, "roce", options=TuneOptions(skip_groups=("qps", "gdr")))
+
+
+def test_keeps_what_helps_and_rolls_back_the_rest(tmp_path: Path) -> None:
+    rack = FakeRack(lossless_prio=4)
+    result = tuner(rack, tmp_path).run()
+    outcomes = [(m.name, m.outcome) for m in result.moves]
+    assert outcomes == [
+        ("lossless priority 3", "rolled_back"),
+        ("lossless priority 4", "kept"),
+        ("MTU 4200", "kept"),
+    ]
+    nic = rack.state["h01"]["nics"]["eth2"]
+    assert (nic["pfc"], nic["mtu"], nic["roce_tos"]) == ([4], 4200, 138)
+    assert [a["exact"] for a in rack.applied] == [False, True, False, False]
+    assert all(a["armed"] for a in rack.applied if not a["exact"])
+
+
+def test_every_step_is_journaled_with_its_snapshot_first(tmp_path: Path) -> None:
+    rack = FakeRack()
+    t = tuner(rack, tmp_path)
+    t.run()
+    steps = t.journal.steps(t.run_id)
+    moves = [s for s in steps if s.kind == "move"]
+    assert [s.state for s in moves] == ["kept", "kept"]
+    assert t.journal.first_snapshot(t.run_id)["h01"]["nics"]["eth2"]["mtu"] == 1500
+    assert t.journal.snapshot_at(t.run_id, moves[1].seq)["h01"]["nics"]["eth2"]["pfc"] == [3]
+
+
+def test_a_rollback_that_does_not_restore_is_an_error(tmp_path: Path) -> None:
+    rack = FakeRack(lossless_prio=5, break_rollback=True)
+    with pytest.raises(RollbackFailed, match=r"nics\.eth2\.mtu: 1500 -> 9000"):
+        tuner(rack, tmp_path).run()
+
+
+def test_plan_skips_a_group_the_rack_already_runs() -> None:
+    nic = {**FACTORY, **lossless_change(3).nic, "dscp2prio": {str(d): d >> 3 for d in range(64)} | {"48": 6}}
+    view = View("roce", nic, {"NCCL_IB_TC": "106"}, {}, 3, 2, "PIX")
+    assert [g[0].group for g in plan(view)] == ["mtu", "qps"]
+
+
+def test_with_change_and_differences() -> None:
+    current = {"nics": {"a": dict(FACTORY), "b": dict(FACTORY)}, "nccl": None}
+    desired = with_change(current, lossless_change(3))
+    assert desired["nics"]["b"]["pfc"] == [3] and desired["nccl"] == {"NCCL_IB_TC": "106"}
+    assert current["nics"]["a"]["pfc"] == []
+    assert differences(current, snapshot_of(current)) == []
+    assert differences(current, desired)[0].startswith("nccl: None -> ")
