@@ -8,4 +8,5 @@ cd "$(dirname "$0")/.."
 if [ -d roles ] && compgen -G "roles/*/tasks" >/dev/null; then
     .venv/bin/ansible-lint --profile production roles playbooks
 fi
-.venv/bin/pytest -q "$@"
+# Two workers, one test file each: integration tests mostly wait on SSH, Ansible and timers.
+.venv/bin/pytest -q -n 2 --dist loadfile "$@"

@@ -33,7 +33,7 @@ NIC = "enp25s0np0"
 # The deadline must outlast the rest of the apply (about 25 s on a 2-host testbed) and the checks
 # after it: a revert that
 # fires while the roles still run would be overwritten by them.
-DEADLINE = 60
+DEADLINE = 45
 
 
 @pytest.fixture(scope="module")

@@ -45,10 +45,14 @@ from fabtune.sim.tools import _perftest_out as fmt
 from fabtune.sim.tools._common import err, out, state_or_host
 from fabtune.sim.tools._perftest_args import ParseExit, PerftestArgs, parse
 
-SETTLE_S = 0.5
+# Flows launched together (a pair round, an incast stage) start up to about a second apart when a
+# launcher fans them out over SSH on a loaded controller: a flow waits SETTLE_S before it looks for
+# the others and stays registered HOLD_S longer, so two flows see each other when their starts are
+# less than min(SETTLE_S, HOLD_S) apart.
+SETTLE_S = 1.5
+HOLD_S = 1.5
 OOB_TIMEOUT_S = 60.0  # a silent peer ends the run with perftest's exchange error, never a traceback
-HOLD_S = 0.8
-CONNECT_RETRY_S = 1.0
+CONNECT_RETRY_S = 3.0
 ALL_SIZES = tuple(2**k for k in range(1, 24))
 
 
