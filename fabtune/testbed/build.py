@@ -310,6 +310,10 @@ def down(name: str) -> None:
             killed.append(pid)
     for netns in [n for n in system.netns_list() if n.startswith(names.netns_prefix)]:
         killed += _kill_netns(netns)
+    for pid in _processes_using(layout.testbed_dir(name)):  # e.g. an ansible-playbook on its inventory
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        killed.append(pid)
     _wait_gone(killed)
     for netns in [n for n in system.netns_list() if n.startswith(names.netns_prefix)]:
         system.ip("netns", "del", netns)

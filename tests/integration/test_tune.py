@@ -19,8 +19,10 @@ from fabtune.testbed import layout
 from fabtune.testbed.spec import TestbedSpec
 from fabtune.tune import run as tune_run
 from fabtune.tune.backend import AnsibleBackend
+from fabtune.tune.loop import restore_and_verify
 from fabtune.tune.state import differences, snapshot_of
 from tests.integration.conftest import make_testbed
+from tests.unit.test_report_render import CHROMIUM, render
 
 pytestmark = pytest.mark.testbed
 
@@ -54,8 +56,24 @@ def current_state(spec: TestbedSpec) -> dict[str, dict[str, object]]:
     return {h: snapshot_of(f) for h, f in backend.facts().items()}
 
 
-def test_tune_reaches_the_oracle_and_verifies_rollbacks(rack: TestbedSpec) -> None:
-    before = current_state(rack)
+@pytest.fixture(scope="module")
+def factory(rack: TestbedSpec) -> dict[str, dict[str, object]]:
+    """The rack's state as built, before any test tunes it."""
+    return current_state(rack)
+
+
+@pytest.fixture
+def at_factory(rack: TestbedSpec, factory: dict[str, dict[str, object]]) -> dict[str, dict[str, object]]:
+    """Each test starts from the rack as built, whatever an earlier test left."""
+    if any(differences(factory[h], s) for h, s in current_state(rack).items()):
+        restore_and_verify(AnsibleBackend(read_inventory(inventory(rack))), factory)
+    return factory
+
+
+def test_tune_reaches_the_oracle_and_verifies_rollbacks(
+    rack: TestbedSpec, at_factory: dict[str, dict[str, object]], tmp_path: Path
+) -> None:
+    before = at_factory
     result, report = tune_run.tune(inventory(rack), FAST, oracle=tune_run.testbed_oracle)
     doc = json.loads(report.read_text())
     assert doc["oracle"]["share_of_best"] >= 0.99, doc["oracle"]
@@ -67,7 +85,9 @@ def test_tune_reaches_the_oracle_and_verifies_rollbacks(rack: TestbedSpec) -> No
     steps = Journal().steps(result.run_id)
     undone = [s for s in steps if s.kind == "move" and s.state == "rolled_back"]
     assert undone and all(s.payload["verified"] for s in undone)
-    assert Path(doc["tuned_desired"]).exists()
+    assert Path(doc["tune"]["tuned_desired"]).exists()
+    if CHROMIUM is not None:  # the HTML report of this testbed run, rendered and kept as a screenshot
+        print(f"screenshot: {render(report.with_suffix('.html'), 'report-tune-testbed.png', tmp_path)}")
     tune_run.rollback(result.run_id)
     assert [d for h in before for d in differences(before[h], current_state(rack)[h])] == []
 
@@ -81,24 +101,27 @@ def _wait_for_move(run_dir: Path, timeout: float) -> tuple[str, int]:
                 if step.kind == "move" and step.state == "applied":
                     return run.id, step.seq
         time.sleep(0.5)
-    raise AssertionError("no move was applied in time")
+    raise AssertionError(f"no move was applied in time: {(run_dir / 'tune.out').read_text()[-2000:]}")
 
 
-def test_kill_9_mid_move_hosts_revert_then_rollback_restores(rack: TestbedSpec, tmp_path: Path) -> None:
-    before = current_state(rack)
+def test_kill_9_mid_move_hosts_revert_then_rollback_restores(
+    rack: TestbedSpec, at_factory: dict[str, dict[str, object]], tmp_path: Path
+) -> None:
+    before = at_factory
     profile = tmp_path / "profile.yml"
     profile.write_text(json.dumps({"fabtune_tune": {**FAST, "revert_deadline_s": 45}}))
     proc = subprocess.Popen(
         [sys.executable, "-m", "fabtune", "tune", "-i", str(inventory(rack)), "--profile", str(profile)],
         env=os.environ.copy(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stdout=(tmp_path / "tune.out").open("w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
     try:
         run_id, seq = _wait_for_move(tmp_path, 300)
         moved = current_state(rack)
         assert [d for h in before for d in differences(before[h], moved[h])] != []
-        os.kill(proc.pid, signal.SIGKILL)
+        os.killpg(proc.pid, signal.SIGKILL)  # the controller and its ansible-playbook children die at once
     finally:
         proc.kill()
         proc.wait()

@@ -28,6 +28,27 @@ ERRORS = re.compile(
 )
 
 
+def render(html: Path, name: str, tmp_path: Path) -> Path:
+    """Render ``html`` in headless Chromium, assert no console or load errors, keep the screenshot."""
+    assert CHROMIUM is not None
+    ARTIFACTS.mkdir(exist_ok=True)
+    shot = ARTIFACTS / name
+    shot.unlink(missing_ok=True)
+    argv = [
+        CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run", "--hide-scrollbars",
+        f"--user-data-dir={tmp_path / 'chromium'}", f"--screenshot={shot}", "--window-size=1280,3600",
+        "--enable-logging=stderr", "--v=0", html.as_uri(),
+    ]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    log = done.stdout + done.stderr
+    assert done.returncode == 0, log[-2000:]
+    assert shot.is_file() and shot.stat().st_size > 20_000, log[-2000:]
+    errors = [line for line in log.splitlines() if ERRORS.search(line)]
+    assert not errors, errors
+    return shot
+
+
 @pytest.mark.skipif(
     CHROMIUM is None, reason="no chromium on PATH: apt-get install chromium (packages/debian.txt)"
 )
@@ -40,30 +61,5 @@ def test_headless_chromium_renders_the_report(
     journal = Journal(home / "journal.sqlite")
     run_id = make(kind, journal, home, monkeypatch)
     html = report.write_all(journal, run_id)["html"]
-    ARTIFACTS.mkdir(exist_ok=True)
-    shot = ARTIFACTS / f"report-{kind}.png"
-    shot.unlink(missing_ok=True)
-    argv = [
-        str(CHROMIUM),
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--no-first-run",
-        "--hide-scrollbars",
-        f"--user-data-dir={tmp_path / 'chromium'}",
-        f"--screenshot={shot}",
-        "--window-size=1280,3600",
-        "--enable-logging=stderr",
-        "--v=0",
-        html.as_uri(),
-    ]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
-    log = done.stdout + done.stderr
-    assert done.returncode == 0, log[-2000:]
-    assert shot.is_file() and shot.stat().st_size > 20_000, log[-2000:]
-    errors = [line for line in log.splitlines() if ERRORS.search(line)]
-    assert not errors, errors
+    shot = render(html, f"report-{kind}.png", tmp_path)
     print(f"screenshot of the {kind} report: {shot}")
