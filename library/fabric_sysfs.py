@@ -80,17 +80,9 @@ changes:
             "before": "46", "after": "48"}]
 """
 
-import os
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.fabric_host import (
-    cc_knob_paths,
-    port_of,
-    read_nic_sysfs,
-    tos_knob_paths,
-)
-
-RDMA_CM = "/sys/kernel/config/rdma_cm/"
+from ansible.module_utils.fabric_apply import ApplyError, nic_knobs, plan, write_changes
+from ansible.module_utils.fabric_host import read_nic_sysfs
 
 
 def get_argument_spec():
@@ -103,19 +95,6 @@ def get_argument_spec():
 
 NIC_KEYS = ("mtu", "ecn", "cnp_dscp", "cnp_prio", "roce_tos", "roce_mode")
 
-
-def nic_knobs(root, interface, nic):
-    """``(knobs, problem)``: the ``{path: value}`` a desired NIC entry asks for on ``interface``."""
-    knobs = {}
-    if nic.get("mtu") is not None:
-        knobs["/sys/class/net/%s/mtu" % interface] = str(nic["mtu"])
-    knobs.update(cc_knob_paths(interface, nic))
-    if nic.get("roce_tos") is not None or nic.get("roce_mode") is not None:
-        where = port_of(root, interface)
-        if where is None:
-            return knobs, "%s has no RDMA port: cannot set roce_tos/roce_mode" % interface
-        knobs.update(tos_knob_paths(where[0], where[1], nic))
-    return knobs, None
 
 
 def nic_changes(interface, before_state, nic):
@@ -133,17 +112,6 @@ def nic_changes(interface, before_state, nic):
     return out
 
 
-def read_value(path):
-    try:
-        with open(path) as handle:
-            return handle.read().strip()
-    except (IOError, OSError):
-        return None
-
-
-def write_value(path, value):
-    with open(path, "w") as handle:
-        handle.write(value + "\n")
 
 
 def bad_paths(knobs):
@@ -151,25 +119,6 @@ def bad_paths(knobs):
     return [p for p in knobs if not p.startswith("/sys/") or ".." in p.split("/")]
 
 
-def cm_group(path):
-    """The rdma_cm configfs group directory a path needs (``.../rdma_cm/mlx5_0``), or None."""
-    if not path.startswith(RDMA_CM):
-        return None
-    dev = path[len(RDMA_CM):].split("/", 1)[0]
-    return RDMA_CM + dev
-
-
-def plan(knobs, reader=None):
-    """``(before, changes)``: current values and the ``{path: (before, after)}`` that differ."""
-    reader = reader or read_value
-    before, changes = {}, {}
-    for path in sorted(knobs):
-        want = str(knobs[path]).strip()
-        have = reader(path)
-        before[path] = have
-        if have != want:
-            changes[path] = (have, want)
-    return before, changes
 
 
 def main():
@@ -191,18 +140,10 @@ def main():
         module.fail_json(msg="argument 'knobs' must name paths under /sys/, not %s" % ", ".join(sorted(bad)))
     before, changes = plan(knobs)
     if changes and not module.check_mode:
-        for path, (_old, new) in sorted(changes.items()):
-            group = cm_group(path)
-            try:
-                if group and not os.path.isdir(group):
-                    os.mkdir(group)
-                write_value(path, new)
-            except (IOError, OSError) as exc:
-                module.fail_json(msg="cannot write %r to %s: %s" % (new, path, exc), before=before)
-        readback = dict((p, read_value(p)) for p in changes)
-        wrong = dict((p, v) for p, v in readback.items() if v != changes[p][1])
-        if wrong:
-            module.fail_json(msg="the kernel did not take the values: %s" % wrong, before=before)
+        try:
+            write_changes(changes)  # the same code the host-side revert runs (module_utils/fabric_apply)
+        except ApplyError as exc:
+            module.fail_json(msg=str(exc), before=before)
     after = dict(before)
     after.update(dict((p, new) for p, (_old, new) in changes.items()))
     if before_state is not None:

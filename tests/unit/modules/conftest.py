@@ -31,7 +31,7 @@ def _load(name: str, path: Path) -> ModuleType:
     return module
 
 
-for _util in ("fabric_desired", "fabric_host", "fabric_qos_backend"):
+for _util in ("fabric_desired", "fabric_host", "fabric_qos_backend", "fabric_apply"):
     _load(f"ansible.module_utils.{_util}", REPO / "module_utils" / f"{_util}.py")
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,7 @@ import pytest
 from tests.unit.modules.conftest import AnsibleExitJson, AnsibleFailJson, load_module
 
 fabric_sysfs = load_module("fabric_sysfs")
+fabric_apply = sys.modules["ansible.module_utils.fabric_apply"]  # the apply code fabric_sysfs runs
 fabric_qos = load_module("fabric_qos")
 fabric_facts = load_module("fabric_facts")
 fabric_validate = load_module("fabric_validate")
@@ -38,8 +40,8 @@ def test_sysfs_needs_knobs_or_interface(module_args: Any) -> None:
 
 def test_sysfs_check_mode_reports_without_writing(module_args: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     files = {"/sys/class/net/x/ecn/roce_np/cnp_dscp": "46"}
-    monkeypatch.setattr(fabric_sysfs, "read_value", files.get)
-    monkeypatch.setattr(fabric_sysfs, "write_value", lambda p, v: pytest.fail("wrote in check mode"))
+    monkeypatch.setattr(fabric_apply, "read_value", files.get)
+    monkeypatch.setattr(fabric_apply, "write_value", lambda p, v: pytest.fail("wrote in check mode"))
     module_args({"knobs": {"/sys/class/net/x/ecn/roce_np/cnp_dscp": "48"}}, check_mode=True, diff=True)
     with pytest.raises(AnsibleExitJson) as done:
         fabric_sysfs.main()
@@ -51,8 +53,8 @@ def test_sysfs_check_mode_reports_without_writing(module_args: Any, monkeypatch:
 
 def test_sysfs_writes_and_reads_back(module_args: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     files = {"/sys/a": "0"}
-    monkeypatch.setattr(fabric_sysfs, "read_value", files.get)
-    monkeypatch.setattr(fabric_sysfs, "write_value", files.__setitem__)
+    monkeypatch.setattr(fabric_apply, "read_value", files.get)
+    monkeypatch.setattr(fabric_apply, "write_value", files.__setitem__)
     module_args({"knobs": {"/sys/a": "1"}})
     with pytest.raises(AnsibleExitJson) as done:
         fabric_sysfs.main()
@@ -76,9 +78,9 @@ def test_sysfs_nic_paths() -> None:
 
 
 def test_sysfs_cm_group() -> None:
-    assert fabric_sysfs.cm_group("/sys/kernel/config/rdma_cm/mlx5_0/ports/1/default_roce_tos") == \
+    assert fabric_apply.cm_group("/sys/kernel/config/rdma_cm/mlx5_0/ports/1/default_roce_tos") == \
         "/sys/kernel/config/rdma_cm/mlx5_0"
-    assert fabric_sysfs.cm_group("/sys/class/net/x/mtu") is None
+    assert fabric_apply.cm_group("/sys/class/net/x/mtu") is None
 
 
 def test_qos_params_normalise_json_keys() -> None:

@@ -7,6 +7,7 @@ import io
 import json
 import os
 import stat
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,10 +15,10 @@ import pytest
 
 from fabtune.sim.node import NodeState, provision
 from fabtune.sim.tools import TOOLS
-from tests.unit.modules.conftest import REPO, AnsibleExitJson, AnsibleFailJson, _load, load_module
+from tests.unit.modules.conftest import AnsibleExitJson, AnsibleFailJson, load_module
 from tests.unit.sim_tools.conftest import roce_node
 
-fabric_apply = _load("ansible.module_utils.fabric_apply", REPO / "module_utils" / "fabric_apply.py")
+fabric_apply = sys.modules["ansible.module_utils.fabric_apply"]  # loaded once, by conftest
 fabric_revert = load_module("fabric_revert")
 fabric_sysfs = load_module("fabric_sysfs")
 
@@ -174,15 +175,10 @@ def test_confirm_after_the_host_reverted_fails(module_args: Any, host: Host, tmp
 
 # --- fabric_apply: the same code as the modules; the revert on an emulated node tree -----------
 
-def test_shared_sysfs_helpers_match_the_module() -> None:
-    nic = {"mtu": 4200, "ecn": {"np": [3], "rp": [3]}, "cnp_dscp": 48, "cnp_prio": 6}
-    shared = fabric_apply.nic_knobs("/nonexistent", "eth9", nic)
-    assert shared == fabric_sysfs.nic_knobs("/nonexistent", "eth9", nic)
-    files = {"/sys/a": "1", "/sys/b": "0"}
-    assert fabric_apply.plan({"/sys/a": 1, "/sys/b": 1}, files.get) == \
-        fabric_sysfs.plan({"/sys/a": 1, "/sys/b": 1}, files.get)
-    path = "/sys/kernel/config/rdma_cm/mlx5_3/ports/1/default_roce_tos"
-    assert fabric_apply.cm_group(path) == fabric_sysfs.cm_group(path)
+def test_the_module_and_the_revert_share_one_apply_code() -> None:
+    assert fabric_sysfs.nic_knobs is fabric_apply.nic_knobs
+    assert fabric_sysfs.plan is fabric_apply.plan
+    assert fabric_sysfs.write_changes is fabric_apply.write_changes
 
 
 @pytest.fixture
