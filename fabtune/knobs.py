@@ -13,7 +13,10 @@ from typing import Any, Literal
 
 Scope = Literal["nic", "nccl", "sm"]
 Fabric = Literal["roce", "ib"]
-LOSSLESS_ORDER = (3, 4, 5, 2, 1, 6, 0, 7)  # 3 is the industry's usual RoCE priority; try it first
+LOSSLESS_ORDER = (3, 4, 5, 2, 1, 6, 0, 7)
+# Groups whose candidates are rungs of one ladder (more of the same): after a kept rung the next is
+# tried against the new reference, until one does not improve. Other groups hold alternatives.
+LADDERS = frozenset({"qps"})  # 3 is the industry's usual RoCE priority; try it first
 ECT0 = 2  # the ECN-capable-transport bit DCQCN needs in the ToS byte
 
 
@@ -198,7 +201,7 @@ def _qps(view: View) -> list[Candidate]:
             Change(nccl={"NCCL_IB_QPS_PER_CONNECTION": str(q)}),
             "more QPs spread over ECMP paths and lift the per-QP limit",
         )
-        for q in (4, 8)
+        for q in (4, 8, 16)
     ]
 
 

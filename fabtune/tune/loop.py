@@ -18,7 +18,7 @@ from fabtune import ansible
 from fabtune.bench.checks import CheckResult
 from fabtune.errors import FabtuneError
 from fabtune.journal import Journal
-from fabtune.knobs import Candidate, plan
+from fabtune.knobs import LADDERS, Candidate, plan
 from fabtune.tune.measure import Batch, Sample
 from fabtune.tune.state import differences, snapshot_of, view_of, with_change
 from fabtune.tune.stats import Decision, DecisionPolicy, decide, noise_floor
@@ -303,8 +303,8 @@ class Tuner:
                     continue
                 record = self.try_move(cand)
                 moves.append(record)
-                if record.outcome == "kept":
-                    break
+                if (record.outcome == "kept") != (cand.group in LADDERS):
+                    break  # an alternative was kept, or a ladder's rung did not improve
         seq = self.journal.step(self.run_id, "phase", "final", {})
         self.journal.finish_step(
             self.run_id,

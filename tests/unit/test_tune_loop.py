@@ -80,7 +80,9 @@ class FakeRack:
             and nic.get("roce_tos") == ((self.prio * 8 + 2) << 2 | 2)
         )
         mtu = 1.06 if nic.get("mtu") == 4200 else 1.0
-        return 100 * mtu * (1.05 if lossless else 1.0), 100 * (1.0 if lossless else 0.3)
+        qps = {"4": 1.1, "8": 1.2, "16": 1.2}.get(str((self.state["h01"].get("nccl") or {}).get(
+            "NCCL_IB_QPS_PER_CONNECTION")), 1.0)
+        return 100 * mtu * qps * (1.05 if lossless else 1.0), 100 * (1.0 if lossless else 0.3)
 
     def measure(self, repetitions: int) -> Batch:
         ar, aa = self._busbw()
@@ -107,6 +109,16 @@ def test_keeps_what_helps_and_rolls_back_the_rest(tmp_path: Path) -> None:
     assert (nic["pfc"], nic["mtu"], nic["roce_tos"]) == ([4], 4200, 138)
     assert [a["exact"] for a in rack.applied] == [False, True, False, False]
     assert all(a["armed"] for a in rack.applied if not a["exact"])
+
+
+def test_a_ladder_climbs_while_each_rung_improves(tmp_path: Path) -> None:
+    rack = FakeRack()
+    journal = Journal(tmp_path / "j.sqlite")
+    run_id = journal.open_run("tune", "rack", "inv.yml", None)
+    result = Tuner(rack, journal, run_id, "roce", options=TuneOptions(skip_groups=("gdr",))).run()
+    qps = [(m.name, m.outcome) for m in result.moves if m.group == "qps"]
+    assert qps == [("4 QPs per connection", "kept"), ("8 QPs per connection", "kept"),
+                   ("16 QPs per connection", "rolled_back")]
 
 
 def test_every_step_is_journaled_with_its_snapshot_first(tmp_path: Path) -> None:
