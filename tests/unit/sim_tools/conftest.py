@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from fabtune.sim.node import NodeState, provision
-
-FIXTURES = Path(__file__).resolve().parents[4] / "shared" / "fixtures"
+from tests.conftest import fixture_text
 
 
 def fixture_lines(name: str) -> list[str]:
-    """A fixture's lines without its ``# source:`` line."""
-    return (FIXTURES / name).read_text().splitlines()[1:]
+    """A fixture's lines without its ``# source:`` line (skips when ../shared is absent)."""
+    return fixture_text(name).splitlines()
 
 
 def roce_node() -> dict[str, Any]:
