@@ -46,7 +46,7 @@ from fabtune.bench.checks import CheckResult
 from fabtune.bench.fabric import HostView, read_hosts
 from fabtune.bench.parsers.ibstat import IbStat
 from fabtune.bench.schedule import Pair, all_pairs_rounds, rail_pairs
-from fabtune.commands.apply import knob_changes
+from fabtune.changes import knob_changes
 from fabtune.errors import ExitStatus, FabtuneError
 from fabtune.inventory import InventoryInfo
 from fabtune.journal import Journal

@@ -27,7 +27,7 @@ from fabtune.bench import nccl, pairs
 from fabtune.bench.argv import NcclOptions, PerftestOptions
 from fabtune.bench.fabric import HostView, read_hosts
 from fabtune.bench.schedule import Pair, all_pairs_rounds, rail_pairs
-from fabtune.commands.apply import knob_changes
+from fabtune.changes import knob_changes
 from fabtune.desired import load_tuned, tuned_path
 from fabtune.errors import ConfigError, ExitStatus, FabtuneError, PlaybookFailed
 from fabtune.inventory import InventoryInfo

@@ -2,93 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import click
 
-from fabtune.ansible import RunOutcome, TaskResult, run_playbook
+from fabtune.ansible import RunOutcome, run_playbook
+from fabtune.changes import knob_changes
 from fabtune.errors import ConfigError
 from fabtune.profile import load_profile
 
 VALIDATE_TASK = "Validate the desired fabric state"
-CONF_ACTIONS = ("template", "ansible.builtin.template", "file", "ansible.builtin.file")
-
-
-@dataclass(frozen=True)
-class KnobChange:
-    """One knob of one host that changed (or would change, in check mode)."""
-
-    host: str
-    knob: str
-    before: Any
-    after: Any
-
-
-def _item_results(task: TaskResult) -> Iterable[Mapping[str, Any]]:
-    results = task.result.get("results")
-    if isinstance(results, list):
-        return [r for r in results if isinstance(r, Mapping)]
-    return [task.result]
-
-
-def _conf_lines(text: object) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for line in str(text or "").splitlines():
-        if "=" in line and not line.lstrip().startswith("#"):
-            key, value = line.split("=", 1)
-            out[key.strip()] = value.strip()
-    return out
-
-
-def _diff_changes(host: str, result: Mapping[str, Any]) -> list[KnobChange]:
-    """Per ``KEY=value`` line, the changes a template/file diff shows (``/etc/nccl.conf``)."""
-    diffs = result.get("diff") or []
-    out: list[KnobChange] = []
-    for diff in diffs if isinstance(diffs, list) else [diffs]:
-        before, after = _conf_lines(diff.get("before")), _conf_lines(diff.get("after"))
-        where = str(result.get("dest") or result.get("path") or diff.get("before_header") or "file")
-        for key in sorted(set(before) | set(after)):
-            if before.get(key) != after.get(key):
-                out.append(KnobChange(host, f"{where}:{key}", before.get(key), after.get(key)))
-    if not out and result.get("changed"):
-        where = str(result.get("dest") or result.get("path") or "file")
-        out.append(KnobChange(host, where, None, result.get("state") or "changed"))
-    return out
-
-
-def knob_changes(tasks: Sequence[TaskResult]) -> dict[str, list[KnobChange]]:
-    """Per host, every knob changed, from the modules' ``changes`` (or a config file's diff).
-
-    Args:
-        tasks: the task results of an apply or drift run.
-
-    Returns:
-        Host to changes, in task order; hosts without changes are left out.
-    """
-    out: dict[str, list[KnobChange]] = {}
-    for task in tasks:
-        if task.event != "runner_on_ok":
-            continue
-        for result in _item_results(task):
-            if not result.get("changed"):
-                continue
-            changes = result.get("changes")
-            if isinstance(changes, list):
-                found = [KnobChange(task.host, str(c.get("knob")), c.get("before"), c.get("after"))
-                         for c in changes if isinstance(c, Mapping)]
-            elif task.action in CONF_ACTIONS:
-                found = _diff_changes(task.host, result)
-            elif isinstance(result.get("item"), Mapping) and "key" in result["item"]:
-                item = result["item"]
-                knob = f"{result.get('path', 'file')}:{item['key']}"
-                found = [KnobChange(task.host, knob, None, item.get("value"))]
-            else:
-                found = [KnobChange(task.host, task.task, None, "changed")]
-            out.setdefault(task.host, []).extend(found)
-    return out
 
 
 def _host_problems(outcome: RunOutcome) -> list[str]:
