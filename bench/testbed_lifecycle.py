@@ -38,7 +38,8 @@ def main() -> None:
     parser.add_argument("--hosts", type=int, nargs="+", default=[8, 16])
     args = parser.parse_args()
     os.environ.setdefault("FABTUNE_HOME", tempfile.mkdtemp(prefix="fabtune-bench-"))
-    print(f"machine: {os.cpu_count()} CPUs, kernel {platform.release()}, {args.runs} runs each, 4 NICs/host\n")
+    print(f"machine: {os.cpu_count()} CPUs, kernel {platform.release()}, "
+          f"{args.runs} runs each, 4 NICs/host\n")
     print("| hosts | up median (s) | up min-max (s) | down median (s) | down min-max (s) |")
     print("|---|---|---|---|---|")
     for hosts in args.hosts:

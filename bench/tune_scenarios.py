@@ -40,12 +40,15 @@ SCENARIOS: dict[str, dict[str, Any]] = {
 }
 
 
-def run(name: str, doc: dict[str, Any]) -> tuple[str, float, float, str, float]:
+GREEDY_RUNS = 5
+
+
+def run(name: str, doc: dict[str, Any]) -> tuple[str, float, float, str, float, str]:
     spec = build_spec({"name": "tsc", "subnet_base": "10.220", "seed": 3, "switch": SWITCH, **doc})
     build.up(spec)
     try:
         start = time.monotonic()
-        result, report = tune_run.tune(layout.testbed_dir(spec.name) / "inventory.yml", {},
+        result, _report = tune_run.tune(layout.testbed_dir(spec.name) / "inventory.yml", {},
                                        oracle=tune_run.testbed_oracle)
         elapsed = time.monotonic() - start
         oracle = tune_run.testbed_oracle(__import__("fabtune.inventory", fromlist=["x"]).read_inventory(
@@ -55,7 +58,11 @@ def run(name: str, doc: dict[str, Any]) -> tuple[str, float, float, str, float]:
     assert oracle is not None
     kept = ", ".join(m.name for m in result.moves if m.outcome == "kept") or "none"
     rolled = sum(m.outcome == "rolled_back" for m in result.moves)
-    return kept, oracle["tuned_busbw"], oracle["best_busbw"], f"{rolled}", elapsed
+    whole_plan = GREEDY_RUNS * (1 + sum(len(group) for group in result.planned))
+    same_moves = GREEDY_RUNS * (1 + len(result.moves))
+    runs = (f"{result.runs} | {whole_plan} ({result.runs / whole_plan:.0%}) "
+            f"| {same_moves} ({result.runs / same_moves:.0%})")
+    return kept, oracle["tuned_busbw"], oracle["best_busbw"], f"{rolled}", elapsed, runs
 
 
 def main() -> None:
@@ -64,12 +71,12 @@ def main() -> None:
     args = parser.parse_args()
     os.environ.setdefault("FABTUNE_HOME", tempfile.mkdtemp(prefix="fabtune-bench-"))
     print("| scenario | kept moves | rolled back (verified) | tuned busbw (GB/s) | oracle best (GB/s) "
-          "| share of best | wall time (s) |")
-    print("|---|---|---|---|---|---|---|")
+          "| share of best | wall time (s) | benchmark runs | greedy-5, whole plan | greedy-5, same moves |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for name in args.only:
-        kept, tuned, best, rolled, elapsed = run(name, SCENARIOS[name])
-        print(f"| {name} | {kept} | {rolled} | {tuned:.1f} | {best:.1f} | {tuned / best:.1%} | {elapsed:.0f} |",
-              flush=True)
+        kept, tuned, best, rolled, elapsed, runs = run(name, SCENARIOS[name])
+        print(f"| {name} | {kept} | {rolled} | {tuned:.1f} | {best:.1f} | {tuned / best:.1%} | {elapsed:.0f} "
+              f"| {runs} |", flush=True)
 
 
 if __name__ == "__main__":

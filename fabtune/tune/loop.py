@@ -66,8 +66,9 @@ class TuneOptions:
     """Parameters of a tuning run (each can be set in the profile's ``fabtune_tune`` section)."""
 
     policy: DecisionPolicy = field(default_factory=DecisionPolicy)
-    baseline_runs: int = 6
+    baseline_runs: int = 8
     pause_guard: float = 10.0
+    guard_loss: float = 0.05
     skip_groups: tuple[str, ...] = ()
 
 
@@ -98,6 +99,20 @@ class TuneResult:
     moves: list[MoveRecord]
     desired: dict[str, dict[str, Any]]
     preflight: list[CheckResult]
+    runs: int = 0  # benchmark repetitions measured, the baseline's included
+    planned: list[list[str]] = field(default_factory=list)  # every candidate of the plan, per group
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """A move's verdict, why, the decisions per metric, and the measurements they rest on."""
+
+    verdict: str
+    reason: str
+    all_reduce: Decision
+    alltoall: Decision
+    samples: list[Sample]
+    pause_frames: int
 
 
 def _ar(samples: Sequence[Sample]) -> list[float]:
@@ -128,6 +143,11 @@ class Tuner:
         self.reference: list[Sample] = []
         self.pause_rate = 0.0
         self._intents: dict[int, dict[str, Any]] = {}  # a move's intent payload, kept in its outcome
+        self.runs = 0
+
+    def _measure(self, repetitions: int) -> Batch:
+        self.runs += repetitions
+        return self.backend.measure(repetitions)
 
     # -- phases ---------------------------------------------------------------------------
 
@@ -145,7 +165,7 @@ class Tuner:
 
     def baseline(self) -> list[CheckResult]:
         seq = self.journal.step(self.run_id, "phase", "baseline", {})
-        batch = self.backend.measure(self.options.baseline_runs)
+        batch = self._measure(self.options.baseline_runs)
         failed = [r for r in batch.transport if r.verdict == "fail"]
         broken = [s for s in batch.samples if s.error]
         if failed or len(broken) == len(batch.samples):
@@ -197,37 +217,42 @@ class Tuner:
             reason = "; ".join(f"{t.host}: {t.result.get('msg', 'failed')}" for t in applied.failures())[:500]
             return self._undo(seq, record, f"apply failed: {reason}", desired)
         self.journal.finish_step(self.run_id, seq, "applied")
-        decision, samples, pauses = self._measure_until_clear(record)
-        record.decision = {"all_reduce": decision[0].__dict__, "alltoall": decision[1].__dict__}
-        record.pause_frames = pauses
-        verdict, reason = self._verdict(decision, pauses / max(len(samples), 1))
-        if verdict == "keep":
-            return self._keep(seq, record, reason, desired, samples)
-        return self._undo(seq, record, reason, desired)
+        judged = self.judge()
+        record.all_reduce, record.alltoall = _ar(judged.samples), _aa(judged.samples)
+        record.decision = {"all_reduce": judged.all_reduce.__dict__, "alltoall": judged.alltoall.__dict__}
+        record.pause_frames = judged.pause_frames
+        if judged.verdict == "keep":
+            return self._keep(seq, record, judged.reason, desired, judged.samples)
+        return self._undo(seq, record, judged.reason, desired)
 
-    def _measure_until_clear(self, record: MoveRecord) -> tuple[tuple[Decision, Decision], list[Sample], int]:
+    def judge(self) -> Judgement:
+        """Measure the rack as it is now against the reference until the decision is clear."""
         policy = self.options.policy
+        per_metric = dataclasses.replace(policy, alpha=policy.alpha / 2)  # either metric can earn a keep
         samples: list[Sample] = []
         pauses = 0
         while True:
-            batch = self.backend.measure(policy.batch if samples else policy.min_runs)
+            batch = self._measure(policy.batch if samples else policy.min_runs)
             samples += batch.samples
             pauses += batch.pause_frames
-            record.all_reduce, record.alltoall = _ar(samples), _aa(samples)
-            ar = decide(_ar(self.reference), _ar(samples), policy)
-            aa = decide(_aa(self.reference), _aa(samples), policy)
+            ar = decide(_ar(self.reference), _ar(samples), per_metric)
+            aa = decide(_aa(self.reference), _aa(samples), per_metric)
             self.emit(
                 "measure",
                 f"{len(samples)} runs: all_reduce x{ar.ratio:.3f}, alltoall x{aa.ratio:.3f}",
                 {"all_reduce": _ar(samples), "alltoall": _aa(samples)},
             )
             if self._settled(ar, aa) or len(samples) >= policy.max_runs:
-                return (ar, aa), samples, pauses
+                verdict, reason = self._verdict((ar, aa), pauses / max(len(samples), 1))
+                return Judgement(verdict, reason, ar, aa, samples, pauses)
 
-    @staticmethod
-    def _settled(ar: Decision, aa: Decision) -> bool:
-        """A significant loss or gain on either metric, or no gain on both, ends the measurements."""
-        if ar.worse or aa.worse or "keep" in (ar.verdict, aa.verdict):
+    def _collapsed(self, aa: Decision) -> bool:
+        """The guard metric lost more than ``guard_loss``, with confidence (not a mere dip)."""
+        return aa.worse and aa.ci_high < 1 - self.options.guard_loss
+
+    def _settled(self, ar: Decision, aa: Decision) -> bool:
+        """A loss on the primary metric, a collapse of the guard, a clear gain, or no gain on both."""
+        if ar.worse or self._collapsed(aa) or "keep" in (ar.verdict, aa.verdict):
             return True
         return ar.verdict != "continue" and aa.verdict != "continue"
 
@@ -235,7 +260,7 @@ class Tuner:
         ar, aa = decision
         if ar.worse:
             return "rollback", f"all_reduce {ar.reason}"
-        if aa.worse:
+        if self._collapsed(aa):
             return "rollback", f"guard: alltoall (incast) {aa.reason}"
         flood = pause_rate > max(self.options.pause_guard * self.pause_rate, 1000.0)
         if flood and aa.verdict != "keep":
@@ -259,11 +284,18 @@ class Tuner:
     ) -> MoveRecord:
         self.backend.confirm(self.run_id).raise_for_failure("confirming the move")
         self.current = {h: snapshot_of(f) for h, f in self.backend.facts().items()}  # read back, normal form
-        self.reference = samples
+        self.reference = self._topped_up(samples)
         record.outcome, record.reason = "kept", reason
         self.journal.finish_step(self.run_id, seq, "kept", {"reason": reason, **self._outcome(seq, record)})
         self.emit("decision", f"kept {record.name}: {reason}", {"outcome": "kept"})
         return record
+
+    def _topped_up(self, samples: list[Sample]) -> list[Sample]:
+        """The kept state's samples, measured up to ``baseline_runs``: the next move's reference."""
+        missing = self.options.baseline_runs - len(samples)
+        if missing <= 0:
+            return samples
+        return samples + list(self._measure(missing).samples)
 
     def _undo(
         self, seq: int, record: MoveRecord, reason: str, desired: dict[str, dict[str, Any]]
@@ -297,7 +329,8 @@ class Tuner:
         transport = self.baseline()
         baseline = _ar(self.reference)
         moves: list[MoveRecord] = []
-        for group in plan(view_of(facts, self.fabric), self.options.skip_groups):
+        groups = plan(view_of(facts, self.fabric), self.options.skip_groups)
+        for group in groups:
             for cand in group:
                 if cand.name in done:
                     continue
@@ -305,15 +338,30 @@ class Tuner:
                 moves.append(record)
                 if (record.outcome == "kept") != (cand.group in LADDERS):
                     break  # an alternative was kept, or a ladder's rung did not improve
+        planned = [[c.name for c in group] for group in groups]
         seq = self.journal.step(self.run_id, "phase", "final", {})
         self.journal.finish_step(
             self.run_id,
             seq,
             "done",
-            {"state": self.current, "all_reduce": _ar(self.reference), "alltoall": _aa(self.reference)},
+            {
+                "state": self.current,
+                "all_reduce": _ar(self.reference),
+                "alltoall": _aa(self.reference),
+                "runs": self.runs,
+                "planned": planned,
+            },
         )
         return TuneResult(
-            self.run_id, baseline, _ar(self.reference), noise_floor(baseline), moves, self.current, transport
+            self.run_id,
+            baseline,
+            _ar(self.reference),
+            noise_floor(baseline),
+            moves,
+            self.current,
+            transport,
+            self.runs,
+            planned,
         )
 
 

@@ -23,11 +23,18 @@ OPTION_KEYS = (
     "min_runs",
     "max_runs",
     "batch",
+    "futility",
+    "detect",
     "baseline_runs",
     "pause_guard",
+    "guard_loss",
     "skip_groups",
     "revert_deadline_s",
 )
+
+
+POLICY_KEYS = ("alpha", "min_effect", "min_runs", "max_runs", "batch", "futility", "detect")
+DEFAULTS = TuneOptions()
 
 
 def options_from(raw: Mapping[str, Any] | None) -> tuple[TuneOptions, int]:
@@ -42,13 +49,14 @@ def options_from(raw: Mapping[str, Any] | None) -> tuple[TuneOptions, int]:
         for k in raw
         if k not in OPTION_KEYS
     ]
-    policy_keys = {k: raw[k] for k in ("alpha", "min_effect", "min_runs", "max_runs", "batch") if k in raw}
+    policy_keys = {k: raw[k] for k in POLICY_KEYS if k in raw}
     try:
         policy = DecisionPolicy(**policy_keys)
         opts = TuneOptions(
             policy,
-            int(raw.get("baseline_runs", 6)),
-            float(raw.get("pause_guard", 10.0)),
+            int(raw.get("baseline_runs", DEFAULTS.baseline_runs)),
+            float(raw.get("pause_guard", DEFAULTS.pause_guard)),
+            float(raw.get("guard_loss", DEFAULTS.guard_loss)),
             tuple(raw.get("skip_groups", ())),
         )
         deadline = int(raw.get("revert_deadline_s", 300))
@@ -59,6 +67,8 @@ def options_from(raw: Mapping[str, Any] | None) -> tuple[TuneOptions, int]:
         problems.append(
             f"fabtune_tune.baseline_runs: {opts.baseline_runs} must be at least min_runs ({policy.min_runs})"
         )
+    if not 0 < opts.guard_loss < 1:
+        problems.append(f"fabtune_tune.guard_loss: {opts.guard_loss} must be between 0 and 1 (a fraction)")
     if deadline < 30:
         problems.append(f"fabtune_tune.revert_deadline_s: {deadline} must be at least 30 seconds")
     if problems:
@@ -128,6 +138,7 @@ def tune(
     journal = Journal()
     with fabric_lock(info.name, "tune") as stale:
         run_id = journal.open_run("tune", info.name, str(inventory), None)
+        journal.step(run_id, "options", "fabtune_tune", dict(raw_options or {}), state="done")
         if on_event is not None:
             on_event("run", f"run {run_id} on {info.name} ({len(info.hosts)} hosts)", {"stale_lock": stale})
         tuner = Tuner(
@@ -189,8 +200,9 @@ def resume(run_id: str, on_event: Event | None = None) -> tuple[TuneResult, Path
     journal = Journal()
     run = journal.run(run_id)
     info = read_inventory(Path(run.inventory))
-    options, deadline = options_from(None)
     steps = journal.steps(run_id)
+    raw = next((s.payload for s in steps if s.kind == "options"), None)  # the run's own options
+    options, deadline = options_from(raw)
     decided = [s.name for s in steps if s.kind == "move" and s.state in ("kept", "rolled_back")]
     with fabric_lock(info.name, f"resume {run_id}"):
         backend = AnsibleBackend(info, deadline)

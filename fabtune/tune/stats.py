@@ -1,14 +1,26 @@
 """Keep-or-roll-back decisions with a stated false-keep rate. Pure: numbers in, verdict out.
 
-A move is kept only when its bandwidth beats the baseline with confidence: a one-sided
-Mann-Whitney U test on the repeated measurements (no normality assumed) at level ``alpha`` split
-over the sequential looks (Bonferroni, so the false-keep rate over a whole sequential test stays at
-or below ``alpha``), and a bootstrap confidence interval of the median ratio whose lower end clears
-the minimum effect size. Clear losses and clear non-improvements stop early too.
+The measurements are compared on a log scale (bandwidth effects multiply), after slow-run
+outliers are set aside (a run further than ``outlier_k`` robust deviations below or above its own
+group's median; the robust deviation is the baseline's noise floor). On what is left, a pooled
+t-test of the mean log ratio gives one-sided confidence bounds:
+
+* **keep** when the lower bound clears ``1 + min_effect`` at level ``alpha / looks`` (Bonferroni
+  over the sequential looks, so the chance of keeping a move whose true gain is below the minimum
+  effect stays at or below ``alpha`` over a whole sequential test);
+* **worse** (roll back) when the upper bound at the same level is below 1;
+* **no gain** (roll back, futility) when an upper bound at level ``futility`` is below
+  ``1 + detect``, the smallest gain the loop is built not to miss (gains between ``min_effect``
+  and ``detect`` may go either way). Stopping for futility can only lower the false-keep rate,
+  and it saves the runs a move that does nothing would otherwise take;
+* **not clear** (roll back) at ``max_runs``.
+
+The false-keep and wrong-rollback rates this gives are measured in ``bench/decisions.py``.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -17,6 +29,7 @@ import numpy as np
 from scipy import stats
 
 Verdict = Literal["keep", "rollback", "continue"]
+MIN_NOISE = 0.01  # a floor on the deviation used to set outliers aside (1 %): a MAD of a few runs can be tiny
 
 
 @dataclass(frozen=True)
@@ -25,11 +38,12 @@ class DecisionPolicy:
 
     alpha: float = 0.05
     min_effect: float = 0.01
-    min_runs: int = 3
+    min_runs: int = 2
     max_runs: int = 12
-    batch: int = 3
-    bootstrap_samples: int = 2000
-    confidence: float = 0.95
+    batch: int = 2
+    futility: float = 0.1
+    detect: float = 0.03
+    outlier_k: float = 5.0
 
     @property
     def looks(self) -> int:
@@ -43,16 +57,22 @@ class DecisionPolicy:
             found.append(f"alpha: {self.alpha} must be between 0 and 0.5")
         if not 0 <= self.min_effect < 1:
             found.append(f"min_effect: {self.min_effect} must be from 0 to 1 (a fraction)")
-        if not 2 <= self.min_runs <= self.max_runs:
-            found.append(f"min_runs: {self.min_runs} must be from 2 to max_runs ({self.max_runs})")
+        if not 1 <= self.min_runs <= self.max_runs:
+            found.append(f"min_runs: {self.min_runs} must be from 1 to max_runs ({self.max_runs})")
         if self.batch < 1:
             found.append(f"batch: {self.batch} must be at least 1")
+        if not self.min_effect <= self.detect < 1:
+            found.append(f"detect: {self.detect} must be from min_effect ({self.min_effect}) to 1")
+        if not 0 <= self.futility < 0.5:
+            found.append(f"futility: {self.futility} must be from 0 (never stop early for no gain) to 0.5")
+        if self.outlier_k < 3:
+            found.append(f"outlier_k: {self.outlier_k} must be at least 3 (robust deviations)")
         return found
 
 
 @dataclass(frozen=True)
 class Decision:
-    """The verdict and the numbers behind it."""
+    """The verdict and the numbers behind it (bounds at the sequential level ``alpha / looks``)."""
 
     verdict: Verdict
     reason: str
@@ -62,6 +82,7 @@ class Decision:
     ratio: float
     ci_low: float
     ci_high: float
+    outliers: int = 0
 
     @property
     def worse(self) -> bool:
@@ -69,22 +90,40 @@ class Decision:
         return self.verdict == "rollback" and self.reason.startswith("worse")
 
 
-def median_ratio_ci(
-    base: Sequence[float], cand: Sequence[float], policy: DecisionPolicy, seed: int = 0
-) -> tuple[float, float, float]:
-    """Median(candidate)/median(baseline) and its percentile-bootstrap confidence interval."""
-    rng = np.random.default_rng(seed)
-    b, c = np.asarray(base, float), np.asarray(cand, float)
-    bi = rng.integers(0, len(b), (policy.bootstrap_samples, len(b)))
-    ci = rng.integers(0, len(c), (policy.bootstrap_samples, len(c)))
-    ratios = np.median(c[ci], axis=1) / np.median(b[bi], axis=1)
-    tail = (1 - policy.confidence) / 2 * 100
-    low, high = np.percentile(ratios, [tail, 100 - tail])
-    return float(np.median(c) / np.median(b)), float(low), float(high)
+def noise_floor(samples: Sequence[float]) -> float:
+    """Robust coefficient of variation of the baseline (MAD-based), the run-to-run noise."""
+    values = np.asarray(samples, float)
+    med = float(np.median(values))
+    mad = float(np.median(np.abs(values - med)))
+    return 1.4826 * mad / med if med else 0.0
 
 
-def _p(base: Sequence[float], cand: Sequence[float], alternative: Literal["greater", "less"]) -> float:
-    return float(stats.mannwhitneyu(cand, base, alternative=alternative, method="auto").pvalue)
+def _inliers(logs: np.ndarray, scale: float, k: float) -> np.ndarray:
+    if len(logs) < 3:  # too few to tell the odd one out
+        return logs
+    kept: np.ndarray = logs[np.abs(logs - np.median(logs)) <= k * scale]
+    return kept
+
+
+@dataclass(frozen=True)
+class _Estimate:
+    diff: float  # mean log ratio
+    se: float
+    dof: int
+    outliers: int
+
+
+def _estimate(base: Sequence[float], cand: Sequence[float], policy: DecisionPolicy) -> _Estimate | None:
+    b_all, c_all = np.log(np.asarray(base, float)), np.log(np.asarray(cand, float))
+    scale = max(noise_floor(base), MIN_NOISE)
+    b, c = _inliers(b_all, scale, policy.outlier_k), _inliers(c_all, scale, policy.outlier_k)
+    dof = len(b) + len(c) - 2
+    if len(b) < 2 or len(c) < 1 or dof < 1:
+        return None
+    pooled = (float(np.sum((b - b.mean()) ** 2)) + float(np.sum((c - c.mean()) ** 2))) / dof
+    se = math.sqrt(max(pooled, 1e-8) * (1 / len(b) + 1 / len(c)))
+    outliers = len(b_all) - len(b) + len(c_all) - len(c)
+    return _Estimate(float(c.mean() - b.mean()), se, dof, outliers)
 
 
 def decide(
@@ -95,32 +134,28 @@ def decide(
     Returns ``continue`` while neither a keep nor a rollback is clear and the run budget allows
     more measurements.
     """
-    if min(len(base), len(cand)) < policy.min_runs:
+    est = _estimate(base, cand, policy) if len(cand) >= policy.min_runs else None
+    if est is None:
         return Decision("continue", "too few runs yet", len(cand), 1.0, 1.0, 1.0, 0.0, float("inf"))
     level = policy.alpha / policy.looks
-    p_gain, p_loss = _p(base, cand, "greater"), _p(base, cand, "less")
-    ratio, low, high = median_ratio_ci(base, cand, policy, seed=len(cand))
-    threshold = 1 + policy.min_effect
+    goal = math.log1p(policy.min_effect)
+    t = stats.t(est.dof)
+    p_gain = float(t.sf((est.diff - goal) / est.se))
+    p_loss = float(t.cdf(est.diff / est.se))
+    p_futile = float(t.cdf((est.diff - math.log1p(policy.detect)) / est.se))
+    half = float(t.ppf(1 - level)) * est.se
+    ratio, low, high = math.exp(est.diff), math.exp(est.diff - half), math.exp(est.diff + half)
 
     def made(verdict: Verdict, reason: str) -> Decision:
-        return Decision(verdict, reason, len(cand), p_gain, p_loss, ratio, low, high)
+        return Decision(verdict, reason, len(cand), p_gain, p_loss, ratio, low, high, est.outliers)
 
-    if p_gain < level and low > threshold:
-        return made(
-            "keep", f"+{ratio - 1:.1%} (CI {low - 1:+.1%}..{high - 1:+.1%}, p={p_gain:.3g} < {level:.3g})"
-        )
+    bounds = f"bounds {low - 1:+.1%}..{high - 1:+.1%}"
+    if p_gain < level:
+        return made("keep", f"+{ratio - 1:.1%} ({bounds}, p={p_gain:.3g} < {level:.3g})")
     if p_loss < level:
         return made("rollback", f"worse: {ratio - 1:+.1%} (p={p_loss:.3g})")
-    if high < threshold:
-        return made("rollback", f"no gain above {policy.min_effect:.0%}: CI {low - 1:+.1%}..{high - 1:+.1%}")
+    if p_futile < policy.futility:
+        return made("rollback", f"no gain of {policy.detect:.0%}: {ratio - 1:+.1%} (p={p_futile:.3g})")
     if len(cand) >= policy.max_runs:
         return made("rollback", f"not clear after {len(cand)} runs: {ratio - 1:+.1%} (p={p_gain:.3g})")
     return made("continue", "not clear yet")
-
-
-def noise_floor(samples: Sequence[float]) -> float:
-    """Robust coefficient of variation of the baseline (MAD-based), the run-to-run noise."""
-    values = np.asarray(samples, float)
-    med = float(np.median(values))
-    mad = float(np.median(np.abs(values - med)))
-    return 1.4826 * mad / med if med else 0.0

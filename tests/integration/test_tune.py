@@ -92,19 +92,22 @@ def test_tune_reaches_the_oracle_and_verifies_rollbacks(
     assert [d for h in before for d in differences(before[h], current_state(rack)[h])] == []
 
 
-def _wait_for_move(run_dir: Path, timeout: float) -> tuple[str, int]:
+def _wait_for_move(run_dir: Path, timeout: float, decided: int = 0) -> tuple[str, int]:
+    """The run and step of the first move applied after ``decided`` moves were decided."""
     deadline = time.monotonic() + timeout
     journal = Journal()
     while time.monotonic() < deadline:
         for run in journal.runs(5):
-            for step in journal.steps(run.id):
-                if step.kind == "move" and step.state == "applied":
-                    return run.id, step.seq
+            moves = [s for s in journal.steps(run.id) if s.kind == "move"]
+            done = [s for s in moves if s.state in ("kept", "rolled_back")]
+            applied = [s for s in moves if s.state == "applied"]
+            if len(done) >= decided and applied and run.state == "running":
+                return run.id, applied[0].seq
         time.sleep(0.5)
     raise AssertionError(f"no move was applied in time: {(run_dir / 'tune.out').read_text()[-2000:]}")
 
 
-def test_kill_9_mid_move_hosts_revert_then_rollback_restores(
+def test_kill_9_mid_move_hosts_revert_resume_finishes_then_rollback_restores(
     rack: TestbedSpec, at_factory: dict[str, dict[str, object]], tmp_path: Path
 ) -> None:
     before = at_factory
@@ -118,7 +121,7 @@ def test_kill_9_mid_move_hosts_revert_then_rollback_restores(
         start_new_session=True,
     )
     try:
-        run_id, seq = _wait_for_move(tmp_path, 300)
+        run_id, seq = _wait_for_move(tmp_path, 400, decided=1)  # the second move, the first one decided
         moved = current_state(rack)
         assert [d for h in before for d in differences(before[h], moved[h])] != []
         os.killpg(proc.pid, signal.SIGKILL)  # the controller and its ansible-playbook children die at once
@@ -132,5 +135,15 @@ def test_kill_9_mid_move_hosts_revert_then_rollback_restores(
             break
         time.sleep(5)
     assert {h: differences(snapshot[h], s) for h, s in current_state(rack).items()} == {"h01": [], "h02": []}
+    first = [s for s in Journal().steps(run_id) if s.kind == "move" and s.seq < seq]
+    result, _ = tune_run.resume(run_id)
+    steps = Journal().steps(run_id)
+    interrupted = next(s for s in steps if s.seq == seq)
+    assert interrupted.state == "rolled_back" and interrupted.payload["reason"].startswith("interrupted")
+    assert [m.name for m in result.moves if m.name == first[0].name] == []  # decided moves are not retried
+    assert Journal().run(run_id).state == "done" and all(
+        s.state in ("kept", "rolled_back") for s in steps if s.kind == "move"
+    )
+    assert "lossless priority 4" in [m.name for m in result.moves if m.outcome == "kept"]
     tune_run.rollback(run_id)
     assert {h: differences(before[h], s) for h, s in current_state(rack).items()} == {"h01": [], "h02": []}

@@ -26,13 +26,13 @@ def sequential(
 
 def test_clear_win_is_kept_at_the_first_look() -> None:
     rng = np.random.default_rng(1)
-    assert sequential(rng, 100, 150, 0.02, DecisionPolicy()) == ("keep", 3)
+    assert sequential(rng, 100, 150, 0.02, DecisionPolicy()) == ("keep", 2)
 
 
 def test_clear_loss_is_rolled_back_early() -> None:
     rng = np.random.default_rng(2)
     verdict, runs = sequential(rng, 100, 60, 0.02, DecisionPolicy())
-    assert verdict == "rollback" and runs <= 6
+    assert verdict == "rollback" and runs <= 4
 
 
 def test_gain_below_the_minimum_effect_is_not_kept() -> None:
@@ -57,13 +57,30 @@ def test_gain_near_the_noise_costs_more_runs_but_is_mostly_found() -> None:
     assert sum(keeps) / len(keeps) > 3
 
 
+def test_a_move_that_does_nothing_stops_early_for_no_gain() -> None:
+    rng = np.random.default_rng(7)
+    outcomes = [sequential(rng, 100, 100, 0.02, DecisionPolicy()) for _ in range(100)]
+    assert all(verdict == "rollback" for verdict, _ in outcomes)
+    assert sum(runs for _, runs in outcomes) / len(outcomes) < DecisionPolicy().max_runs / 2
+
+
+def test_a_slow_run_in_the_baseline_does_not_earn_a_keep() -> None:
+    base = [100.0, 101.0, 99.0, 100.5, 99.5, 60.0]  # one slow run (another tenant)
+    d = decide(base, [100.4, 99.8, 100.1, 100.2])
+    assert d.verdict != "keep" and d.outliers == 1
+
+
+def test_a_slow_run_does_not_sink_a_clear_win() -> None:
+    base = [100.0, 101.0, 99.0, 100.5, 99.5, 100.2]
+    d = decide(base, [120.0, 121.0, 70.0, 119.5])
+    assert d.verdict == "keep" and d.outliers == 1
+
+
 def test_noise_floor_is_the_robust_cv() -> None:
     rng = np.random.default_rng(6)
     assert noise_floor(sample(rng, 100, 0.02, 400)) == pytest.approx(0.02, rel=0.15)
 
 
 def test_policy_problems_name_fields() -> None:
-    assert [p.split(":")[0] for p in DecisionPolicy(alpha=0.9, min_runs=1).problems()] == [
-        "alpha",
-        "min_runs",
-    ]
+    bad = DecisionPolicy(alpha=0.9, min_runs=0, futility=0.7, detect=0.001)
+    assert [p.split(":")[0] for p in bad.problems()] == ["alpha", "min_runs", "detect", "futility"]

@@ -1,0 +1,163 @@
+"""Wrong keeps, wrong rollbacks and runs per decision of the tuning loop, against a fixed-5 greedy.
+
+Each decision is made by the real loop code (``Tuner.baseline`` then ``Tuner.judge``: sequential
+measurements, both metrics, the guard) over a rack whose true all_reduce bus bandwidth changes by a
+known factor when the move is applied and whose alltoall does not change. Every run carries the
+fabric model's run-to-run noise (``fabtune.sim.model.noise.factor``: log-normal jitter at the given
+coefficient of variation plus its occasional slow runs). The greedy comparator measures 5 runs of
+the baseline and 5 of each move and keeps a move whose mean beats the baseline's by the minimum
+effect.
+
+Usage: .venv/bin/python bench/decisions.py [--per-effect 200] [--cv 0.02] [--seed 1]
+Prints Markdown tables for docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import statistics
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fabtune.ansible import RunOutcome
+from fabtune.journal import Journal
+from fabtune.sim.model import noise
+from fabtune.tune.loop import TuneOptions, Tuner
+from fabtune.tune.measure import Batch, Sample
+from fabtune.tune.stats import DecisionPolicy
+
+EFFECTS = (-0.10, -0.02, 0.0, 0.005, 0.01, 0.02, 0.03, 0.05, 0.06, 0.10, 0.20, 1.00)
+GREEDY_RUNS = 5
+
+
+@dataclass
+class NoisyRack:
+    """A rack measured with the model's noise; ``gain`` is the true effect of the move under test."""
+
+    cv: float
+    rng: np.random.Generator
+    gain: float = 0.0
+    runs: int = 0
+    ok: RunOutcome = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.ok = RunOutcome("successful", 0, {"failures": {}, "dark": {}}, (), Path("/nonexistent"))
+
+    def facts(self) -> dict[str, dict[str, Any]]:
+        return {}
+
+    def learn(self, facts: Mapping[str, Mapping[str, Any]]) -> None:
+        pass
+
+    def apply(self, desired: Mapping[str, Mapping[str, Any]], **_: Any) -> RunOutcome:
+        return self.ok
+
+    def confirm(self, run_id: str) -> RunOutcome:
+        return self.ok
+
+    def measure(self, repetitions: int) -> Batch:
+        self.runs += repetitions
+        return Batch(tuple(self._sample() for _ in range(repetitions)), 0)
+
+    def _sample(self) -> Sample:
+        return Sample(
+            100.0 * (1 + self.gain) * noise.factor(self.rng, self.cv), 40.0 * noise.factor(self.rng, self.cv)
+        )
+
+
+@dataclass
+class Tally:
+    keeps: int = 0
+    total: int = 0
+    runs: list[int] = field(default_factory=list)
+    reasons: dict[str, int] = field(default_factory=dict)
+
+
+def loop_decisions(rack: NoisyRack, tuner: Tuner, gain: float, n: int) -> Tally:
+    tally = Tally()
+    for _ in range(n):
+        rack.gain = 0.0
+        tuner.baseline()
+        rack.gain, before = gain, rack.runs
+        judged = tuner.judge()
+        tally.total += 1
+        tally.keeps += judged.verdict == "keep"
+        tally.runs.append(rack.runs - before)
+        kind = judged.reason.split(":")[0].split(" (")[0] if judged.verdict != "keep" else (
+            "keep on " + judged.reason.split()[0])
+        tally.reasons[kind] = tally.reasons.get(kind, 0) + 1
+    return tally
+
+
+def greedy_decisions(rng: np.random.Generator, cv: float, gain: float, n: int, min_effect: float) -> Tally:
+    tally = Tally()
+    for _ in range(n):
+        base = [100.0 * noise.factor(rng, cv) for _ in range(GREEDY_RUNS)]
+        cand = [100.0 * (1 + gain) * noise.factor(rng, cv) for _ in range(GREEDY_RUNS)]
+        tally.total += 1
+        tally.keeps += statistics.fmean(cand) > statistics.fmean(base) * (1 + min_effect)
+        tally.runs.append(GREEDY_RUNS)
+    return tally
+
+
+def rate(hits: int, total: int) -> str:
+    return f"{hits / total:.2%} ({hits}/{total})" if total else "-"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--per-effect", type=int, default=200)
+    parser.add_argument("--cv", type=float, default=0.02)
+    parser.add_argument("--effects", type=float, nargs="*", default=list(EFFECTS))
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--wrong-rollback-from", type=float, default=0.05,
+                        help="true gains from this one up count as moves that must be kept")
+    parser.add_argument("--policy", default="{}", help="policy overrides, a dict literal")
+    parser.add_argument("--baseline-runs", type=int, default=TuneOptions().baseline_runs)
+    args = parser.parse_args()
+    options = TuneOptions(DecisionPolicy(**ast.literal_eval(args.policy)), args.baseline_runs)
+    policy: DecisionPolicy = options.policy
+    rng = np.random.default_rng(args.seed)
+    rack = NoisyRack(args.cv, rng)
+    journal = Journal(Path(tempfile.mkdtemp(prefix="fabtune-decisions-")) / "journal.sqlite")
+    tuner = Tuner(rack, journal, journal.open_run("tune", "bench", "-", None), "roce", options=options)
+    print(f"policy: {policy}, baseline runs {options.baseline_runs}, cv {args.cv:.1%}, "
+          f"{args.per_effect} decisions per effect\n")
+    print("| true gain | loop: kept | loop: mean runs | loop: verdicts | greedy-5: kept |")
+    print("|---|---|---|---|---|")
+    totals = {"loop": Tally(), "greedy": Tally()}
+    wrong = {"loop": [0, 0, 0, 0], "greedy": [0, 0, 0, 0]}  # wrong keeps, nulls, wrong rollbacks, gains
+    for gain in args.effects:
+        ours = loop_decisions(rack, tuner, gain, args.per_effect)
+        greedy = greedy_decisions(rng, args.cv, gain, args.per_effect, policy.min_effect)
+        why = ", ".join(f"{k} {v}" for k, v in sorted(ours.reasons.items())) or "-"
+        print(f"| {gain:+.1%} | {rate(ours.keeps, ours.total)} | {statistics.fmean(ours.runs):.2f} | {why} "
+              f"| {rate(greedy.keeps, greedy.total)} |", flush=True)
+        for name, t in (("loop", ours), ("greedy", greedy)):
+            totals[name].runs += t.runs
+            if gain <= 0:
+                wrong[name][0] += t.keeps
+                wrong[name][1] += t.total
+            if gain >= args.wrong_rollback_from:
+                wrong[name][2] += t.total - t.keeps
+                wrong[name][3] += t.total
+    decisions = len(totals["loop"].runs)
+    print(f"\n{decisions} decisions per method; wrong keep = kept with a true gain of 0 or less; "
+          f"wrong rollback = rolled back with a true gain of {args.wrong_rollback_from:.0%} or more.\n")
+    print("| method | wrong keeps | wrong rollbacks | mean runs per decision "
+          "| runs per decision incl. baseline |")
+    print("|---|---|---|---|---|")
+    for name, base_runs in (("loop", options.baseline_runs), ("greedy", GREEDY_RUNS)):
+        mean = statistics.fmean(totals[name].runs)
+        wk, nulls, wr, gains = wrong[name]
+        print(f"| {name} | {rate(wk, nulls)} | {rate(wr, gains)} | {mean:.2f} | {mean + base_runs:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
