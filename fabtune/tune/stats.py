@@ -105,6 +105,11 @@ def _inliers(logs: np.ndarray, scale: float, k: float) -> np.ndarray:
     return kept
 
 
+def _split(logs: np.ndarray, scale: float, k: float) -> bool:
+    """Two runs too far apart to tell which one is the slow one: wait for a third."""
+    return len(logs) == 2 and float(np.ptp(logs)) > k * scale
+
+
 @dataclass(frozen=True)
 class _Estimate:
     diff: float  # mean log ratio
@@ -118,7 +123,7 @@ def _estimate(base: Sequence[float], cand: Sequence[float], policy: DecisionPoli
     scale = max(noise_floor(base), MIN_NOISE)
     b, c = _inliers(b_all, scale, policy.outlier_k), _inliers(c_all, scale, policy.outlier_k)
     dof = len(b) + len(c) - 2
-    if len(b) < 2 or len(c) < 1 or dof < 1:
+    if len(b) < 2 or len(c) < 1 or dof < 1 or _split(c, scale, policy.outlier_k):
         return None
     pooled = (float(np.sum((b - b.mean()) ** 2)) + float(np.sum((c - c.mean()) ** 2))) / dof
     se = math.sqrt(max(pooled, 1e-8) * (1 / len(b) + 1 / len(c)))

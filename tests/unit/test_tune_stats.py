@@ -84,3 +84,9 @@ def test_noise_floor_is_the_robust_cv() -> None:
 def test_policy_problems_name_fields() -> None:
     bad = DecisionPolicy(alpha=0.9, min_runs=0, futility=0.7, detect=0.001)
     assert [p.split(":")[0] for p in bad.problems()] == ["alpha", "min_runs", "detect", "futility"]
+
+
+def test_two_runs_far_apart_wait_for_a_third() -> None:
+    base = [100.0, 101.0, 99.0, 100.5, 99.5, 100.2]
+    assert decide(base, [121.0, 70.0]).verdict == "continue"
+    assert decide(base, [121.0, 70.0, 120.0]).verdict == "keep"
