@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.unit.modules.conftest import AnsibleExitJson, AnsibleFailJson, load_module
+from tests.unit.modules.conftest import AnsibleExitJson, AnsibleFailJson, load_module, load_util
 
 fabric_sysfs = load_module("fabric_sysfs")
-fabric_apply = sys.modules["ansible.module_utils.fabric_apply"]  # the apply code fabric_sysfs runs
+fabric_apply = load_util("fabric_apply")  # the apply code fabric_sysfs runs
 fabric_qos = load_module("fabric_qos")
 fabric_facts = load_module("fabric_facts")
 fabric_validate = load_module("fabric_validate")

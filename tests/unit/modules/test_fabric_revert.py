@@ -7,7 +7,6 @@ import io
 import json
 import os
 import stat
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,10 +14,10 @@ import pytest
 
 from fabtune.sim.node import NodeState, provision
 from fabtune.sim.tools import TOOLS
-from tests.unit.modules.conftest import AnsibleExitJson, AnsibleFailJson, load_module
+from tests.unit.modules.conftest import AnsibleExitJson, AnsibleFailJson, load_module, load_util
 from tests.unit.sim_tools.conftest import roce_node
 
-fabric_apply = sys.modules["ansible.module_utils.fabric_apply"]  # loaded once, by conftest
+fabric_apply = load_util("fabric_apply")  # the module_utils the modules import (loaded once, by conftest)
 fabric_revert = load_module("fabric_revert")
 fabric_sysfs = load_module("fabric_sysfs")
 

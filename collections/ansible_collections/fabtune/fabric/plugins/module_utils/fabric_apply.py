@@ -10,7 +10,7 @@ configfs group, write, read back) and the ``/etc/nccl.conf`` of ``nccl_env``. ``
 (installed by the ``fabric_revert`` role with these files in ``/usr/local/lib/fabtune``) applies a
 saved snapshot with them, so a revert is the same code as an apply: no separate undo code.
 
-Commit-confirmed (``library/fabric_revert.py`` arms, ``fabtune-revert`` fires):
+Commit-confirmed (module ``fabtune.fabric.fabric_revert`` arms, ``fabtune-revert`` fires):
 ``STATE_DIR/<run_id>.json`` (0600) holds the snapshot, the deadline and the managed files' bytes as
 they were when armed; the transient timer ``fabtune-revert-<run_id>.timer`` runs
 ``fabtune-revert <run_id>`` at the deadline, which applies the snapshot and renames the record to
@@ -18,8 +18,10 @@ they were when armed; the transient timer ``fabtune-revert-<run_id>.timer`` runs
 Confirming stops the timer and removes the record. One lock (``STATE_DIR/.lock``) orders the
 revert, arming and confirming, so a confirm never races a revert half-way.
 
-Importable as ``ansible.module_utils.fabric_apply`` (modules) or as plain ``fabric_apply`` from
-``/usr/local/lib/fabtune`` (the revert script, no Ansible on the path).
+Importable as ``ansible_collections.fabtune.fabric.plugins.module_utils.fabric_apply`` (the
+collection's modules; Ansible ships it and the module_utils it imports with each module) or as
+plain ``fabric_apply`` from ``/usr/local/lib/fabtune`` (the revert script: the fabric_revert role
+copies the four files there, no Ansible on the path; the ``except ImportError`` branch below).
 """
 
 from __future__ import annotations
@@ -35,8 +37,8 @@ import sys
 import time
 
 try:
-    from ansible.module_utils.fabric_desired import QOS_KNOBS, validate
-    from ansible.module_utils.fabric_host import (
+    from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_desired import QOS_KNOBS, validate
+    from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_host import (
         cc_knob_paths,
         netdev_split,
         parse_nccl_conf,
@@ -44,7 +46,12 @@ try:
         port_of,
         tos_knob_paths,
     )
-    from ansible.module_utils.fabric_qos_backend import diff_state, parse, read_argvs, write_argvs
+    from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_qos_backend import (
+        diff_state,
+        parse,
+        read_argvs,
+        write_argvs,
+    )
 except ImportError:  # /usr/local/lib/fabtune beside fabtune-revert
     from fabric_desired import QOS_KNOBS, validate  # type: ignore[no-redef]
     from fabric_host import (  # type: ignore[no-redef]

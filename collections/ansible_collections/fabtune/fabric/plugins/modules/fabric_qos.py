@@ -65,7 +65,7 @@ author:
 
 EXAMPLES = r"""
 - name: Make priority 3 lossless for DSCP 26
-  fabric_qos:
+  fabtune.fabric.fabric_qos:
     interface: enp25s0np0
     trust: dscp
     dscp2prio: {26: 3, 48: 6}
@@ -99,8 +99,8 @@ backend:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.fabric_desired import as_int
-from ansible.module_utils.fabric_qos_backend import (
+from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_desired import as_int
+from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_qos_backend import (
     QosError,
     diff_state,
     parse,

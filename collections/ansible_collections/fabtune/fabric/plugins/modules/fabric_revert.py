@@ -66,13 +66,13 @@ author:
 
 EXAMPLES = r"""
 - name: Arm a revert to the snapshot, 120 s from now
-  fabric_revert:
+  fabtune.fabric.fabric_revert:
     run_id: "20240601-move3"
     snapshot: "{{ fabric_facts }}"
     deadline_s: 120
 
 - name: Keep the change (cancel the revert)
-  fabric_revert:
+  fabtune.fabric.fabric_revert:
     run_id: "20240601-move3"
     state: confirmed
 """
@@ -106,7 +106,7 @@ import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.fabric_apply import (
+from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_apply import (
     MIN_DEADLINE_S,
     RUN_ID_RE,
     arm_argv,
@@ -116,8 +116,8 @@ from ansible.module_utils.fabric_apply import (
     unit_name,
     write_record,
 )
-from ansible.module_utils.fabric_desired import validate
-from ansible.module_utils.fabric_host import netdev_split
+from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_desired import validate
+from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_host import netdev_split
 
 
 def get_argument_spec():
