@@ -251,6 +251,30 @@ def test_revert_that_cannot_apply_is_marked_failed(node: Path, tmp_path: Path) -
     assert "neither mlnx_qos nor dcb" in " ".join(lines)
 
 
+def test_revert_goes_on_past_an_unreadable_qos_state(node: Path, tmp_path: Path) -> None:
+    """A QoS read the parser cannot use fails that port's QoS, not the whole revert."""
+    tools = tools_on(node)
+    nic = "ens1np0"
+    tos = node / "configfs/rdma_cm/mlx5_0/ports/1/default_roce_tos"
+    want = int(tos.read_text())
+    tos.write_text("106\n")
+
+    def run(argv: list[str]) -> str:
+        return "garbage\n" if argv[-1] == "-a" else tools(argv)
+
+    state_dir = tmp_path / "revert"
+    snapshot = {"nics": {nic: {"pfc": [], "roce_tos": want}}}
+    fabric_apply.write_record(str(state_dir), "r3", {"snapshot": snapshot})
+    lines: list[str] = []
+    code = fabric_apply.revert("r3", state_dir=str(state_dir), root=str(node), run=run,
+                               which=lambda name: name == "mlnx_qos", log=lines.append)
+    assert code == 1, lines
+    failed = json.loads((state_dir / "r3.revert-failed.json").read_text())
+    assert [p.split(":")[0] for p in failed["problems"]] == [f"{nic} qos"]
+    assert tos.read_text().strip() == str(want)  # the rest of the snapshot is still put back
+    assert not (state_dir / "r3.json").exists()
+
+
 def test_revert_main_validates_its_argument(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert fabric_apply.revert_main(["../etc"], state_dir=str(tmp_path), log_file=str(tmp_path / "log")) == 2
     assert fabric_apply.revert_main(["nothing"], state_dir=str(tmp_path), log_file=str(tmp_path / "log")) == 0

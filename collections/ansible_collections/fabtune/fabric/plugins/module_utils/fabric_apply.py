@@ -47,6 +47,7 @@ try:
         tos_knob_paths,
     )
     from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_qos_backend import (
+        QosError,
         diff_state,
         parse,
         read_argvs,
@@ -62,7 +63,13 @@ except ImportError:  # /usr/local/lib/fabtune beside fabtune-revert
         port_of,
         tos_knob_paths,
     )
-    from fabric_qos_backend import diff_state, parse, read_argvs, write_argvs  # type: ignore[no-redef]
+    from fabric_qos_backend import (  # type: ignore[no-redef]
+        QosError,
+        diff_state,
+        parse,
+        read_argvs,
+        write_argvs,
+    )
 
 STATE_DIR = "/var/lib/fabtune/revert"
 LOG_FILE = "/var/log/fabtune-revert.log"
@@ -264,7 +271,7 @@ def apply_snapshot(snapshot, run, which, root="/", files=None, log=None):
                     changes.append("%s.%s: %s -> %s" % (netdev, key, old, new))
                 for argv in commands:
                     log("ran: %s" % " ".join(argv))
-        except (ApplyError, ValueError) as exc:
+        except (ApplyError, QosError, ValueError) as exc:  # an unreadable QoS state: this port only
             failed.append("%s qos: %s" % (netdev, exc))
         sysfs = dict((k, nic[k]) for k in SYSFS_KNOBS if k in nic)
         knobs, problem = nic_knobs(root, netdev, sysfs)
