@@ -10,7 +10,7 @@ DOCUMENTATION = r"""
 module: fabric_facts
 short_description: Gather a GPU node's RDMA fabric state in the shape of the desired state
 description:
-  - RDMA ports from sysfs (C(/sys/class/infiniband)): netdev, link layer, state, rate, firmware,
+  - RDMA ports from sysfs (C(/sys/class/infiniband)) - netdev, link layer, state, rate, firmware,
     GIDs and the RoCEv2 IPv4 GID index per port.
   - Per RoCE port the knobs the fabric roles manage (trust, DSCP map, PFC, ETS through C(mlnx_qos)
     or C(dcb); MTU, ECN per priority, CNP DSCP and priority from sysfs; rdma_cm ToS and mode from

@@ -20,7 +20,7 @@ description:
   - O(state=confirmed) (or V(absent)) stops the timer and removes the saved snapshot. It fails when
     the host has already reverted the run (the change is gone; the controller must know).
   - The snapshot is validated against this host's ports (couplings not enforced) before anything
-    is armed: a revert that could not apply is refused up front.
+    is armed; a revert that could not apply is refused up front.
 version_added: "1.0.0"
 options:
   run_id:
