@@ -284,3 +284,30 @@ def test_revert_main_validates_its_argument(tmp_path: Path, capsys: pytest.Captu
 def test_nccl_conf_rendered_like_the_role() -> None:
     assert fabric_apply.render_nccl_conf({"NCCL_IB_TC": 106, "NCCL_IB_GID_INDEX": 3}) == \
         "#\n# Ansible managed\n#\nNCCL_IB_GID_INDEX=3\nNCCL_IB_TC=106\n"
+
+
+@pytest.mark.parametrize("systemd", [False, True])
+def test_revert_puts_the_subnet_manager_config_back(node: Path, tmp_path: Path, systemd: bool) -> None:
+    tools = tools_on(node)
+    calls: list[list[str]] = []
+
+    def run(argv: list[str]) -> str:
+        calls.append(list(argv))
+        return "" if argv[0] == "systemctl" else tools(argv)
+
+    if systemd:
+        (node / "run/systemd/system").mkdir(parents=True)
+    conf = node / "etc/opensm/opensm.conf"
+    conf.parent.mkdir(parents=True)
+    kept = "# opensm\nrouting_engine minhop\nar_mode 0\n"
+    conf.write_text("# opensm\nrouting_engine ar_updn\nar_mode 1\n")  # the move
+    state_dir = tmp_path / "revert"
+    record = {"snapshot": {"sm": {"routing_engine": "minhop"}}, "files": {fabric_apply.OPENSM_CONF: kept}}
+    fabric_apply.write_record(str(state_dir), "r4", record)
+    lines: list[str] = []
+    code = fabric_apply.revert("r4", state_dir=str(state_dir), root=str(node), run=run,
+                               which=lambda name: name == "mlnx_qos", log=lines.append)
+    assert code == 0, lines
+    assert conf.read_text() == kept
+    assert (["systemctl", "restart", "opensm"] in calls) == systemd
+    assert fabric_apply.OPENSM_CONF in fabric_apply.KEPT_FILES

@@ -77,7 +77,9 @@ SCRIPT = "/usr/local/sbin/fabtune-revert"
 LIB_DIR = "/usr/local/lib/fabtune"
 NCCL_CONF = "/etc/nccl.conf"
 RDMA_CM_CONF = "/etc/fabtune/rdma_cm.conf"
-KEPT_FILES = (NCCL_CONF, RDMA_CM_CONF)
+OPENSM_CONF = "/etc/opensm/opensm.conf"
+OPENSM_SERVICE = "opensm"
+KEPT_FILES = (NCCL_CONF, RDMA_CM_CONF, OPENSM_CONF)
 RUN_ID_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
 MIN_DEADLINE_S = 10
 SYSFS_KNOBS = ("mtu", "ecn", "cnp_dscp", "cnp_prio", "roce_tos", "roce_mode")
@@ -245,7 +247,8 @@ def apply_snapshot(snapshot, run, which, root="/", files=None, log=None):
     rdma_cm ToS/mode (roce_tos); then ``/etc/nccl.conf`` (nccl_env). ``files`` are the managed
     files' bytes when the revert was armed (``{path: text or None}``): ``/etc/nccl.conf`` is put back
     byte for byte when its settings are the snapshot's (else rendered from the snapshot), the
-    rdma_cm boot configuration as it was. The subnet manager (``sm``) is not reverted here.
+    rdma_cm boot configuration as it was, and on a subnet manager host (a snapshot with ``sm``)
+    ``opensm.conf`` as it was, opensm restarted when systemd runs the host.
 
     Returns:
         ``(changes, problems)``: one line per change made, one per thing that could not be done
@@ -288,10 +291,26 @@ def apply_snapshot(snapshot, run, which, root="/", files=None, log=None):
         _restore_nccl(normal["nccl"], files, root, changes, failed)
     if RDMA_CM_CONF in files:
         _restore_file(RDMA_CM_CONF, files[RDMA_CM_CONF], root, changes, failed)
-    if normal.get("sm"):
-        log("sm: the subnet manager's settings are not reverted on the host (run the apply playbook "
-            "with the snapshot on the subnet manager hosts)")
+    if normal.get("sm") and OPENSM_CONF in files:
+        _restore_sm(files[OPENSM_CONF], run, root, changes, failed)
     return changes, failed
+
+
+def _restore_sm(content, run, root, changes, failed):
+    """Put the subnet manager's configuration back as it was; restart opensm under systemd.
+
+    Like the ``ib_sm`` role's handlers: where systemd does not run the host, nothing restarts
+    opensm behind the service manager's back.
+    """
+    before = len(changes)
+    _restore_file(OPENSM_CONF, content, root, changes, failed)
+    if len(changes) == before or not os.path.isdir(host_path(root, "/run/systemd/system")):
+        return
+    try:
+        run(["systemctl", "restart", OPENSM_SERVICE])
+        changes.append("%s: restarted" % OPENSM_SERVICE)
+    except ApplyError as exc:
+        failed.append("%s: %s" % (OPENSM_SERVICE, exc))
 
 
 def _restore_nccl(nccl, files, root, changes, failed):
