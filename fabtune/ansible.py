@@ -24,8 +24,12 @@ from fabtune.testbed.layout import fabtune_home
 CONTENT_ROOT = Path(__file__).resolve().parent.parent
 PLAYBOOKS = CONTENT_ROOT / "playbooks"
 ROLES = CONTENT_ROOT / "roles"
-LIBRARY = CONTENT_ROOT / "library"
-MODULE_UTILS = CONTENT_ROOT / "module_utils"
+# The custom modules: the in-repo collection fabtune.fabric (tasks call fabtune.fabric.fabric_qos, ...).
+COLLECTIONS = CONTENT_ROOT / "collections"
+COLLECTION = COLLECTIONS / "ansible_collections" / "fabtune" / "fabric"
+MODULE_UTILS = COLLECTION / "plugins" / "module_utils"
+# Ansible's own default collection paths, kept after this repository's (as ansible.cfg does).
+DEFAULT_COLLECTIONS_PATH = ("~/.ansible/collections", "/usr/share/ansible/collections")
 KEPT_EVENTS = frozenset({
     "runner_on_ok", "runner_on_failed", "runner_on_unreachable", "runner_on_skipped",
     "runner_item_on_ok", "runner_item_on_failed",
@@ -101,11 +105,16 @@ def _private_dir(kind: str) -> tuple[Path, str]:
     return base, f"{time.strftime('%Y%m%dT%H%M%S')}-{kind}-{uuid.uuid4().hex[:6]}"
 
 
+def _collections_path() -> str:
+    """This repository's collections, then the caller's ANSIBLE_COLLECTIONS_PATH or Ansible's default."""
+    rest = os.environ.get("ANSIBLE_COLLECTIONS_PATH") or os.pathsep.join(DEFAULT_COLLECTIONS_PATH)
+    return os.pathsep.join([str(COLLECTIONS), rest])
+
+
 def _envvars() -> dict[str, str]:
     return {
         "ANSIBLE_ROLES_PATH": str(ROLES),
-        "ANSIBLE_LIBRARY": str(LIBRARY),
-        "ANSIBLE_MODULE_UTILS": str(MODULE_UTILS),
+        "ANSIBLE_COLLECTIONS_PATH": _collections_path(),
         "ANSIBLE_HOST_KEY_CHECKING": "True",
         "ANSIBLE_PIPELINING": "True",
         "ANSIBLE_RETRY_FILES_ENABLED": "False",

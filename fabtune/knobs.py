@@ -1,8 +1,8 @@
 """The knob registry: each knob and coupled knob group declared once.
 
-Validation (``module_utils/fabric_desired.py`` checks values and couplings), planning (the move
-groups below, in order of expected impact), snapshots and drift (the knobs' paths in the desired
-tree), and reports all read this registry.
+Validation (``fabric_desired.py``, module_utils of the collection fabtune.fabric, checks values and
+couplings), planning (the move groups below, in order of expected impact), snapshots and drift (the
+knobs' paths in the desired tree), and reports all read this registry.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """Fabric profiles: a YAML file holding ``fabric_desired`` (the desired state every fabric role takes).
 
-The schema and the couplings live once, in ``module_utils/fabric_desired.py``: the hosts run the
-same code (module ``fabric_validate``), so the controller and the hosts can never disagree on what
-is valid. Here it is loaded from the repository's ``module_utils`` directory.
+The schema and the couplings live once, in the module_utils ``fabric_desired.py`` of the in-repo
+collection ``fabtune.fabric``: the hosts run the same code (module ``fabtune.fabric.fabric_validate``),
+so the controller and the hosts can never disagree on what is valid. Here it is loaded from the
+collection's ``plugins/module_utils`` directory (``fabtune.ansible.MODULE_UTILS``).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ PROFILE_KEYS = ("fabric_desired",)
 
 @cache
 def desired_schema() -> ModuleType:
-    """The shared schema module (``module_utils/fabric_desired.py``)."""
+    """The shared schema module (the collection's ``plugins/module_utils/fabric_desired.py``)."""
     path = MODULE_UTILS / "fabric_desired.py"
     spec = importlib.util.spec_from_file_location("fabtune_fabric_desired", path)
     if spec is None or spec.loader is None:  # pragma: no cover - the file ships with fabtune

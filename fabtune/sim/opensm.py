@@ -7,7 +7,8 @@ opensm:
 * it reads ``/etc/opensm/opensm.conf`` (the format ``opensm --create-config`` writes: ``#``
   comments, ``key value`` lines, ``(null)`` for unset, booleans ``TRUE``/``FALSE``) and validates
   it: every key must be one opensm 3.3 knows or one of NVIDIA MLNX OpenSM's adaptive-routing keys
-  (``module_utils/fabric_desired.py``), routing engines must exist, integers must be in range;
+  (``fabric_desired.py``, module_utils of the collection fabtune.fabric), routing engines must
+  exist, integers must be in range;
 * it "sweeps": publishes the routing the switches now follow as ``sm.json`` in the shared fabric
   directory (``routing_engine``, ``adaptive_routing``, ``ar_sl_mask``, ``qos``, ``lmc``,
   ``sm_priority``: what ``fabtune.sim.observe.sm_config`` reads) and the master-SM record
@@ -66,8 +67,13 @@ class ConfError(ValueError):
 
 @cache
 def _schema() -> ModuleType:
-    """``module_utils/fabric_desired.py`` (opensm's keys and engines), loaded without Ansible."""
-    path = Path(__file__).resolve().parents[2] / "module_utils" / "fabric_desired.py"
+    """The collection's ``fabric_desired.py`` (opensm's keys and engines), loaded without Ansible.
+
+    The path is ``fabtune.ansible.MODULE_UTILS``'s, spelled out: this daemon does not import
+    ansible-runner.
+    """
+    path = (Path(__file__).resolve().parents[2] / "collections" / "ansible_collections" / "fabtune"
+            / "fabric" / "plugins" / "module_utils" / "fabric_desired.py")
     spec = importlib.util.spec_from_file_location("fabtune_fabric_desired_sm", path)
     if spec is None or spec.loader is None:  # pragma: no cover - the file ships with fabtune
         raise ImportError(f"cannot load {path}")

@@ -2,7 +2,8 @@
 
 Testbed hosts have no systemd, yet commit-confirmed changes arm a revert with
 ``systemd-run --unit=NAME --on-active=Ns CMD...`` and cancel it with ``systemctl stop NAME.timer``
-(``library/fabric_revert.py``). These tools give the same commands the same observable behaviour:
+(module ``fabtune.fabric.fabric_revert``). These tools give the same commands the same observable
+behaviour:
 
 * ``systemd-run --unit=NAME --on-active=SPAN [--timer-property=P=V]... [-q] CMD [ARGS...]`` starts a
   detached sleeper (double fork, ``setsid``, stdio on ``/dev/null``) that runs CMD after SPAN unless

@@ -1,13 +1,15 @@
-"""Make the repository's module_utils importable the way Ansible ships them to a host.
+"""Make the collection fabtune.fabric importable the way Ansible ships its modules to a host.
 
-Modules import ``ansible.module_utils.fabric_*``; Ansible resolves that from ``module_utils/``
-(ANSIBLE_MODULE_UTILS). Here the same files are registered under those names, and ``library/``
-modules are loaded from their files, so the tests run without hosts.
+Modules import ``ansible_collections.fabtune.fabric.plugins.module_utils.fabric_*``; Ansible
+resolves that from the collections path (``collections/`` of this repository). Here that directory
+goes on ``sys.path``, so ``ansible_collections`` (a namespace package: ansible-core ships none of
+its own) imports the same files under the same names, and the modules are imported as
+``ansible_collections.fabtune.fabric.plugins.modules.<name>``: the tests run without hosts.
 """
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import json
 import sys
 from collections.abc import Iterator
@@ -20,24 +22,30 @@ from ansible.module_utils import basic
 from ansible.module_utils.common.text.converters import to_bytes
 
 REPO = Path(__file__).resolve().parents[3]
+COLLECTIONS = REPO / "collections"
+COLLECTION = "ansible_collections.fabtune.fabric"
+MODULE_UTILS = f"{COLLECTION}.plugins.module_utils"
+
+if str(COLLECTIONS) not in sys.path:
+    sys.path.insert(0, str(COLLECTIONS))
 
 
-def _load(name: str, path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
+def load_util(name: str) -> ModuleType:
+    """A module_utils file of the collection (``fabric_apply``...), imported by its collection name."""
+    module = importlib.import_module(f"{MODULE_UTILS}.{name}")
+    assert Path(module.__file__ or "").resolve().is_relative_to(COLLECTIONS), module.__file__
     return module
 
 
 for _util in ("fabric_desired", "fabric_host", "fabric_qos_backend", "fabric_apply"):
-    _load(f"ansible.module_utils.{_util}", REPO / "module_utils" / f"{_util}.py")
+    load_util(_util)
 
 
 def load_module(name: str) -> ModuleType:
-    """A ``library/`` module, imported from its file."""
-    return _load(f"fabtune_library_{name}", REPO / "library" / f"{name}.py")
+    """A module of the collection (``fabric_qos``...), imported by its collection name."""
+    module = importlib.import_module(f"{COLLECTION}.plugins.modules.{name}")
+    assert Path(module.__file__ or "").resolve().is_relative_to(COLLECTIONS), module.__file__
+    return module
 
 
 class AnsibleExitJson(Exception):

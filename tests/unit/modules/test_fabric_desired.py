@@ -1,4 +1,4 @@
-"""The desired-state schema and couplings (module_utils/fabric_desired.py), without hosts."""
+"""The desired-state schema and couplings (module_utils fabric_desired of fabtune.fabric), without hosts."""
 
 from __future__ import annotations
 
@@ -9,7 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ansible.module_utils.fabric_desired import OPENSM_KEYS, roce_priority, validate
+from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_desired import (
+    OPENSM_KEYS,
+    roce_priority,
+    validate,
+)
 
 GOOD: dict[str, Any] = {
     "nics": {

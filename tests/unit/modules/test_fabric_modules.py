@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
-import sys
+import contextlib
+import io
+import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.unit.modules.conftest import AnsibleExitJson, AnsibleFailJson, load_module
+from fabtune.sim.node import NodeState, provision
+from fabtune.sim.tools import dcb, mlnx_qos
+from tests.unit.modules.conftest import AnsibleExitJson, AnsibleFailJson, load_module, load_util
+from tests.unit.sim_tools.conftest import roce_node
+
+TOOLS = {"mlnx_qos": mlnx_qos.main, "dcb": dcb.main}
 
 fabric_sysfs = load_module("fabric_sysfs")
-fabric_apply = sys.modules["ansible.module_utils.fabric_apply"]  # the apply code fabric_sysfs runs
+fabric_apply = load_util("fabric_apply")  # the apply code fabric_sysfs and fabric_qos run
+fabric_qos_backend = load_util("fabric_qos_backend")
 fabric_qos = load_module("fabric_qos")
 fabric_facts = load_module("fabric_facts")
 fabric_validate = load_module("fabric_validate")
@@ -117,6 +125,78 @@ def test_qos_check_mode_runs_only_reads(module_args: Any, monkeypatch: pytest.Mo
     assert result["changes"] == [{"knob": "eth9.pfc", "before": [], "after": [3]}]
     assert calls == [["/usr/bin/mlnx_qos", "-i", "eth9", "-a"]]
     assert result["commands"] == [["mlnx_qos", "-i", "eth9", "--pfc", "0,0,0,1,0,0,0,0"]]
+
+
+def _usr_bin(self: Any, name: str, *_: Any, **__: Any) -> str:
+    return f"/usr/bin/{name}"
+
+
+def _qos_host(root: Path, calls: list[list[str]], fail: str | None = None) -> Any:
+    """``run_command`` through the emulated mlnx_qos/dcb on a node tree (``fail``: that flag gets rc 1)."""
+    provision(root, roce_node(), {"mtu": 4200})
+    state = NodeState.under(root)
+
+    def run_command(self: Any, argv: list[str], **_: Any) -> tuple[int, str, str]:
+        calls.append(list(argv))
+        name = os.path.basename(argv[0])
+        if fail is not None and fail in argv:
+            return 1, "", f"{name}: cannot {fail}"
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = TOOLS[name](argv[1:], state=state)  # type: ignore[call-arg]
+        return code, out.getvalue(), err.getvalue()
+    return run_command
+
+
+@pytest.mark.parametrize("backend", ["mlnx_qos", "dcb"])
+def test_qos_applies_with_the_shared_apply_code(module_args: Any, monkeypatch: pytest.MonkeyPatch,
+                                                 tmp_path: Path, backend: str) -> None:
+    assert fabric_qos.qos_apply is fabric_apply.qos_apply  # the code fabtune-revert runs
+    calls: list[list[str]] = []
+    monkeypatch.setattr(fabric_qos.AnsibleModule, "run_command", _qos_host(tmp_path / "root", calls))
+    monkeypatch.setattr(fabric_qos.AnsibleModule, "get_bin_path", _usr_bin)
+    args = {"interface": "ens1np0", "backend": backend, "trust": "dscp", "dscp2prio": {"26": 3}, "pfc": [3]}
+    module_args(args, diff=True)
+    with pytest.raises(AnsibleExitJson) as done:
+        fabric_qos.main()
+    result = done.value.args[0]
+    reads = [["/usr/bin/" + a[0], *a[1:]] for a in fabric_qos_backend.read_argvs(backend, "ens1np0")]
+    writes = [["/usr/bin/" + a[0], *a[1:]] for a in result["commands"]]
+    assert result["changed"] is True and result["backend"] == backend
+    assert calls == reads + writes and writes
+    assert [c["knob"] for c in result["changes"]] == ["ens1np0.dscp2prio", "ens1np0.pfc", "ens1np0.trust"]
+    assert result["after"]["trust"] == "dscp" and result["after"]["pfc"] == [3]
+    assert result["after"]["dscp2prio"][26] == 3
+    assert result["diff"]["before_header"] == "ens1np0 qos" and "pfc: [3]" in result["diff"]["after"]
+    # the prediction is what the port now reads (all of the DSCP map, under dscp trust), and a
+    # second run reads only and changes nothing
+    calls.clear()
+    module_args(args)
+    with pytest.raises(AnsibleExitJson) as again:
+        fabric_qos.main()
+    now = dict(again.value.args[0]["before"])
+    assert again.value.args[0]["changed"] is False and again.value.args[0]["commands"] == []
+    assert now.pop("dscp2prio")[26] == 3 and calls == reads
+    assert now == {k: v for k, v in result["after"].items() if k != "dscp2prio"}
+
+
+def test_qos_fails_on_an_unreadable_state_or_a_failed_write(module_args: Any, monkeypatch: pytest.MonkeyPatch,
+                                                            tmp_path: Path) -> None:
+    monkeypatch.setattr(fabric_qos.AnsibleModule, "get_bin_path", _usr_bin)
+    monkeypatch.setattr(fabric_qos.AnsibleModule, "run_command", lambda self, argv, **_: (0, "garbage\n", ""))
+    module_args({"interface": "eth9", "backend": "mlnx_qos", "pfc": [3]})
+    with pytest.raises(AnsibleFailJson) as failed:
+        fabric_qos.main()
+    assert failed.value.args[0]["msg"].startswith("cannot read the QoS state of eth9: ")
+    calls: list[list[str]] = []
+    run_command = _qos_host(tmp_path / "root", calls, fail="--pfc")
+    monkeypatch.setattr(fabric_qos.AnsibleModule, "run_command", run_command)
+    module_args({"interface": "ens1np0", "backend": "mlnx_qos", "pfc": [3]})
+    with pytest.raises(AnsibleFailJson) as failed:
+        fabric_qos.main()
+    assert failed.value.args[0]["rc"] == 1
+    assert "--pfc 0,0,0,1,0,0,0,0 failed (rc 1)" in failed.value.args[0]["msg"]
+    assert len(calls) == 2
 
 
 def test_qos_rejects_unknown_backend(module_args: Any) -> None:

@@ -8,8 +8,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ansible.module_utils.fabric_host import netdev_split, rdma_ports, read_nic_sysfs
-from ansible.module_utils.fabric_qos_backend import (
+from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_host import (
+    netdev_split,
+    rdma_ports,
+    read_nic_sysfs,
+)
+from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_qos_backend import (
     QosError,
     diff_state,
     parse,

@@ -7,7 +7,6 @@ import io
 import json
 import os
 import stat
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,10 +14,10 @@ import pytest
 
 from fabtune.sim.node import NodeState, provision
 from fabtune.sim.tools import TOOLS
-from tests.unit.modules.conftest import AnsibleExitJson, AnsibleFailJson, load_module
+from tests.unit.modules.conftest import AnsibleExitJson, AnsibleFailJson, load_module, load_util
 from tests.unit.sim_tools.conftest import roce_node
 
-fabric_apply = sys.modules["ansible.module_utils.fabric_apply"]  # loaded once, by conftest
+fabric_apply = load_util("fabric_apply")  # the module_utils the modules import (loaded once, by conftest)
 fabric_revert = load_module("fabric_revert")
 fabric_sysfs = load_module("fabric_sysfs")
 
@@ -252,6 +251,30 @@ def test_revert_that_cannot_apply_is_marked_failed(node: Path, tmp_path: Path) -
     assert "neither mlnx_qos nor dcb" in " ".join(lines)
 
 
+def test_revert_goes_on_past_an_unreadable_qos_state(node: Path, tmp_path: Path) -> None:
+    """A QoS read the parser cannot use fails that port's QoS, not the whole revert."""
+    tools = tools_on(node)
+    nic = "ens1np0"
+    tos = node / "configfs/rdma_cm/mlx5_0/ports/1/default_roce_tos"
+    want = int(tos.read_text())
+    tos.write_text("106\n")
+
+    def run(argv: list[str]) -> str:
+        return "garbage\n" if argv[-1] == "-a" else tools(argv)
+
+    state_dir = tmp_path / "revert"
+    snapshot = {"nics": {nic: {"pfc": [], "roce_tos": want}}}
+    fabric_apply.write_record(str(state_dir), "r3", {"snapshot": snapshot})
+    lines: list[str] = []
+    code = fabric_apply.revert("r3", state_dir=str(state_dir), root=str(node), run=run,
+                               which=lambda name: name == "mlnx_qos", log=lines.append)
+    assert code == 1, lines
+    failed = json.loads((state_dir / "r3.revert-failed.json").read_text())
+    assert [p.split(":")[0] for p in failed["problems"]] == [f"{nic} qos"]
+    assert tos.read_text().strip() == str(want)  # the rest of the snapshot is still put back
+    assert not (state_dir / "r3.json").exists()
+
+
 def test_revert_main_validates_its_argument(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert fabric_apply.revert_main(["../etc"], state_dir=str(tmp_path), log_file=str(tmp_path / "log")) == 2
     assert fabric_apply.revert_main(["nothing"], state_dir=str(tmp_path), log_file=str(tmp_path / "log")) == 0
@@ -261,3 +284,30 @@ def test_revert_main_validates_its_argument(tmp_path: Path, capsys: pytest.Captu
 def test_nccl_conf_rendered_like_the_role() -> None:
     assert fabric_apply.render_nccl_conf({"NCCL_IB_TC": 106, "NCCL_IB_GID_INDEX": 3}) == \
         "#\n# Ansible managed\n#\nNCCL_IB_GID_INDEX=3\nNCCL_IB_TC=106\n"
+
+
+@pytest.mark.parametrize("systemd", [False, True])
+def test_revert_puts_the_subnet_manager_config_back(node: Path, tmp_path: Path, systemd: bool) -> None:
+    tools = tools_on(node)
+    calls: list[list[str]] = []
+
+    def run(argv: list[str]) -> str:
+        calls.append(list(argv))
+        return "" if argv[0] == "systemctl" else tools(argv)
+
+    if systemd:
+        (node / "run/systemd/system").mkdir(parents=True)
+    conf = node / "etc/opensm/opensm.conf"
+    conf.parent.mkdir(parents=True)
+    kept = "# opensm\nrouting_engine minhop\nar_mode 0\n"
+    conf.write_text("# opensm\nrouting_engine ar_updn\nar_mode 1\n")  # the move
+    state_dir = tmp_path / "revert"
+    record = {"snapshot": {"sm": {"routing_engine": "minhop"}}, "files": {fabric_apply.OPENSM_CONF: kept}}
+    fabric_apply.write_record(str(state_dir), "r4", record)
+    lines: list[str] = []
+    code = fabric_apply.revert("r4", state_dir=str(state_dir), root=str(node), run=run,
+                               which=lambda name: name == "mlnx_qos", log=lines.append)
+    assert code == 0, lines
+    assert conf.read_text() == kept
+    assert (["systemctl", "restart", "opensm"] in calls) == systemd
+    assert fabric_apply.OPENSM_CONF in fabric_apply.KEPT_FILES

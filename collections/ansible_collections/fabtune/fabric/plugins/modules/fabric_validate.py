@@ -42,7 +42,7 @@ author:
 
 EXAMPLES = r"""
 - name: Validate the desired state before anything changes
-  fabric_validate:
+  fabtune.fabric.fabric_validate:
     desired: "{{ fabric_desired }}"
   register: __fabric_valid
 """
@@ -75,8 +75,8 @@ problems:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.fabric_desired import validate
-from ansible.module_utils.fabric_host import netdev_split, rdma_ports
+from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_desired import validate
+from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_host import netdev_split, rdma_ports
 
 
 def get_argument_spec():

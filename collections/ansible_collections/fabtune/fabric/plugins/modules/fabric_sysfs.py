@@ -46,13 +46,13 @@ author:
 
 EXAMPLES = r"""
 - name: Enable ECN on priority 3 and send CNPs with DSCP 48
-  fabric_sysfs:
+  fabtune.fabric.fabric_sysfs:
     knobs:
       /sys/class/net/enp25s0np0/ecn/roce_np/enable/3: "1"
       /sys/class/net/enp25s0np0/ecn/roce_np/cnp_dscp: "48"
 
 - name: ECN on priority 3 only, CNPs on DSCP 48 / priority 6, rdma_cm ToS 106
-  fabric_sysfs:
+  fabtune.fabric.fabric_sysfs:
     interface: enp25s0np0
     nic: {ecn: {np: [3], rp: [3]}, cnp_dscp: 48, cnp_prio: 6, roce_tos: 106}
 """
@@ -81,8 +81,13 @@ changes:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.fabric_apply import ApplyError, nic_knobs, plan, write_changes
-from ansible.module_utils.fabric_host import read_nic_sysfs
+from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_apply import (
+    ApplyError,
+    nic_knobs,
+    plan,
+    write_changes,
+)
+from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_host import read_nic_sysfs
 
 
 def get_argument_spec():
@@ -141,7 +146,7 @@ def main():
     before, changes = plan(knobs)
     if changes and not module.check_mode:
         try:
-            write_changes(changes)  # the same code the host-side revert runs (module_utils/fabric_apply)
+            write_changes(changes)  # the same code the host-side revert runs (module_utils fabric_apply)
         except ApplyError as exc:
             module.fail_json(msg=str(exc), before=before)
     after = dict(before)

@@ -10,7 +10,7 @@ DOCUMENTATION = r"""
 module: fabric_facts
 short_description: Gather a GPU node's RDMA fabric state in the shape of the desired state
 description:
-  - RDMA ports from sysfs (C(/sys/class/infiniband)): netdev, link layer, state, rate, firmware,
+  - RDMA ports from sysfs (C(/sys/class/infiniband)) - netdev, link layer, state, rate, firmware,
     GIDs and the RoCEv2 IPv4 GID index per port.
   - Per RoCE port the knobs the fabric roles manage (trust, DSCP map, PFC, ETS through C(mlnx_qos)
     or C(dcb); MTU, ECN per priority, CNP DSCP and priority from sysfs; rdma_cm ToS and mode from
@@ -21,7 +21,7 @@ description:
 version_added: "1.0.0"
 options:
   backend:
-    description: QoS tool (see M(fabric_qos)); C(auto) prefers C(mlnx_qos).
+    description: QoS tool (see M(fabtune.fabric.fabric_qos)); C(auto) prefers C(mlnx_qos).
     type: str
     choices: [auto, mlnx_qos, dcb]
     default: auto
@@ -48,7 +48,7 @@ author:
 
 EXAMPLES = r"""
 - name: Gather the fabric state
-  fabric_facts:
+  fabtune.fabric.fabric_facts:
 
 - name: Show the RoCE ToS of each port
   ansible.builtin.debug:
@@ -76,8 +76,12 @@ import os
 import re
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.fabric_desired import SM_BOOL_KEYS, SM_INT_RANGES, validate
-from ansible.module_utils.fabric_host import (
+from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_desired import (
+    SM_BOOL_KEYS,
+    SM_INT_RANGES,
+    validate,
+)
+from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_host import (
     gids,
     netdev_split,
     parse_nccl_conf,
@@ -86,7 +90,11 @@ from ansible.module_utils.fabric_host import (
     rdma_ports,
     read_nic_sysfs,
 )
-from ansible.module_utils.fabric_qos_backend import QosError, parse, read_argvs
+from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_qos_backend import (
+    QosError,
+    parse,
+    read_argvs,
+)
 
 SM_FACT_KEYS = tuple(sorted(set(SM_INT_RANGES) | set(SM_BOOL_KEYS) | set((
     "routing_engine", "qos_sl2vl", "qos_vlarb_high", "qos_vlarb_low", "ar_sl_mask",

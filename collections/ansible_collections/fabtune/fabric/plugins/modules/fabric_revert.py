@@ -20,7 +20,7 @@ description:
   - O(state=confirmed) (or V(absent)) stops the timer and removes the saved snapshot. It fails when
     the host has already reverted the run (the change is gone; the controller must know).
   - The snapshot is validated against this host's ports (couplings not enforced) before anything
-    is armed: a revert that could not apply is refused up front.
+    is armed; a revert that could not apply is refused up front.
 version_added: "1.0.0"
 options:
   run_id:
@@ -66,13 +66,13 @@ author:
 
 EXAMPLES = r"""
 - name: Arm a revert to the snapshot, 120 s from now
-  fabric_revert:
+  fabtune.fabric.fabric_revert:
     run_id: "20240601-move3"
     snapshot: "{{ fabric_facts }}"
     deadline_s: 120
 
 - name: Keep the change (cancel the revert)
-  fabric_revert:
+  fabtune.fabric.fabric_revert:
     run_id: "20240601-move3"
     state: confirmed
 """
@@ -106,7 +106,7 @@ import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.fabric_apply import (
+from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_apply import (
     MIN_DEADLINE_S,
     RUN_ID_RE,
     arm_argv,
@@ -116,8 +116,8 @@ from ansible.module_utils.fabric_apply import (
     unit_name,
     write_record,
 )
-from ansible.module_utils.fabric_desired import validate
-from ansible.module_utils.fabric_host import netdev_split
+from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_desired import validate
+from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_host import netdev_split
 
 
 def get_argument_spec():

@@ -10,7 +10,7 @@ configfs group, write, read back) and the ``/etc/nccl.conf`` of ``nccl_env``. ``
 (installed by the ``fabric_revert`` role with these files in ``/usr/local/lib/fabtune``) applies a
 saved snapshot with them, so a revert is the same code as an apply: no separate undo code.
 
-Commit-confirmed (``library/fabric_revert.py`` arms, ``fabtune-revert`` fires):
+Commit-confirmed (module ``fabtune.fabric.fabric_revert`` arms, ``fabtune-revert`` fires):
 ``STATE_DIR/<run_id>.json`` (0600) holds the snapshot, the deadline and the managed files' bytes as
 they were when armed; the transient timer ``fabtune-revert-<run_id>.timer`` runs
 ``fabtune-revert <run_id>`` at the deadline, which applies the snapshot and renames the record to
@@ -18,8 +18,10 @@ they were when armed; the transient timer ``fabtune-revert-<run_id>.timer`` runs
 Confirming stops the timer and removes the record. One lock (``STATE_DIR/.lock``) orders the
 revert, arming and confirming, so a confirm never races a revert half-way.
 
-Importable as ``ansible.module_utils.fabric_apply`` (modules) or as plain ``fabric_apply`` from
-``/usr/local/lib/fabtune`` (the revert script, no Ansible on the path).
+Importable as ``ansible_collections.fabtune.fabric.plugins.module_utils.fabric_apply`` (the
+collection's modules; Ansible ships it and the module_utils it imports with each module) or as
+plain ``fabric_apply`` from ``/usr/local/lib/fabtune`` (the revert script: the fabric_revert role
+copies the four files there, no Ansible on the path; the ``except ImportError`` branch below).
 """
 
 from __future__ import annotations
@@ -35,8 +37,8 @@ import sys
 import time
 
 try:
-    from ansible.module_utils.fabric_desired import QOS_KNOBS, validate
-    from ansible.module_utils.fabric_host import (
+    from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_desired import QOS_KNOBS, validate
+    from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_host import (
         cc_knob_paths,
         netdev_split,
         parse_nccl_conf,
@@ -44,7 +46,13 @@ try:
         port_of,
         tos_knob_paths,
     )
-    from ansible.module_utils.fabric_qos_backend import diff_state, parse, read_argvs, write_argvs
+    from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_qos_backend import (
+        QosError,
+        diff_state,
+        parse,
+        read_argvs,
+        write_argvs,
+    )
 except ImportError:  # /usr/local/lib/fabtune beside fabtune-revert
     from fabric_desired import QOS_KNOBS, validate  # type: ignore[no-redef]
     from fabric_host import (  # type: ignore[no-redef]
@@ -55,7 +63,13 @@ except ImportError:  # /usr/local/lib/fabtune beside fabtune-revert
         port_of,
         tos_knob_paths,
     )
-    from fabric_qos_backend import diff_state, parse, read_argvs, write_argvs  # type: ignore[no-redef]
+    from fabric_qos_backend import (  # type: ignore[no-redef]
+        QosError,
+        diff_state,
+        parse,
+        read_argvs,
+        write_argvs,
+    )
 
 STATE_DIR = "/var/lib/fabtune/revert"
 LOG_FILE = "/var/log/fabtune-revert.log"
@@ -63,7 +77,9 @@ SCRIPT = "/usr/local/sbin/fabtune-revert"
 LIB_DIR = "/usr/local/lib/fabtune"
 NCCL_CONF = "/etc/nccl.conf"
 RDMA_CM_CONF = "/etc/fabtune/rdma_cm.conf"
-KEPT_FILES = (NCCL_CONF, RDMA_CM_CONF)
+OPENSM_CONF = "/etc/opensm/opensm.conf"
+OPENSM_SERVICE = "opensm"
+KEPT_FILES = (NCCL_CONF, RDMA_CM_CONF, OPENSM_CONF)
 RUN_ID_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
 MIN_DEADLINE_S = 10
 SYSFS_KNOBS = ("mtu", "ecn", "cnp_dscp", "cnp_prio", "roce_tos", "roce_mode")
@@ -231,7 +247,8 @@ def apply_snapshot(snapshot, run, which, root="/", files=None, log=None):
     rdma_cm ToS/mode (roce_tos); then ``/etc/nccl.conf`` (nccl_env). ``files`` are the managed
     files' bytes when the revert was armed (``{path: text or None}``): ``/etc/nccl.conf`` is put back
     byte for byte when its settings are the snapshot's (else rendered from the snapshot), the
-    rdma_cm boot configuration as it was. The subnet manager (``sm``) is not reverted here.
+    rdma_cm boot configuration as it was, and on a subnet manager host (a snapshot with ``sm``)
+    ``opensm.conf`` as it was, opensm restarted when systemd runs the host.
 
     Returns:
         ``(changes, problems)``: one line per change made, one per thing that could not be done
@@ -257,7 +274,7 @@ def apply_snapshot(snapshot, run, which, root="/", files=None, log=None):
                     changes.append("%s.%s: %s -> %s" % (netdev, key, old, new))
                 for argv in commands:
                     log("ran: %s" % " ".join(argv))
-        except (ApplyError, ValueError) as exc:
+        except (ApplyError, QosError, ValueError) as exc:  # an unreadable QoS state: this port only
             failed.append("%s qos: %s" % (netdev, exc))
         sysfs = dict((k, nic[k]) for k in SYSFS_KNOBS if k in nic)
         knobs, problem = nic_knobs(root, netdev, sysfs)
@@ -274,10 +291,26 @@ def apply_snapshot(snapshot, run, which, root="/", files=None, log=None):
         _restore_nccl(normal["nccl"], files, root, changes, failed)
     if RDMA_CM_CONF in files:
         _restore_file(RDMA_CM_CONF, files[RDMA_CM_CONF], root, changes, failed)
-    if normal.get("sm"):
-        log("sm: the subnet manager's settings are not reverted on the host (run the apply playbook "
-            "with the snapshot on the subnet manager hosts)")
+    if normal.get("sm") and OPENSM_CONF in files:
+        _restore_sm(files[OPENSM_CONF], run, root, changes, failed)
     return changes, failed
+
+
+def _restore_sm(content, run, root, changes, failed):
+    """Put the subnet manager's configuration back as it was; restart opensm under systemd.
+
+    Like the ``ib_sm`` role's handlers: where systemd does not run the host, nothing restarts
+    opensm behind the service manager's back.
+    """
+    before = len(changes)
+    _restore_file(OPENSM_CONF, content, root, changes, failed)
+    if len(changes) == before or not os.path.isdir(host_path(root, "/run/systemd/system")):
+        return
+    try:
+        run(["systemctl", "restart", OPENSM_SERVICE])
+        changes.append("%s: restarted" % OPENSM_SERVICE)
+    except ApplyError as exc:
+        failed.append("%s: %s" % (OPENSM_SERVICE, exc))
 
 
 def _restore_nccl(nccl, files, root, changes, failed):

@@ -65,7 +65,7 @@ author:
 
 EXAMPLES = r"""
 - name: Make priority 3 lossless for DSCP 26
-  fabric_qos:
+  fabtune.fabric.fabric_qos:
     interface: enp25s0np0
     trust: dscp
     dscp2prio: {26: 3, 48: 6}
@@ -99,14 +99,9 @@ backend:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.fabric_desired import as_int
-from ansible.module_utils.fabric_qos_backend import (
-    QosError,
-    diff_state,
-    parse,
-    read_argvs,
-    write_argvs,
-)
+from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_apply import qos_apply
+from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_desired import as_int
+from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_qos_backend import QosError
 
 QOS_KEYS = ("trust", "dscp2prio", "pfc", "prio_tc", "tsa", "tcbw")
 
@@ -190,20 +185,14 @@ class QosManager(object):
                                   rc=rc, stdout=out, stderr=err)
         return out
 
-    def read(self):
-        outputs = [self._run(argv) for argv in read_argvs(self.backend, self.interface)]
+    def apply(self, desired):
+        # The same read/diff/write as the host-side revert (module_utils fabric_apply); a command
+        # that fails ends the module in _run. Only the parse of the read raises QosError/ValueError.
         try:
-            return parse(self.backend, outputs)
+            before, changes, commands = qos_apply(self.backend, self.interface, desired, self._run,
+                                                  check_mode=self.module.check_mode)
         except (QosError, ValueError) as exc:
             self.module.fail_json(msg="cannot read the QoS state of %s: %s" % (self.interface, exc))
-
-    def apply(self, desired):
-        before = self.read()
-        changes = diff_state(before, desired)
-        commands = write_argvs(self.backend, self.interface, changes, dict(before, **desired))
-        if changes and not self.module.check_mode:
-            for argv in commands:
-                self._run(argv)
         after = predict(before, changes)
         result = dict(changed=bool(changes), before=before, after=after, backend=self.backend,
                       changes=change_list(self.interface, changes), commands=commands)

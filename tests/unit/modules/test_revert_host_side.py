@@ -1,0 +1,114 @@
+"""The host side of the revert: fabtune-revert imports fabric_apply by its plain name, without Ansible.
+
+The fabric_revert role copies the collection's module_utils files named in its vars to
+``fabric_revert_lib_dir`` and installs ``fabtune-revert`` from its template; on the host
+``fabric_apply`` takes the ``except ImportError`` branch of its imports (plain ``fabric_desired``
+...). Here the same files go to a temporary lib dir and run under ``python -I -S`` (no
+site-packages: no ``ansible``, no ``ansible_collections``), as on a host with a bare Python.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import jinja2
+import pytest
+import yaml
+
+from tests.unit.modules.conftest import COLLECTIONS, REPO
+
+ROLE = REPO / "roles" / "fabric_revert"
+MODULE_UTILS = COLLECTIONS / "ansible_collections" / "fabtune" / "fabric" / "plugins" / "module_utils"
+
+
+def _role_files() -> list[str]:
+    return list(yaml.safe_load((ROLE / "vars" / "main.yml").read_text())["_fabric_revert_module_utils"])
+
+
+def _role_source_dir() -> Path:
+    """The role's default ``fabric_revert_module_utils_dir``, with ``role_path`` filled in."""
+    default = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())["fabric_revert_module_utils_dir"]
+    return Path(jinja2.Template(default).render(role_path=str(ROLE))).resolve()
+
+
+def _plain_fabric_imports(path: Path) -> set[str]:
+    """The ``fabric_*`` modules a file imports by plain name (the host-side fallback)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("fabric_"):
+            names.add(str(node.module))
+    return names
+
+
+def test_the_role_copies_the_collections_module_utils_fabric_apply_needs() -> None:
+    assert _role_source_dir() == MODULE_UTILS.resolve()
+    files = _role_files()
+    assert "fabric_apply.py" in files
+    for name in files:
+        assert (MODULE_UTILS / name).is_file(), name
+        assert {f"{m}.py" for m in _plain_fabric_imports(MODULE_UTILS / name)} <= set(files), name
+    assert _plain_fabric_imports(MODULE_UTILS / "fabric_apply.py") == {
+        "fabric_desired", "fabric_host", "fabric_qos_backend"}
+
+
+@pytest.fixture
+def lib_dir(tmp_path: Path) -> Path:
+    """The role's install step: its files, from its source dir, in a lib dir."""
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    for name in _role_files():
+        shutil.copy(_role_source_dir() / name, lib / name)
+    return lib
+
+
+def _bare_python(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-I", "-S", *args], capture_output=True, text=True, check=False,
+                          timeout=60)
+
+
+def test_fabric_apply_falls_back_to_plain_imports_and_reverts(lib_dir: Path, tmp_path: Path) -> None:
+    state_dir, root = tmp_path / "state", tmp_path / "root"
+    (root / "etc").mkdir(parents=True)
+    (root / "etc/nccl.conf").write_text("NCCL_IB_TC=106\n")
+    code = f"""
+import json, sys
+sys.path.insert(0, {str(lib_dir)!r})
+import fabric_apply
+assert "ansible" not in sys.modules and "ansible_collections" not in sys.modules, sorted(sys.modules)
+fabric_apply.write_record({str(state_dir)!r}, "r1", {{"snapshot": {{"nccl": {{"NCCL_IB_TC": 0}}}}}})
+lines = []
+rc = fabric_apply.revert("r1", state_dir={str(state_dir)!r}, root={str(root)!r}, run=None,
+                         which=lambda name: None, log=lines.append)
+print(json.dumps({{"rc": rc, "validate": fabric_apply.validate.__module__,
+                  "diff_state": fabric_apply.diff_state.__module__, "lines": lines}}))
+"""
+    proc = _bare_python("-c", code)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["validate"] == "fabric_desired" and out["diff_state"] == "fabric_qos_backend"
+    assert out["rc"] == 0, out["lines"]
+    assert (root / "etc/nccl.conf").read_text() == "#\n# Ansible managed\n#\nNCCL_IB_TC=0\n"
+    assert (state_dir / "r1.reverted.json").exists()
+
+
+def test_the_installed_fabtune_revert_runs_without_ansible(lib_dir: Path, tmp_path: Path) -> None:
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    env.filters["comment"] = lambda text: f"#\n# {text}\n#"
+    template = env.from_string((ROLE / "templates" / "fabtune-revert.j2").read_text())
+    script = tmp_path / "fabtune-revert"
+    log, state_dir = tmp_path / "revert.log", tmp_path / "state"
+    script.write_text(template.render(
+        fabric_revert_python=sys.executable, ansible_managed="Ansible managed",
+        fabric_revert_lib_dir=str(lib_dir), fabric_revert_state_dir=str(state_dir),
+        fabric_revert_log=str(log)))
+    # only the paths that stop before applying anything: the script's root is the real /
+    bad = _bare_python(str(script), "../etc")
+    assert bad.returncode == 2 and "usage: fabtune-revert RUN_ID" in bad.stderr
+    none = _bare_python(str(script), "r9")
+    assert none.returncode == 0, none.stderr
+    assert "run r9: nothing armed" in log.read_text()
