@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import shlex
+import subprocess
 import sys
 import tempfile
 import time
@@ -635,6 +636,23 @@ def install_units(units: Mapping[str, str], directory: Path = UNIT_DIR) -> list[
         write_textfile(path, text)
         written.append(path)
     return written
+
+
+def enable_timer(systemd_dir: Path = Path("/run/systemd/system")) -> list[list[str]]:
+    """``systemctl daemon-reload`` then ``enable --now`` the timer; returns the commands run.
+
+    Raises:
+        ConfigError: systemd does not run this machine, or systemctl failed (its output named).
+    """
+    if not systemd_dir.is_dir():
+        raise ConfigError("--enable", [f"systemd does not run this machine ({systemd_dir} is missing)"])
+    commands = [["systemctl", "daemon-reload"], ["systemctl", "enable", "--now", TIMER]]
+    for argv in commands:
+        done = subprocess.run(argv, capture_output=True, text=True, check=False)
+        if done.returncode:
+            output = (done.stdout + done.stderr).strip()[-300:]
+            raise ConfigError("--enable", [f"{' '.join(argv)}: exit {done.returncode}: {output}"])
+    return commands
 
 
 def fabtune_executable() -> str:

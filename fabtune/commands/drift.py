@@ -99,6 +99,9 @@ def _print(result: lib.DriftResult, console: Console) -> None:
     help="Where --install-timer writes the units.",
 )
 @click.option("--on-calendar", default="hourly", show_default=True, help="The timer's OnCalendar.")
+@click.option(
+    "--enable", is_flag=True, help="With --install-timer: also daemon-reload and enable --now the timer."
+)
 @click.pass_context
 def drift(
     ctx: click.Context,
@@ -111,6 +114,7 @@ def drift(
     install_timer: bool,
     unit_dir: Path,
     on_calendar: str,
+    enable: bool,
 ) -> None:
     """Compare every host with the desired state, knob by knob (check mode: nothing changes).
 
@@ -135,7 +139,11 @@ def drift(
         )
         for path in lib.install_units(units, unit_dir):
             click.echo(f"wrote {path}")
-        click.echo(f"enable it with: systemctl daemon-reload && systemctl enable --now {lib.TIMER}")
+        if not enable:
+            click.echo(f"enable it with: systemctl daemon-reload && systemctl enable --now {lib.TIMER}")
+            return
+        for argv in lib.enable_timer():
+            click.echo(f"ran: {' '.join(argv)}")
         return
     info = read_inventory(inventory)
     source = lib.desired_for(info, profile_path)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -449,3 +450,22 @@ def test_remediation_rolled_back_to_the_snapshot_when_bandwidth_drops(
         "fabric_desired": {"nics": {IF: {"mtu": 1500, "pfc": []}}, "nccl": None},
         "fabric_enforce_couplings": False,
     }
+
+
+def test_enable_runs_systemctl_where_systemd_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = tmp_path / "calls"
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    fake = bindir / "systemctl"
+    fake.write_text(f'#!/bin/sh\necho "$@" >> {calls}\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+    with pytest.raises(ConfigError, match="systemd does not run this machine"):
+        drift.enable_timer(tmp_path / "no-systemd")
+    assert not calls.exists()
+    (tmp_path / "systemd").mkdir()
+    assert drift.enable_timer(tmp_path / "systemd")[-1] == ["systemctl", "enable", "--now", drift.TIMER]
+    assert calls.read_text().splitlines() == ["daemon-reload", "enable --now fabtune-drift.timer"]
+    fake.write_text("#!/bin/sh\necho boom >&2\nexit 1\n")
+    with pytest.raises(ConfigError, match="systemctl daemon-reload: exit 1: boom"):
+        drift.enable_timer(tmp_path / "systemd")
