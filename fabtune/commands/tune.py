@@ -110,8 +110,17 @@ def rollback(run_id: str) -> None:
 
 @click.command("resume")
 @click.argument("run_id")
+@click.option(
+    "--profile",
+    type=click.Path(path_type=Path),
+    help="Profile whose fabtune_tune section replaces the run's own options.",
+)
 @click.option("--jsonl", is_flag=True, help="Progress as JSON lines on stdout.")
-def resume(run_id: str, jsonl: bool) -> None:
-    """Continue an interrupted run: undo its unfinished move, then try the moves not yet decided."""
-    result, report = tune_run.resume(run_id, Progress(jsonl))
+def resume(run_id: str, profile: Path | None, jsonl: bool) -> None:
+    """Continue an interrupted run: undo its unfinished move, then try the moves not yet decided.
+
+    The run keeps the tuning options it started with, unless --profile gives others.
+    """
+    options = _tune_options(profile) if profile is not None else None
+    result, report = tune_run.resume(run_id, Progress(jsonl), options)
     _finish(result, report)

@@ -195,14 +195,25 @@ def rollback(run_id: str, on_event: Event | None = None) -> list[str]:
     return sorted(snapshot)
 
 
-def resume(run_id: str, on_event: Event | None = None) -> tuple[TuneResult, Path]:
-    """Continue an interrupted run: undo its unfinished move (verified), then try the moves not decided."""
+def resume(
+    run_id: str, on_event: Event | None = None, raw_options: Mapping[str, Any] | None = None
+) -> tuple[TuneResult, Path]:
+    """Continue an interrupted run: undo its unfinished move (verified), then try the moves not decided.
+
+    The run keeps the options it started with (journaled first) unless ``raw_options`` is given.
+    """
     journal = Journal()
     run = journal.run(run_id)
+    if run.kind != "tune" or run.state not in ("running", "failed"):
+        raise ConfigError(
+            f"run {run_id}",
+            [f"state: a {run.kind} run, {run.state}; only an interrupted or failed tune run can be resumed"],
+        )
     info = read_inventory(Path(run.inventory))
     steps = journal.steps(run_id)
-    raw = next((s.payload for s in steps if s.kind == "options"), None)  # the run's own options
-    options, deadline = options_from(raw)
+    if raw_options is None:
+        raw_options = next((s.payload for s in steps if s.kind == "options"), None)
+    options, deadline = options_from(raw_options)
     decided = [s.name for s in steps if s.kind == "move" and s.state in ("kept", "rolled_back")]
     with fabric_lock(info.name, f"resume {run_id}"):
         backend = AnsibleBackend(info, deadline)

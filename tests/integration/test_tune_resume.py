@@ -1,0 +1,96 @@
+"""kill -9 of `fabtune tune` mid-move: the hosts revert themselves, `resume` finishes the run without
+retrying what was decided, and `rollback` restores the exact pre-run state."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from fabtune.errors import ConfigError
+from fabtune.journal import Journal
+from fabtune.testbed.spec import TestbedSpec
+from fabtune.tune import run as tune_run
+from tests.integration.tunerack import FAST, build, current_state, drift_from, inventory
+
+pytestmark = pytest.mark.testbed
+
+DEADLINE_S = 45  # short, so the test waits little for the hosts to revert by themselves
+OPTIONS = {**FAST, "skip_groups": [*FAST["skip_groups"], "mtu"], "revert_deadline_s": DEADLINE_S}
+CLEAN = {"h01": [], "h02": []}
+
+
+@pytest.fixture(scope="module")
+def rack() -> Iterator[TestbedSpec]:
+    yield from build("itresu", "10.214", 22)
+
+
+def _wait_for_move(out: Path, timeout: float, decided: int) -> tuple[str, int]:
+    """The run and step of the first move applied after ``decided`` moves were decided."""
+    deadline = time.monotonic() + timeout
+    journal = Journal()
+    while time.monotonic() < deadline:
+        for run in journal.runs(5):
+            moves = [s for s in journal.steps(run.id) if s.kind == "move"]
+            done = [s for s in moves if s.state in ("kept", "rolled_back")]
+            applied = [s for s in moves if s.state == "applied"]
+            if len(done) >= decided and applied and run.state == "running":
+                return run.id, applied[0].seq
+        time.sleep(0.5)
+    raise AssertionError(f"no move was applied in time: {out.read_text()[-2000:]}")
+
+
+def _kill_at_second_move(rack: TestbedSpec, tmp_path: Path) -> tuple[str, int]:
+    profile = tmp_path / "profile.yml"
+    profile.write_text(json.dumps({"fabtune_tune": OPTIONS}))
+    out = tmp_path / "tune.out"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fabtune", "tune", "-i", str(inventory(rack)), "--profile", str(profile)],
+        env=os.environ.copy(),
+        stdout=out.open("w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        run_id, seq = _wait_for_move(out, 400, decided=1)
+        os.killpg(proc.pid, signal.SIGKILL)  # the controller and its ansible-playbook children die at once
+    finally:
+        proc.kill()
+        proc.wait()
+    return run_id, seq
+
+
+def test_kill_9_mid_move_hosts_revert_resume_finishes_then_rollback_restores(
+    rack: TestbedSpec, tmp_path: Path
+) -> None:
+    before = current_state(rack)
+    run_id, seq = _kill_at_second_move(rack, tmp_path)
+    assert Journal().run(run_id).state == "running"  # nobody closed it: the controller died
+    snapshot = Journal().snapshot_at(run_id, seq)  # the state before the interrupted move
+    deadline = time.monotonic() + DEADLINE_S + 30
+    while drift_from(snapshot, rack) != CLEAN and time.monotonic() < deadline:
+        time.sleep(5)
+    assert drift_from(snapshot, rack) == CLEAN  # the hosts reverted the move by themselves
+
+    decided = [s.name for s in Journal().steps(run_id) if s.kind == "move" and s.seq < seq]
+    result, _ = tune_run.resume(run_id, raw_options={**OPTIONS, "revert_deadline_s": 300})
+    steps = Journal().steps(run_id)
+    interrupted = next(s for s in steps if s.seq == seq)
+    assert interrupted.state == "rolled_back" and interrupted.payload["reason"].startswith("interrupted")
+    assert decided == ["lossless priority 3"]
+    assert [m.name for m in result.moves] == ["lossless priority 4"]  # decided moves are not retried
+    assert result.moves[0].outcome == "kept"
+    assert Journal().run(run_id).state == "done"
+    assert all(s.state in ("kept", "rolled_back") for s in steps if s.kind == "move")
+    with pytest.raises(ConfigError, match="only an interrupted or failed tune run can be resumed"):
+        tune_run.resume(run_id)
+
+    tune_run.rollback(run_id)
+    assert drift_from(before, rack) == CLEAN

@@ -1,0 +1,55 @@
+"""The tuning tests' rack: factory NICs behind switches lossless on priority 4, and its helpers."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+from fabtune.inventory import read_inventory
+from fabtune.testbed import layout
+from fabtune.testbed.spec import TestbedSpec
+from fabtune.tune.backend import AnsibleBackend
+from fabtune.tune.loop import restore_and_verify
+from fabtune.tune.state import differences, snapshot_of
+from tests.integration.conftest import make_testbed
+
+FACTORY_NICS = {"trust": "pcp", "pfc": [0] * 8, "roce_tos": 0, "mtu": 1500}
+FAST = {"max_runs": 6, "baseline_runs": 4, "skip_groups": ["qps", "gdr"]}
+State = dict[str, dict[str, object]]
+
+
+def build(name: str, subnet_base: str, seed: int) -> Iterator[TestbedSpec]:
+    """Factory NICs (trust pcp, no PFC, MTU 1500, ToS 0) behind switches lossless on priority 4."""
+    yield from make_testbed(
+        {
+            "name": name,
+            "hosts": 2,
+            "subnet_base": subnet_base,
+            "nics_per_host": 2,
+            "gpus_per_host": 2,
+            "seed": seed,
+            "initial": FACTORY_NICS,
+            "switch": {"pfc_priorities": [4], "ecn_priorities": [4]},
+        }
+    )
+
+
+def inventory(spec: TestbedSpec) -> Path:
+    return layout.testbed_dir(spec.name) / "inventory.yml"
+
+
+def current_state(spec: TestbedSpec) -> State:
+    backend = AnsibleBackend(read_inventory(inventory(spec)))
+    return {h: snapshot_of(f) for h, f in backend.facts().items()}
+
+
+def reset(spec: TestbedSpec, factory: State) -> State:
+    """Bring the rack back to ``factory`` if an earlier test left it elsewhere."""
+    if any(differences(factory[h], s) for h, s in current_state(spec).items()):
+        restore_and_verify(AnsibleBackend(read_inventory(inventory(spec))), factory)
+    return factory
+
+
+def drift_from(expected: State, spec: TestbedSpec) -> dict[str, list[str]]:
+    """Per host, every managed knob that differs from ``expected``."""
+    return {h: differences(expected[h], s) for h, s in current_state(spec).items()}
