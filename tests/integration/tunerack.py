@@ -1,4 +1,4 @@
-"""The tuning tests' rack: factory NICs behind switches lossless on priority 4, and its helpers."""
+"""The tuning tests' rack: factory NICs behind lossless switches, and its helpers."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ FAST = {"max_runs": 6, "baseline_runs": 4, "skip_groups": ["qps", "gdr"]}
 State = dict[str, dict[str, object]]
 
 
-def build(name: str, subnet_base: str, seed: int) -> Iterator[TestbedSpec]:
-    """Factory NICs (trust pcp, no PFC, MTU 1500, ToS 0) behind switches lossless on priority 4."""
+def build(name: str, subnet_base: str, seed: int, lossless: int = 4) -> Iterator[TestbedSpec]:
+    """Factory NICs (trust pcp, no PFC, MTU 1500, ToS 0) behind switches lossless on ``lossless``."""
     yield from make_testbed(
         {
             "name": name,
@@ -29,7 +29,7 @@ def build(name: str, subnet_base: str, seed: int) -> Iterator[TestbedSpec]:
             "gpus_per_host": 2,
             "seed": seed,
             "initial": FACTORY_NICS,
-            "switch": {"pfc_priorities": [4], "ecn_priorities": [4]},
+            "switch": {"pfc_priorities": [lossless], "ecn_priorities": [lossless]},
         }
     )
 

@@ -151,3 +151,10 @@ def test_with_change_and_differences() -> None:
     assert current["nics"]["a"]["pfc"] == []
     assert differences(current, snapshot_of(current)) == []
     assert differences(current, desired)[0].startswith("nccl: None -> ")
+
+
+def test_a_resumed_run_skips_the_moves_already_decided(tmp_path: Path) -> None:
+    rack = FakeRack(lossless_prio=4)
+    result = tuner(rack, tmp_path).run(done=["lossless priority 3"])
+    outcomes = [(m.name, m.outcome) for m in result.moves]
+    assert outcomes == [("lossless priority 4", "kept"), ("MTU 4200", "kept")]

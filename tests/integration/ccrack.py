@@ -1,0 +1,100 @@
+"""The commit-confirmed tests' rack and helpers: apply armed, confirm, read state back over SSH."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from fabtune import ansible
+from fabtune.bench.parsers import mlnx_qos
+from fabtune.testbed import layout
+from fabtune.testbed.access import ssh_argv
+from fabtune.testbed.spec import TestbedSpec
+from tests.integration.conftest import make_testbed
+
+REPO = Path(__file__).resolve().parents[2]
+PROFILE = yaml.safe_load((REPO / "inventory/profiles/roce.yml").read_text())["fabric_desired"]
+HOSTS = ("h01", "h02")
+NIC = "enp25s0np0"
+# The deadline must outlast the rest of the apply (about 25 s on a 2-host testbed) and the checks
+# after it: a revert that fires while the roles still run would be overwritten by them.
+DEADLINE = 45
+
+
+def build(name: str, subnet_base: str) -> Iterator[TestbedSpec]:
+    yield from make_testbed({"name": name, "fabric": "roce", "hosts": 2, "subnet_base": subnet_base,
+                             "nics_per_host": 2, "gpus_per_host": 2, "seed": 7})
+
+
+def inventory(spec: TestbedSpec) -> Path:
+    return layout.testbed_dir(spec.name) / "inventory.yml"
+
+
+def on_host(spec: TestbedSpec, host: str, command: str, ok: bool = True) -> str:
+    out = subprocess.run(ssh_argv(spec.name, host, command), capture_output=True, text=True,
+                         timeout=60, check=False)
+    if ok:
+        assert out.returncode == 0, out.stderr + out.stdout
+    return out.stdout
+
+
+def facts(spec: TestbedSpec) -> dict[str, dict[str, Any]]:
+    outcome = ansible.run_playbook("facts.yml", inventory(spec)).raise_for_failure("facts")
+    gathered = outcome.results("Gather the fabric state")
+    return {h: {k: v for k, v in res["ansible_facts"]["fabric_facts"].items() if k != "hardware"}
+            for h, res in gathered.items()}
+
+
+def tool_state(spec: TestbedSpec, host: str) -> dict[str, Any]:
+    qos = mlnx_qos.parse(on_host(spec, host, f"mlnx_qos -i {NIC}"))
+    return {
+        "trust": qos.trust,
+        "pfc": [p for p, on in enumerate(qos.pfc_enabled) if on],
+        "tos": on_host(spec, host, "cat /sys/kernel/config/rdma_cm/mlx5_0/ports/1/default_roce_tos").strip(),
+        "mtu": on_host(spec, host, f"cat /sys/class/net/{NIC}/mtu").strip(),
+        "nccl": on_host(spec, host, "cat /etc/nccl.conf 2>/dev/null || true"),
+    }
+
+
+def apply_armed(spec: TestbedSpec, desired: Any, run_id: str, snapshots: dict[str, Any], *,
+                check: bool = False, deadline: int = DEADLINE) -> ansible.RunOutcome:
+    return ansible.run_playbook("apply.yml", inventory(spec), check=check, extravars={
+        "fabric_desired": desired, "fabric_revert_run_id": run_id, "fabric_revert_snapshots": snapshots,
+        "fabric_revert_deadline_s": deadline})
+
+
+def armed_deadline(outcome: ansible.RunOutcome) -> float:
+    """The latest revert deadline the apply armed (epoch seconds), checked to be still ahead."""
+    deadlines = [float(r["deadline"]) for r in outcome.results("Arm the revert to the snapshot").values()]
+    assert len(deadlines) == len(HOSTS), outcome.results("Arm the revert to the snapshot")
+    assert time.time() < min(deadlines), "the apply outlasted the revert deadline: raise DEADLINE"
+    return max(deadlines)
+
+
+def confirm(spec: TestbedSpec, run_id: str) -> ansible.RunOutcome:
+    return ansible.run_playbook("confirm.yml", inventory(spec), extravars={"fabric_run_id": run_id})
+
+
+def timer_active(spec: TestbedSpec, host: str, run_id: str) -> bool:
+    out = on_host(spec, host, f"systemctl is-active fabtune-revert-{run_id}.timer", ok=False)
+    return out.strip() == "active"
+
+
+def wait_reverted(spec: TestbedSpec, run_id: str, seconds: float) -> None:
+    end = time.time() + seconds
+    marks = [f"/var/lib/fabtune/revert/{run_id}.reverted.json"]
+    while time.time() < end:
+        if all(on_host(spec, h, f"test -e {marks[0]} && echo yes || true").strip() == "yes" for h in HOSTS):
+            return
+        time.sleep(0.5)
+    logs = {h: on_host(spec, h, "cat /var/log/fabtune-revert.log /run/systemd/transient/*.log 2>&1 || true",
+                       ok=False) for h in HOSTS}
+    pytest.fail(f"run {run_id} not reverted within {seconds} s: {logs}")
+
+

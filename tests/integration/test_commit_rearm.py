@@ -1,0 +1,72 @@
+"""Commit-confirmed on an emulated rack: a confirmed change stays; re-arming replaces the timer."""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from fabtune.testbed.spec import TestbedSpec
+from tests.integration.ccrack import (
+    DEADLINE,
+    HOSTS,
+    PROFILE,
+    apply_armed,
+    armed_deadline,
+    build,
+    confirm,
+    facts,
+    on_host,
+    timer_active,
+    tool_state,
+    wait_reverted,
+)
+
+pytestmark = pytest.mark.testbed
+
+
+@pytest.fixture(scope="module")
+def rack() -> Iterator[TestbedSpec]:
+    yield from build("itcc2", "10.215")
+
+
+@pytest.fixture(scope="module")
+def snapshot(rack: TestbedSpec) -> dict[str, dict[str, Any]]:
+    """The factory state of each host (before any test changes anything)."""
+    return facts(rack)
+
+
+def test_confirmed_change_stays_after_the_deadline(rack: TestbedSpec, snapshot: Any) -> None:
+    deadline = armed_deadline(apply_armed(rack, PROFILE, "cc-keep", snapshot).raise_for_failure("apply"))
+    confirm(rack, "cc-keep").raise_for_failure("confirm")
+    for host in HOSTS:
+        assert not timer_active(rack, host, "cc-keep")
+    time.sleep(max(0.0, deadline + 4 - time.time()))
+    for host in HOSTS:
+        got = tool_state(rack, host)
+        assert got["trust"] == "dscp" and got["pfc"] == [3] and got["tos"] == "106"
+        assert on_host(rack, host, "ls /var/lib/fabtune/revert/cc-keep* 2>/dev/null || true").strip() == ""
+    again = confirm(rack, "cc-keep")
+    again.raise_for_failure("confirm again")
+    assert [again.changed_count(h) for h in HOSTS] == [0, 0]
+
+
+def test_rearming_replaces_the_timer(rack: TestbedSpec, snapshot: Any) -> None:
+    changed = copy.deepcopy(PROFILE)
+    changed["nics"]["all"]["pfc"] = [3, 4]
+    kept = facts(rack)  # the confirmed profile of the previous test
+    apply_armed(rack, changed, "cc-rearm", kept, deadline=300).raise_for_failure("arm long")
+    first = on_host(rack, "h01", "cat /run/systemd/transient/fabtune-revert-cc-rearm.timer")
+    deadline = armed_deadline(apply_armed(rack, changed, "cc-rearm", kept).raise_for_failure("re-arm"))
+    second = on_host(rack, "h01", "cat /run/systemd/transient/fabtune-revert-cc-rearm.timer")
+    assert "OnActiveSec=300s" in first and f"OnActiveSec={DEADLINE}s" in second
+    assert tool_state(rack, "h01")["pfc"] == [3, 4]
+    wait_reverted(rack, "cc-rearm", deadline + 5 - time.time())
+    assert facts(rack) == kept
+    for host in HOSTS:
+        assert tool_state(rack, host)["pfc"] == [3]
+
+
