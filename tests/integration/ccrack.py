@@ -24,7 +24,7 @@ HOSTS = ("h01", "h02")
 NIC = "enp25s0np0"
 # The deadline must outlast the rest of the apply (about 25 s on a 2-host testbed) and the checks
 # after it: a revert that fires while the roles still run would be overwritten by them.
-DEADLINE = 45
+DEADLINE = 60
 
 
 def build(name: str, subnet_base: str) -> Iterator[TestbedSpec]:

@@ -35,15 +35,21 @@ def make_testbed(doc: dict[str, object]) -> Iterator[TestbedSpec]:
     assert build.leftovers(spec.name) == []
 
 
+# Each test module that uses roce3 gets its own rack (name and subnet): test modules run on
+# parallel workers, and two racks of one name would be one set of namespaces.
+ROCE3_RACKS = {"test_testbed": ("itroce", "10.201"), "test_node_tools": ("itnode", "10.216")}
+
+
 @pytest.fixture(scope="module")
-def roce3() -> Iterator[TestbedSpec]:
+def roce3(request: pytest.FixtureRequest) -> Iterator[TestbedSpec]:
     """A 3-host RoCE rack, h03 with NIC mlx5_1 moved across the CPU socket from its GPU."""
+    name, subnet = ROCE3_RACKS[request.module.__name__.rsplit(".", 1)[-1]]
     yield from make_testbed(
         {
-            "name": "itroce",
+            "name": name,
             "fabric": "roce",
             "hosts": 3,
-            "subnet_base": "10.201",
+            "subnet_base": subnet,
             "seed": 3,
             "overrides": {"h03": {"nic_numa": {"mlx5_0": 1}}},
         }

@@ -24,7 +24,7 @@ from tests.integration.tunerack import FAST, build, current_state, drift_from, i
 
 pytestmark = pytest.mark.testbed
 
-DEADLINE_S = 45  # short, so the test waits little for the hosts to revert by themselves
+DEADLINE_S = 60  # short, so the test waits little for the hosts to revert by themselves
 OPTIONS = {**FAST, "skip_groups": [*FAST["skip_groups"], "mtu"], "revert_deadline_s": DEADLINE_S}
 CLEAN = {"h01": [], "h02": []}
 
