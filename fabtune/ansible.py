@@ -111,8 +111,15 @@ def _collections_path() -> str:
     return os.pathsep.join([str(COLLECTIONS), rest])
 
 
+# Ansible's own ssh_args plus keepalives: a management connection that stops answering is dropped
+# after 30 s and retried (reconnection_retries) instead of holding a play forever.
+SSH_ARGS = "-C -o ControlMaster=auto -o ControlPersist=60s -o ServerAliveInterval=10 -o ServerAliveCountMax=3"
+
+
 def _envvars() -> dict[str, str]:
     return {
+        "ANSIBLE_SSH_ARGS": SSH_ARGS,
+        "ANSIBLE_SSH_RETRIES": "3",
         "ANSIBLE_ROLES_PATH": str(ROLES),
         "ANSIBLE_COLLECTIONS_PATH": _collections_path(),
         "ANSIBLE_HOST_KEY_CHECKING": "True",
