@@ -71,11 +71,11 @@ def load_spec_of(name: str) -> TestbedSpec:
 
 
 def _check_subnet_free(spec: TestbedSpec) -> None:
-    ours = Names(spec.name).prefix
+    ours = Names(spec.name)
     wanted = ipaddress.IPv4Network(f"{spec.subnet_base}.0.0/16")
     for route in system.ip_json("-4", "route", "show"):
         dst = route.get("dst", "")
-        if dst in ("default", "") or str(route.get("dev", "")).startswith(ours):
+        if dst in ("default", "") or ours.owns(str(route.get("dev", ""))):
             continue
         if ipaddress.IPv4Network(dst if "/" in dst else f"{dst}/32", strict=False).overlaps(wanted):
             raise ConfigError(
@@ -317,7 +317,7 @@ def down(name: str) -> None:
     _wait_gone(killed)
     for netns in [n for n in system.netns_list() if n.startswith(names.netns_prefix)]:
         system.ip("netns", "del", netns)
-    for link in [n for n in system.link_names() if n.startswith(names.prefix)]:
+    for link in [n for n in system.link_names() if names.owns(n)]:
         system.ip("link", "del", link, check=False)
     shutil.rmtree(layout.testbed_dir(name), ignore_errors=True)
     left = leftovers(name)
@@ -330,7 +330,7 @@ def leftovers(name: str) -> list[str]:
     names = Names(name)
     tb_dir = layout.testbed_dir(name)
     found = [f"netns {n}" for n in system.netns_list() if n.startswith(names.netns_prefix)]
-    found += [f"link {n}" for n in system.link_names() if n.startswith(names.prefix)]
+    found += [f"link {n}" for n in system.link_names() if names.owns(n)]
     found += [f"process {pid}" for pid in _processes_using(tb_dir)]
     found += [f"mount {m}" for m in _mounts_under(tb_dir)]
     if tb_dir.exists():
@@ -339,7 +339,7 @@ def leftovers(name: str) -> list[str]:
 
 
 def _processes_using(tb_dir: Path) -> list[int]:
-    needle = str(tb_dir).encode()
+    inside, itself = f"{tb_dir}/".encode(), f"{tb_dir}\0".encode()  # not a testbed named like it + more
     pids = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit() or int(proc.name) == os.getpid():
@@ -348,15 +348,12 @@ def _processes_using(tb_dir: Path) -> list[int]:
             cmdline = (proc / "cmdline").read_bytes()
         except OSError:
             continue
-        if needle in cmdline:
+        if inside in cmdline or itself in cmdline:
             pids.append(int(proc.name))
     return pids
 
 
 def _mounts_under(tb_dir: Path) -> list[str]:
-    prefix = str(tb_dir)
-    return [
-        line.split()[4]
-        for line in Path("/proc/self/mountinfo").read_text().splitlines()
-        if line.split()[4].startswith(prefix)
-    ]
+    top = str(tb_dir)
+    points = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()]
+    return [m for m in points if m == top or m.startswith(f"{top}/")]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,11 @@ class Names:
     @property
     def netns_prefix(self) -> str:
         return f"ft-{self.tb}-"
+
+    def owns(self, link: str) -> bool:
+        """Whether ``link`` is one of this testbed's bridges or veths (and not one of a testbed
+        whose name merely starts like this one's: ``itcc`` must not claim ``itcc2``'s links)."""
+        return re.fullmatch(rf"{re.escape(self.prefix)}([0-9]{{2}})?(m|r[0-9]+)", link) is not None
 
     @property
     def mgmt_bridge(self) -> str:

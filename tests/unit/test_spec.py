@@ -84,3 +84,13 @@ def test_interface_names_fit_the_kernel_limit() -> None:
         key=len,
     )
     assert len(longest) <= 15
+
+
+def test_a_testbed_owns_only_its_own_links() -> None:
+    from fabtune.testbed.layout import Names
+
+    itcc = Names("itcc")
+    assert all(itcc.owns(n) for n in ("ftitccm", "ftitccr0", "ftitcc01m", "ftitcc02r1", "ftitcc12r10"))
+    # another testbed whose name starts like this one's: its bridges and veths are not ours
+    assert not any(itcc.owns(n) for n in ("ftitcc2m", "ftitcc2r0", "ftitcc201m", "ftitcc202r1", "ftitccx"))
+    assert Names("itcc2").owns("ftitcc201m")
