@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from html import escape
 from typing import Any
@@ -96,7 +96,22 @@ def _open(width: int, height: int, title: str) -> str:
     )
 
 
-def step_chart(metric: Mapping[str, Any], width: int = 960, height: int = 380) -> str:  # noqa: PLR0912, PLR0915
+def _axis(f: Frame, ticks: Sequence[float], y: Callable[[float], float], label: str) -> list[str]:
+    """Horizontal grid lines with their values, and the rotated axis label."""
+    out = []
+    for tick in ticks:
+        out.append(
+            f'<line x1="{f.left}" x2="{f.width - f.right}" y1="{y(tick):.1f}" y2="{y(tick):.1f}" '
+            f'stroke="#e5e7eb"/>'
+        )
+        out.append(_t(f.left - 8, y(tick) + 4, f"{tick:g}", 12, "end", "#374151"))
+    middle = f.top + f.plot_h / 2
+    rotate = f'transform="rotate(-90 18 {middle:.1f})"'
+    out.append(_t(18, middle, label, 13, "middle", "#111", "normal", rotate))
+    return out
+
+
+def step_chart(metric: Mapping[str, Any], width: int = 960, height: int = 380) -> str:
     """Per step: every sample (dots), the median (large marker) and its 95 % CI (whisker), the
     keep/roll-back mark above, the first baseline's median and the reference as dashed lines."""
     series: Sequence[Mapping[str, Any]] = metric.get("series") or []
@@ -120,25 +135,7 @@ def step_chart(metric: Mapping[str, Any], width: int = 960, height: int = 380) -
         return f.top + f.plot_h * (1 - (v - y0) / (y1 - y0))
 
     slot = f.plot_w / len(series)
-    out = [_open(f.width, f.height, f"{name} per step")]
-    for tick in ticks:
-        out.append(
-            f'<line x1="{f.left}" x2="{f.width - f.right}" y1="{y(tick):.1f}" y2="{y(tick):.1f}" '
-            f'stroke="#e5e7eb"/>'
-        )
-        out.append(_t(f.left - 8, y(tick) + 4, f"{tick:g}", 12, "end", "#374151"))
-    out.append(
-        _t(
-            18,
-            f.top + f.plot_h / 2,
-            f"{name} ({unit})",
-            13,
-            "middle",
-            "#111",
-            "normal",
-            f'transform="rotate(-90 18 {f.top + f.plot_h / 2:.1f})"',
-        )
-    )
+    out = [_open(f.width, f.height, f"{name} per step"), *_axis(f, ticks, y, f"{name} ({unit})")]
     base = next((p.get("median") for p in series if p.get("outcome") == "baseline"), None)
     if base is not None:
         out.append(
@@ -322,25 +319,7 @@ def bars(items: Sequence[Bar], unit: str, title: str, width: int = 960, height: 
 
     slot = f.plot_w / len(items)
     bw = min(90.0, slot * 0.55)
-    out = [_open(width, height, title)]
-    for tick in ticks:
-        out.append(
-            f'<line x1="{f.left}" x2="{width - f.right}" y1="{y(tick):.1f}" y2="{y(tick):.1f}" '
-            f'stroke="#e5e7eb"/>'
-        )
-        out.append(_t(f.left - 8, y(tick) + 4, f"{tick:g}", 12, "end", "#374151"))
-    out.append(
-        _t(
-            18,
-            f.top + f.plot_h / 2,
-            unit,
-            13,
-            "middle",
-            "#111",
-            "normal",
-            f'transform="rotate(-90 18 {f.top + f.plot_h / 2:.1f})"',
-        )
-    )
+    out = [_open(width, height, title), *_axis(f, ticks, y, unit)]
     for i, b in enumerate(items):
         cx = f.left + slot * (i + 0.5)
         out.append(

@@ -17,23 +17,8 @@ from fabtune.tune.backend import AnsibleBackend
 from fabtune.tune.loop import Event, TuneOptions, Tuner, TuneResult, restore_and_verify
 from fabtune.tune.stats import DecisionPolicy
 
-OPTION_KEYS = (
-    "alpha",
-    "min_effect",
-    "min_runs",
-    "max_runs",
-    "batch",
-    "futility",
-    "detect",
-    "baseline_runs",
-    "pause_guard",
-    "guard_loss",
-    "skip_groups",
-    "revert_deadline_s",
-)
-
-
 POLICY_KEYS = ("alpha", "min_effect", "min_runs", "max_runs", "batch", "futility", "detect")
+OPTION_KEYS = (*POLICY_KEYS, "baseline_runs", "pause_guard", "guard_loss", "skip_groups", "revert_deadline_s")
 DEFAULTS = TuneOptions()
 
 

@@ -54,3 +54,11 @@ def roce3(request: pytest.FixtureRequest) -> Iterator[TestbedSpec]:
             "overrides": {"h03": {"nic_numa": {"mlx5_0": 1}}},
         }
     )
+
+
+@pytest.fixture(scope="module")
+def snapshot(rack: TestbedSpec) -> dict[str, dict[str, object]]:
+    """The fabric state of each host of the module's ``rack``, before any test changes anything."""
+    from tests.integration.ccrack import facts  # here: ccrack imports this conftest
+
+    return facts(rack)

@@ -38,12 +38,6 @@ def rack() -> Iterator[TestbedSpec]:
     yield from build("itcc", "10.205")
 
 
-@pytest.fixture(scope="module")
-def snapshot(rack: TestbedSpec) -> dict[str, dict[str, Any]]:
-    """The factory state of each host (before any test changes anything)."""
-    return facts(rack)
-
-
 def test_unconfirmed_change_reverts_itself_by_the_deadline(rack: TestbedSpec, snapshot: Any) -> None:
     before = {h: tool_state(rack, h) for h in HOSTS}
     deadline = armed_deadline(apply_armed(rack, PROFILE, "cc-revert", snapshot).raise_for_failure("apply"))

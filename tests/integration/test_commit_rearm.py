@@ -33,12 +33,6 @@ def rack() -> Iterator[TestbedSpec]:
     yield from build("itcc2", "10.215")
 
 
-@pytest.fixture(scope="module")
-def snapshot(rack: TestbedSpec) -> dict[str, dict[str, Any]]:
-    """The factory state of each host (before any test changes anything)."""
-    return facts(rack)
-
-
 def test_confirmed_change_stays_after_the_deadline(rack: TestbedSpec, snapshot: Any) -> None:
     deadline = armed_deadline(apply_armed(rack, PROFILE, "cc-keep", snapshot).raise_for_failure("apply"))
     confirm(rack, "cc-keep").raise_for_failure("confirm")

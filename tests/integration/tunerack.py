@@ -9,7 +9,6 @@ from fabtune.inventory import read_inventory
 from fabtune.testbed import layout
 from fabtune.testbed.spec import TestbedSpec
 from fabtune.tune.backend import AnsibleBackend
-from fabtune.tune.loop import restore_and_verify
 from fabtune.tune.state import differences, snapshot_of
 from tests.integration.conftest import make_testbed
 
@@ -41,13 +40,6 @@ def inventory(spec: TestbedSpec) -> Path:
 def current_state(spec: TestbedSpec) -> State:
     backend = AnsibleBackend(read_inventory(inventory(spec)))
     return {h: snapshot_of(f) for h, f in backend.facts().items()}
-
-
-def reset(spec: TestbedSpec, factory: State) -> State:
-    """Bring the rack back to ``factory`` if an earlier test left it elsewhere."""
-    if any(differences(factory[h], s) for h, s in current_state(spec).items()):
-        restore_and_verify(AnsibleBackend(read_inventory(inventory(spec))), factory)
-    return factory
 
 
 def drift_from(expected: State, spec: TestbedSpec) -> dict[str, list[str]]:

@@ -7,11 +7,9 @@ phases and the drift remediation with their host I/O replaced), so they hold wha
 
 from __future__ import annotations
 
-import copy
 import io
 import json
 import re
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +29,7 @@ from fabtune.profile import Profile
 from fabtune.tune import run as tune_run
 from fabtune.tune.loop import TuneOptions, Tuner
 from fabtune.tune.measure import Batch, Sample
+from tests.unit.test_tune_loop import FakeRack
 
 HOSTS = ("h01", "h02", "h03", "h04")
 FACTORY = {
@@ -61,36 +60,11 @@ def ok_outcome(tasks: tuple[TaskResult, ...] = ()) -> RunOutcome:
     )
 
 
-class Rack:
+class Rack(FakeRack):
     """Four RoCE hosts whose switches run lossless priority 4; bandwidth follows PFC/ToS and MTU."""
 
     def __init__(self) -> None:
-        self.state: dict[str, dict[str, Any]] = {
-            h: {"nics": {"eth2": copy.deepcopy(FACTORY), "eth3": copy.deepcopy(FACTORY)}, "nccl": None}
-            for h in HOSTS
-        }
-        self.rng = np.random.default_rng(7)
-
-    def facts(self) -> dict[str, dict[str, Any]]:
-        return {h: {**copy.deepcopy(s), "hardware": HARDWARE} for h, s in self.state.items()}
-
-    def learn(self, facts: Mapping[str, Mapping[str, Any]]) -> None:
-        pass
-
-    def apply(
-        self,
-        desired: Mapping[str, Mapping[str, Any]],
-        *,
-        run_id: str | None = None,
-        snapshots: Mapping[str, Mapping[str, Any]] | None = None,
-        exact: bool = False,
-    ) -> RunOutcome:
-        for host, tree in desired.items():
-            self.state[host] = copy.deepcopy(dict(tree))
-        return ok_outcome()
-
-    def confirm(self, run_id: str) -> RunOutcome:
-        return ok_outcome()
+        super().__init__(4, hosts=HOSTS, factory=FACTORY, hardware=HARDWARE, seed=7)
 
     def _lossless(self) -> bool:
         nic = self.state["h01"]["nics"]["eth2"]

@@ -38,16 +38,29 @@ def outcome(ok: bool = True) -> RunOutcome:
 class FakeRack:
     """Hosts whose bandwidth follows the switch's lossless priority 3 and MTU 4200, with noise."""
 
-    def __init__(self, lossless_prio: int = 3, break_rollback: bool = False) -> None:
-        self.state = {h: {"nics": {"eth2": dict(FACTORY)}, "nccl": None} for h in ("h01", "h02")}
+    def __init__(
+        self,
+        lossless_prio: int = 3,
+        break_rollback: bool = False,
+        *,
+        hosts: tuple[str, ...] = ("h01", "h02"),
+        factory: Mapping[str, Any] = FACTORY,
+        hardware: Mapping[str, Any] = HARDWARE,
+        seed: int = 0,
+    ) -> None:
+        self.hardware = hardware
+        self.state: dict[str, dict[str, Any]] = {
+            h: {"nics": {p["netdev"]: copy.deepcopy(dict(factory)) for p in hardware["ports"]}, "nccl": None}
+            for h in hosts
+        }
         self.prio = lossless_prio
-        self.rng = np.random.default_rng(0)
+        self.rng = np.random.default_rng(seed)
         self.applied: list[dict[str, Any]] = []
         self.confirms = 0
         self.break_rollback = break_rollback
 
     def facts(self) -> dict[str, dict[str, Any]]:
-        return {h: {**copy.deepcopy(s), "hardware": HARDWARE} for h, s in self.state.items()}
+        return {h: {**copy.deepcopy(s), "hardware": self.hardware} for h, s in self.state.items()}
 
     def learn(self, facts: Mapping[str, Mapping[str, Any]]) -> None:
         pass
