@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from fabtune import ansible
 from fabtune.bench.checks import CheckResult
-from fabtune.errors import FabtuneError
+from fabtune.errors import ExitStatus, FabtuneError
 from fabtune.journal import Journal
 from fabtune.knobs import LADDERS, Candidate, plan
 from fabtune.tune.measure import Batch, Sample
@@ -35,6 +35,21 @@ class PreflightFailed(FabtuneError):
 
 class RollbackFailed(FabtuneError):
     """A rollback did not restore the snapshot (read back differs)."""
+
+
+class RevertFired(FabtuneError):
+    """A host undid the move by itself (its revert deadline passed) before the move was decided.
+
+    The runs measured on it are discarded; every later move would meet the same deadline, so the
+    run stops here, with the hosts restored to the state before the move.
+    """
+
+    code = ExitStatus.CONFIG
+
+
+def reverted_hosts(outcome: ansible.RunOutcome) -> list[str]:
+    """Hosts whose confirm found the run already reverted by the host-side timer."""
+    return sorted({t.host for t in outcome.failures() if t.result.get("reverted")})
 
 
 class Backend(Protocol):
@@ -282,13 +297,32 @@ class Tuner:
         desired: dict[str, dict[str, Any]],
         samples: list[Sample],
     ) -> MoveRecord:
-        self.backend.confirm(self.run_id).raise_for_failure("confirming the move")
+        confirmed = self.backend.confirm(self.run_id)
+        fired = reverted_hosts(confirmed)
+        if fired:
+            self._revert_fired(seq, record, fired)
+        confirmed.raise_for_failure("confirming the move")
         self.current = {h: snapshot_of(f) for h, f in self.backend.facts().items()}  # read back, normal form
         self.reference = self._topped_up(samples)
         record.outcome, record.reason = "kept", reason
         self.journal.finish_step(self.run_id, seq, "kept", {"reason": reason, **self._outcome(seq, record)})
         self.emit("decision", f"kept {record.name}: {reason}", {"outcome": "kept"})
         return record
+
+    def _revert_fired(self, seq: int, record: MoveRecord, hosts: list[str]) -> None:
+        """The move was measured, at least in part, on hosts that had reverted it: discard, undo, stop."""
+        restore_and_verify(self.backend, self.current)  # the other hosts may still hold the move
+        reason = (
+            f"the host-side revert fired on {', '.join(hosts)} before the move was decided: its runs are "
+            f"discarded; raise fabtune_tune.revert_deadline_s above one move's apply and measurement"
+        )
+        record.outcome, record.reason = "rolled_back", reason
+        self.journal.finish_step(
+            self.run_id, seq, "rolled_back",
+            {"reason": reason, "verified": True, "reverted_by_host": hosts, **self._outcome(seq, record)},
+        )
+        self.emit("decision", f"rolled back {record.name}: {reason} (verified)", {"outcome": "rolled_back"})
+        raise RevertFired(f"{record.name}: {reason}")
 
     def _topped_up(self, samples: list[Sample]) -> list[Sample]:
         """The kept state's samples, measured up to ``baseline_runs``: the next move's reference."""
@@ -301,7 +335,9 @@ class Tuner:
         self, seq: int, record: MoveRecord, reason: str, desired: dict[str, dict[str, Any]]
     ) -> MoveRecord:
         restore_and_verify(self.backend, self.current)
-        self.backend.confirm(self.run_id)
+        fired = reverted_hosts(self.backend.confirm(self.run_id))
+        if fired:
+            self._revert_fired(seq, record, fired)
         record.outcome, record.reason = "rolled_back", reason
         self.journal.finish_step(
             self.run_id,

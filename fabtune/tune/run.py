@@ -14,7 +14,7 @@ from fabtune.journal import Journal
 from fabtune.lock import fabric_lock
 from fabtune.testbed.layout import fabtune_home
 from fabtune.tune.backend import AnsibleBackend
-from fabtune.tune.loop import Event, TuneOptions, Tuner, TuneResult, restore_and_verify
+from fabtune.tune.loop import Event, RevertFired, TuneOptions, Tuner, TuneResult, restore_and_verify
 from fabtune.tune.stats import DecisionPolicy
 
 POLICY_KEYS = ("alpha", "min_effect", "min_runs", "max_runs", "batch", "futility", "detect")
@@ -142,7 +142,7 @@ def tune(
 
 def _abort(tuner: Tuner, _err: BaseException) -> None:
     """After a failure mid-move, put the hosts back now (the armed host-side revert is the backstop)."""
-    if not tuner.reference:  # failed before any move: nothing was changed
+    if not tuner.reference or isinstance(_err, RevertFired):  # nothing changed, or already undone
         return
     try:
         restore_and_verify(tuner.backend, tuner.current)

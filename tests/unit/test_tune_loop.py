@@ -10,10 +10,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from fabtune.ansible import RunOutcome
+from fabtune.ansible import RunOutcome, TaskResult
 from fabtune.journal import Journal
 from fabtune.knobs import View, lossless_change, plan
-from fabtune.tune.loop import RollbackFailed, TuneOptions, Tuner
+from fabtune.tune.loop import RevertFired, RollbackFailed, TuneOptions, Tuner
 from fabtune.tune.measure import Batch, Sample
 from fabtune.tune.state import differences, snapshot_of, with_change
 
@@ -171,3 +171,47 @@ def test_a_resumed_run_skips_the_moves_already_decided(tmp_path: Path) -> None:
     result = tuner(rack, tmp_path).run(done=["lossless priority 3"])
     outcomes = [(m.name, m.outcome) for m in result.moves]
     assert outcomes == [("lossless priority 4", "kept"), ("MTU 4200", "kept")]
+
+
+class RevertingRack(FakeRack):
+    """h02's host-side revert fires after the first measurement of a move (its deadline too short)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.armed: dict[str, Any] | None = None
+        self.fired = False
+
+    def apply(self, desired: Mapping[str, Mapping[str, Any]], *, run_id: str | None = None,
+              snapshots: Mapping[str, Mapping[str, Any]] | None = None, exact: bool = False) -> RunOutcome:
+        self.armed = copy.deepcopy(dict(snapshots["h02"])) if run_id is not None and snapshots else None
+        return super().apply(desired, run_id=run_id, snapshots=snapshots, exact=exact)
+
+    def measure(self, repetitions: int) -> Batch:
+        batch = super().measure(repetitions)
+        if self.armed is not None:  # the timer fires during the first batch of the move
+            self.state["h02"], self.armed, self.fired = self.armed, None, True
+        return batch
+
+    def confirm(self, run_id: str) -> RunOutcome:
+        self.confirms += 1
+        if not self.fired:
+            return outcome()
+        self.fired = False
+        gone = TaskResult("h02", "Confirm the run", "fabtune.fabric.fabric_revert", "runner_on_failed", False,
+                          {"failed": True, "reverted": True, "msg": "run was already reverted on this host"})
+        return RunOutcome("failed", 2, {"failures": {"h02": 1}, "dark": {}, "changed": {}}, (gone,),
+                          Path("/nonexistent"))
+
+
+def test_a_move_reverted_by_a_host_before_its_decision_is_discarded_undone_and_stops_the_run(
+    tmp_path: Path,
+) -> None:
+    rack = RevertingRack()
+    run = tuner(rack, tmp_path)
+    before = copy.deepcopy(rack.state)
+    with pytest.raises(RevertFired, match="h02"):
+        run.run()
+    assert rack.state == before  # h01, which still held the move, was restored too
+    (move,) = [s for s in run.journal.steps(run.run_id) if s.kind == "move"]
+    assert move.state == "rolled_back" and move.payload["reverted_by_host"] == ["h02"]
+    assert "discarded" in move.payload["reason"] and move.payload["verified"]

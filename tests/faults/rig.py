@@ -1,0 +1,142 @@
+"""The fault matrix's rig: a factory rack, the CLI in a child process, faults to inject, state to compare.
+
+Every row ends the same way: every host's managed knobs are compared with the state the journal
+holds for it (the pre-run snapshot after a rollback), and the journal is read for what it says.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from fabtune.journal import Journal, Run, Step
+from fabtune.testbed import layout
+from fabtune.testbed.layout import Names
+from fabtune.testbed.spec import TestbedSpec
+from tests.integration.tunerack import State, build, current_state, drift_from, inventory
+
+# One move (the lossless class, the switches' priority first), a short baseline, a revert deadline
+# long enough that hosts never revert by themselves while the controller still acts.
+ONE_MOVE = {
+    "skip_groups": ["routing", "mtu", "qps", "gdr"],
+    "baseline_runs": 2,
+    "min_runs": 2,
+    "max_runs": 4,
+    "revert_deadline_s": 600,
+}
+NO_MOVE = {**ONE_MOVE, "skip_groups": ["lossless", "routing", "mtu", "qps", "gdr"]}
+CLEAN = {"h01": [], "h02": []}
+
+__all__ = [
+    "CLEAN",
+    "NO_MOVE",
+    "ONE_MOVE",
+    "Child",
+    "State",
+    "cli",
+    "current_state",
+    "drift_from",
+    "factory_rack",
+    "inventory",
+    "profile",
+    "tune_child",
+    "wait_step",
+]
+
+
+def factory_rack(name: str, subnet_base: str) -> Iterator[TestbedSpec]:
+    """Two factory-default hosts behind switches lossless on priority 3 (the loop's first guess)."""
+    yield from build(name, subnet_base, seed=31, lossless=3)
+
+
+def profile(tmp: Path, options: dict[str, object], name: str = "profile.yml") -> Path:
+    path = tmp / name
+    path.write_text(json.dumps({"fabtune_tune": options}))
+    return path
+
+
+def cli(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 900
+) -> subprocess.CompletedProcess[str]:
+    """``fabtune ARGS`` in a child process, as an operator runs it."""
+    return subprocess.run(
+        [sys.executable, "-m", "fabtune", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        env=env or os.environ.copy(),
+    )
+
+
+@dataclass
+class Child:
+    """``fabtune ARGS`` running in the background, in its own session (kill -9 takes its Ansible too)."""
+
+    proc: subprocess.Popen[str]
+    out: Path
+
+    @classmethod
+    def start(cls, tmp: Path, *args: str) -> Child:
+        out = tmp / f"child-{time.monotonic_ns()}.out"
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "fabtune", *args],
+            stdout=out.open("w"),
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        return cls(proc, out)
+
+    def kill9(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=30)
+
+    def wait(self, timeout: float = 900) -> int:
+        return self.proc.wait(timeout=timeout)
+
+    def output(self) -> str:
+        return self.out.read_text()
+
+
+def wait_step(
+    child: Child | None, pred: Callable[[Run, Step], bool], timeout: float = 600
+) -> tuple[Run, Step]:
+    """The newest run's first step that satisfies ``pred``, polled from the journal."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        journal = Journal()
+        for run in journal.runs(3):
+            for step in journal.steps(run.id):
+                if pred(run, step):
+                    return run, step
+        if child is not None and child.proc.poll() is not None:
+            raise AssertionError(
+                f"the child ended (rc {child.proc.returncode}) first:\n{child.output()[-3000:]}"
+            )
+        time.sleep(0.3)
+    raise AssertionError(f"no such step in time:\n{child.output()[-3000:] if child else ''}")
+
+
+def mgmt_link(spec: TestbedSpec, host: str, up: bool) -> None:
+    """Cut (or restore) ``host``'s management network: its controller-side veth goes down."""
+    veth = Names(spec.name).mgmt_veth(spec.host(host))
+    subprocess.run(["ip", "link", "set", "dev", veth, "up" if up else "down"], check=True, timeout=30)
+
+
+def testbed_dir(spec: TestbedSpec) -> Path:
+    return layout.testbed_dir(spec.name)
+
+
+def tune_child(rack: TestbedSpec, tmp: Path, options: dict[str, object]) -> Child:
+    """``fabtune tune`` on ``rack`` with these tuning options, in the background."""
+    return Child.start(tmp, "tune", "-i", str(inventory(rack)), "--profile", str(profile(tmp, options)))
