@@ -7,8 +7,10 @@ holds for it (the pre-run snapshot after a rollback), and the journal is read fo
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -140,3 +142,33 @@ def testbed_dir(spec: TestbedSpec) -> Path:
 def tune_child(rack: TestbedSpec, tmp: Path, options: dict[str, object]) -> Child:
     """``fabtune tune`` on ``rack`` with these tuning options, in the background."""
     return Child.start(tmp, "tune", "-i", str(inventory(rack)), "--profile", str(profile(tmp, options)))
+
+
+# What a host keeps that no fabtune verb may change without saying so: its whole copy-on-write root
+# (but logs, Ansible's and Python's scratch), the emulated NIC and DCB state, configfs, link MTUs.
+VOLATILE = ("var/log/", "root/.ansible/", "tmp/", "var/tmp/", "run/", "work/")
+
+
+def host_fingerprint(spec: TestbedSpec) -> dict[str, dict[str, str]]:
+    """Per host, a digest of every file the host's state lives in, and its links' MTUs."""
+    prints: dict[str, dict[str, str]] = {}
+    for host in spec.hosts:
+        root = testbed_dir(spec) / "hosts" / host.name
+        files: dict[str, str] = {}
+        for part in ("upper", "emu", "configfs"):
+            for path in sorted((root / part).rglob("*")):
+                rel = path.relative_to(root / part).as_posix()
+                if not path.is_file() or rel.startswith(VOLATILE) or "__pycache__" in rel:
+                    continue
+                files[f"{part}/{rel}"] = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+        links = subprocess.run(
+            ["ip", "-n", Names(spec.name).netns(host.name), "-o", "link"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout
+        mtus = re.findall(r"^\d+: ([^:@]+)[^ ]*:.* mtu (\d+)", links, re.M)
+        files["ip-link-mtu"] = ",".join(f"{name}={mtu}" for name, mtu in mtus)
+        prints[host.name] = files
+    return prints
