@@ -24,7 +24,7 @@ OPTIONS = {**ONE_MOVE, "baseline_runs": RUNS, "min_runs": RUNS, "max_runs": RUNS
 
 @pytest.fixture(scope="module")
 def rack() -> Iterator[TestbedSpec]:
-    yield from factory_rack("frevert", "10.247")
+    yield from factory_rack("frev", "10.247")
 
 
 def test_revert_firing_mid_measurement_is_found_journaled_and_undone(
