@@ -175,7 +175,13 @@ class Journal:
         self.backups = self.path.parent / "backups"
         with self._guard("open"):
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(self.path, isolation_level=None, timeout=30)
+            # On read-only media (no -shm/-wal can be made) the journal is still readable, read-only.
+            self.read_only = self.path.exists() and not os.access(self.path.parent, os.W_OK)
+            if self.read_only:
+                uri = f"{self.path.resolve().as_uri()}?mode=ro&immutable=1"
+                self._db = sqlite3.connect(uri, uri=True, isolation_level=None)
+            else:
+                self._db = sqlite3.connect(self.path, isolation_level=None, timeout=30)
             try:
                 self._open()
             except BaseException:
@@ -186,6 +192,8 @@ class Journal:
         problems = [row[0] for row in self._db.execute("PRAGMA quick_check").fetchall()]
         if problems != ["ok"]:
             raise sqlite3.DatabaseError(f"integrity check failed: {'; '.join(problems[:3])}")
+        if self.read_only:
+            return
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.executescript(SCHEMA)
