@@ -18,7 +18,7 @@ description:
     with the same code as the fabric modules, unless the change was confirmed first.
   - Arming again replaces the timer (it is stopped first) and the saved snapshot.
   - The first arming of a run also saves its snapshot as C(RUN_ID.prerun.json) (mode 0600), never
-    replaced by later armings and kept after confirmation: the host's state before the run, from
+    replaced by later armings and kept after confirmation. It is the host's state before the run, from
     which C(fabtune rollback RUN --from-hosts) restores a run whose journal is lost. The last 10
     runs' records are kept.
   - O(state=confirmed) (or V(absent)) stops the timer and removes the saved snapshot. It fails when
