@@ -274,3 +274,31 @@ def test_sigterm_mid_drift_is_journaled(home: Path) -> None:
     assert "SIGTERM" in err and "Traceback" not in err
     (run,) = Journal().runs()
     assert run.kind == "drift" and run.state == "failed" and "SIGTERM" in run.summary["error"]
+
+
+def test_from_hosts_needs_an_inventory(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["rollback", OLD_RUN, "--from-hosts"]) == ExitStatus.CONFIG
+    assert "--from-hosts: needs -i INVENTORY" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("journal", ["damaged", "without the run"])
+def test_rollback_falls_back_to_the_hosts_records_when_given_an_inventory(
+    home: Path, monkeypatch: pytest.MonkeyPatch, journal: str
+) -> None:
+    path = home / "journal.sqlite"
+    a_journal(path, runs=1)
+    if journal == "damaged":
+        damage(path, "random bytes")
+    inventory = home / "inv.yml"
+    inventory.write_text("all: {}\n")
+    calls: list[tuple[str, Path]] = []
+
+    def from_hosts(run_id: str, inv: Path, _on_event: Any = None) -> list[str]:
+        calls.append((run_id, inv))
+        return ["h01"]
+
+    monkeypatch.setattr(tune_run, "rollback_from_hosts", from_hosts)
+    assert main(["rollback", OLD_RUN]) in (ExitStatus.ERROR, ExitStatus.CONFIG)  # no -i: the journal's error
+    assert calls == []
+    assert main(["rollback", OLD_RUN, "-i", str(inventory)]) == ExitStatus.OK
+    assert calls == [(OLD_RUN, inventory)]
