@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import signal
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from types import FrameType
 
 import click
 from rich.console import Console
 
 from fabtune import __version__
 from fabtune.commands import COMMANDS
-from fabtune.errors import ConfigError, ExitStatus, FabtuneError
+from fabtune.errors import ConfigError, ExitStatus, FabtuneError, Terminated
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -36,10 +40,33 @@ def _report(err: FabtuneError, console: Console) -> None:
     console.print(f"[bold red]error:[/] {err}", highlight=False)
 
 
+def _terminate(signum: int, _frame: FrameType | None) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM during cleanup ends the process
+    raise Terminated(f"terminated by signal {signal.Signals(signum).name}")
+
+
+@contextmanager
+def _sigterm_raises() -> Iterator[None]:
+    """While a verb runs, SIGTERM raises Terminated, so its journal and cleanup paths run (as on Ctrl-C)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI and return its exit status (the one place errors map to codes)."""
     args = list(sys.argv[1:] if argv is None else argv)
     console = Console(stderr=True)
+    with _sigterm_raises():
+        return _main(args, console)
+
+
+def _main(args: list[str], console: Console) -> int:
     try:
         code = cli.main(args=args, prog_name="fabtune", standalone_mode=False)
     except FabtuneError as err:
@@ -47,16 +74,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         _report(err, console)
         return int(err.code)
-    except click.exceptions.Abort:
-        console.print("aborted")
+    except click.exceptions.Abort as err:
+        cause = err.__cause__
+        console.print(str(cause) if isinstance(cause, Terminated) else "aborted", highlight=False)
         return int(ExitStatus.INTERRUPTED)
     except click.exceptions.Exit as done:
         return int(done.exit_code)
     except click.ClickException as err:
         err.show()
         return int(ExitStatus.USAGE)
-    except KeyboardInterrupt:
-        console.print("interrupted")
+    except KeyboardInterrupt as err:
+        console.print(str(err) if isinstance(err, Terminated) else "interrupted", highlight=False)
         return int(ExitStatus.INTERRUPTED)
     # A command that ends with ctx.exit(N) returns N here (click's standalone_mode=False).
     return code if isinstance(code, int) else int(ExitStatus.OK)

@@ -61,5 +61,9 @@ class BenchmarkError(FabtuneError):
     code = ExitStatus.BENCHMARK
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a timeout, systemd stopping a unit): raised so every failure path runs, as for Ctrl-C."""
+
+
 class ParseError(BenchmarkError):
     """Tool output that does not have the expected shape."""

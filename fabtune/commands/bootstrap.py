@@ -130,8 +130,8 @@ def bootstrap(
              "report": str(reports.report_dir(run_id) / "report.json")},
         )
         written = reports.write_quietly(journal, run_id)
-    except BaseException:
-        journal.close_run(run_id, "failed", {"error": True})
+    except BaseException as err:  # an interrupt or SIGTERM (a timeout) is journaled too
+        journal.close_run(run_id, "failed", {"error": str(err) or type(err).__name__})
         reports.write_quietly(journal, run_id)
         raise
     finally:

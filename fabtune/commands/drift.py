@@ -12,7 +12,7 @@ from fabtune import drift as lib
 from fabtune import report as reports
 from fabtune.commands._common import write_json
 from fabtune.commands._progress import Progress
-from fabtune.errors import ExitStatus, FabtuneError
+from fabtune.errors import ExitStatus
 from fabtune.inventory import read_inventory
 from fabtune.journal import Journal
 from fabtune.lock import fabric_lock
@@ -171,7 +171,7 @@ def drift(
                         progress=say,
                     )
                 result = lib.DriftResult(info.name, source.source, report, rem)
-    except (FabtuneError, Exception) as err:
+    except BaseException as err:  # an interrupt or SIGTERM (a timeout) is journaled too
         result = lib.DriftResult(
             info.name, source.source, result.report, result.remediation, lib.describe_error(err)
         )

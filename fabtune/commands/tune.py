@@ -102,9 +102,28 @@ def show(run_id: str) -> None:
 
 @click.command("rollback")
 @click.argument("run_id")
-def rollback(run_id: str) -> None:
-    """Restore every managed knob on every host to its value before RUN_ID (verified)."""
-    hosts = tune_run.rollback(run_id, Progress())
+@click.option(
+    "-i",
+    "--inventory",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="The hosts (default: the run's journaled inventory); needed when the journal cannot be used.",
+)
+@click.option(
+    "--from-hosts",
+    is_flag=True,
+    help="Restore from the pre-run records the hosts keep, not the journal (a lost or damaged journal).",
+)
+def rollback(run_id: str, inventory: Path | None, from_hosts: bool) -> None:
+    """Restore every managed knob on every host to its value before RUN_ID (verified).
+
+    The pre-run state comes from the journal; with --from-hosts, or when the journal cannot be
+    used or has no such run and -i is given, from the record each host keeps of the run's first
+    change (/var/lib/fabtune/revert/RUN_ID.prerun.json).
+    """
+    if inventory is not None:
+        require_file(inventory, "inventory")
+    hosts = tune_run.rollback(run_id, Progress(), inventory=inventory, from_hosts=from_hosts)
     Console().print(f"restored {len(hosts)} hosts to their state before {run_id}: {', '.join(hosts)}")
 
 

@@ -2,14 +2,25 @@
 
 from __future__ import annotations
 
+import base64
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from fabtune import ansible
+from fabtune.errors import PlaybookFailed
 from fabtune.inventory import InventoryInfo
 from fabtune.tune.measure import Batch, MeasureSpec, measure
+
+# Where each host keeps a run's pre-run record (the fabric_revert module writes it on first arming).
+REVERT_STATE_DIR = "/var/lib/fabtune/revert"
+
+
+def prerun_record_path(run_id: str) -> str:
+    """The host path of run ``run_id``'s pre-run record (the id's shape is checked by the caller)."""
+    return f"{REVERT_STATE_DIR}/{run_id}.prerun.json"
 
 
 @dataclass
@@ -69,6 +80,29 @@ class AnsibleBackend:
     def confirm(self, run_id: str) -> ansible.RunOutcome:
         """Cancel the armed reverts of ``run_id`` on every host."""
         return ansible.run_playbook("confirm.yml", self.inventory, extravars={"fabric_run_id": run_id})
+
+    def prerun(self, run_id: str) -> dict[str, dict[str, Any]]:
+        """Per host, the pre-run snapshot the host kept for ``run_id`` (hosts without one are left out).
+
+        Raises:
+            PlaybookFailed: a host could not be reached (its record cannot be read).
+        """
+        path = prerun_record_path(run_id)
+        outcome = ansible.run_module("ansible.builtin.slurp", {"src": path}, self.inventory)
+        if outcome.unreachable_hosts:
+            outcome.raise_for_failure(f"reading the hosts' pre-run records of {run_id}")
+        found: dict[str, dict[str, Any]] = {}
+        for task in outcome.tasks:
+            content = task.result.get("content")
+            if task.failed or not content:
+                continue
+            try:
+                found[task.host] = dict(json.loads(base64.b64decode(content))["snapshot"])
+            except (ValueError, KeyError, TypeError) as err:
+                raise PlaybookFailed(
+                    f"{task.host}: {prerun_record_path(run_id)} is not a pre-run record: {err}"
+                ) from err
+        return found
 
     def measure(self, repetitions: int) -> Batch:
         spec = MeasureSpec(

@@ -10,10 +10,10 @@ from fabtune import report
 from fabtune.desired import save_tuned
 from fabtune.errors import ConfigError
 from fabtune.inventory import InventoryInfo, read_inventory
-from fabtune.journal import Journal
+from fabtune.journal import Journal, JournalError, Step, UnknownRun, check_run_id, default_path
 from fabtune.lock import fabric_lock
 from fabtune.testbed.layout import fabtune_home
-from fabtune.tune.backend import AnsibleBackend
+from fabtune.tune.backend import AnsibleBackend, prerun_record_path
 from fabtune.tune.loop import Event, RevertFired, TuneOptions, Tuner, TuneResult, restore_and_verify
 from fabtune.tune.stats import DecisionPolicy
 
@@ -107,7 +107,8 @@ def finish(
 
 def fail(journal: Journal, run_id: str, err: BaseException) -> None:
     """Close a failed run and write what its journal holds as a report (best effort)."""
-    journal.close_run(run_id, "failed", {"error": str(err), "report": str(runs_dir(run_id) / "report.json")})
+    closing = {"error": describe(err), "report": str(runs_dir(run_id) / "report.json")}
+    journal.close_run(run_id, "failed", closing)
     report.write_quietly(journal, run_id, runs_dir(run_id))
 
 
@@ -151,33 +152,103 @@ def _abort(tuner: Tuner, _err: BaseException) -> None:
         return
 
 
-def rollback(run_id: str, on_event: Event | None = None) -> list[str]:
+def rollback(
+    run_id: str,
+    on_event: Event | None = None,
+    *,
+    inventory: Path | None = None,
+    from_hosts: bool = False,
+) -> list[str]:
     """Restore every managed knob on every host to its value before run ``run_id``, and verify.
 
     Works after the controller was killed mid-move: the pre-run snapshot was journaled first.
-    Armed host-side reverts of the run are cancelled first so they cannot fire afterwards.
+    Armed host-side reverts of the run are cancelled first so they cannot fire afterwards. With
+    ``from_hosts``, or when the journal cannot be used or has no such run and ``inventory`` is
+    given, the snapshot is the one each host kept itself (:func:`rollback_from_hosts`).
 
     Returns:
         The hosts restored.
     """
-    journal = Journal()
-    run = journal.run(run_id)
+    if from_hosts:
+        if inventory is None:
+            raise ConfigError("rollback", ["--from-hosts: needs -i INVENTORY (the hosts to read)"])
+        return rollback_from_hosts(run_id, inventory, on_event)
+    try:
+        journal = Journal()
+        run = journal.run(run_id)
+    except JournalError as err:
+        if inventory is None:
+            raise
+        if on_event is not None:
+            on_event("rollback", f"{err}; reading the hosts' own pre-run records instead", {})
+        return rollback_from_hosts(run_id, inventory, on_event)
     snapshot = journal.first_snapshot(run_id)
     if not snapshot:
         raise ConfigError(
             f"run {run_id}", ["snapshots: the run recorded no pre-run state; nothing to restore"]
         )
-    info = read_inventory(Path(run.inventory))
+    info = read_inventory(inventory or Path(run.inventory))
     backend = AnsibleBackend(info)
     with fabric_lock(info.name, f"rollback {run_id}"):
         seq = journal.step(run_id, "rollback", "restore pre-run state", {"hosts": sorted(snapshot)})
         if on_event is not None:
             on_event("rollback", f"restoring {len(snapshot)} hosts to their state before {run_id}", {})
-        backend.confirm(run_id)
-        restore_and_verify(backend, snapshot)
+        try:
+            backend.confirm(run_id)
+            restore_and_verify(backend, snapshot)
+        except BaseException as err:
+            journal.finish_step(run_id, seq, "failed", {"hosts": sorted(snapshot), "error": describe(err)})
+            raise
         journal.finish_step(run_id, seq, "done", {"verified": True})
         journal.close_run(run_id, "rolled_back", {**run.summary, "rolled_back": True})
     return sorted(snapshot)
+
+
+def rollback_from_hosts(run_id: str, inventory: Path, on_event: Event | None = None) -> list[str]:
+    """Restore run ``run_id``'s pre-run state from the records the hosts kept (no journal needed), verified.
+
+    Each host keeps the snapshot of the run's first armed move (fabric_revert) until pruned; hosts
+    without one were not changed by the run. The rollback is journaled when the journal is usable.
+
+    Raises:
+        UnknownRun: no host of the inventory keeps a pre-run record of the run.
+    """
+    check_run_id(run_id, default_path())
+    info = read_inventory(inventory)
+    backend = AnsibleBackend(info)
+    with fabric_lock(info.name, f"rollback {run_id} from the hosts"):
+        snapshot = backend.prerun(run_id)
+        if not snapshot:
+            raise UnknownRun(
+                f"no host of {inventory} keeps a pre-run record of run {run_id!r} "
+                f"({prerun_record_path(run_id)}): the run changed nothing there, or its record was pruned"
+            )
+        if on_event is not None:
+            missing = sorted(set(info.hosts) - set(snapshot))
+            note = f" ({', '.join(missing)}: no record, not changed by the run)" if missing else ""
+            on_event("rollback", f"restoring {len(snapshot)} hosts from their own records{note}", {})
+        backend.confirm(run_id)
+        restore_and_verify(backend, snapshot)
+    _journal_host_rollback(run_id, sorted(snapshot))
+    return sorted(snapshot)
+
+
+def _journal_host_rollback(run_id: str, hosts: list[str]) -> None:
+    """Record a rollback from the hosts in the journal when it is usable and knows the run."""
+    try:
+        journal = Journal()
+        if journal.has_run(run_id):
+            run = journal.run(run_id)
+            journal.step(run_id, "rollback", "restore pre-run state from the hosts' records",
+                         {"hosts": hosts, "verified": True}, state="done")
+            journal.close_run(run_id, "rolled_back", {**run.summary, "rolled_back": True, "from_hosts": True})
+    except JournalError:
+        return
+
+
+def describe(err: BaseException) -> str:
+    """An error as one line for the journal."""
+    return str(err) or type(err).__name__
 
 
 def resume(
@@ -186,10 +257,11 @@ def resume(
     """Continue an interrupted run: undo its unfinished move (verified), then try the moves not decided.
 
     The run keeps the options it started with (journaled first) unless ``raw_options`` is given.
+    Whatever stops it (a host unreachable, an interrupt) is journaled: the run is closed ``failed``.
     """
     journal = Journal()
     run = journal.run(run_id)
-    if run.kind != "tune" or run.state not in ("running", "failed"):
+    if run.kind != "tune" or run.state not in ("running", "interrupted", "failed"):
         raise ConfigError(
             f"run {run_id}",
             [f"state: a {run.kind} run, {run.state}; only an interrupted or failed tune run can be resumed"],
@@ -201,23 +273,33 @@ def resume(
     options, deadline = options_from(raw_options)
     decided = [s.name for s in steps if s.kind == "move" and s.state in ("kept", "rolled_back")]
     with fabric_lock(info.name, f"resume {run_id}"):
+        journal.claim(run_id)
         backend = AnsibleBackend(info, deadline)
-        open_moves = [s for s in steps if s.kind == "move" and s.state in ("intent", "applied")]
-        for step in open_moves:
-            snap = journal.snapshot_at(run_id, step.seq)
-            backend.confirm(run_id)
-            restore_and_verify(backend, snap)
-            journal.finish_step(
-                run_id,
-                step.seq,
-                "rolled_back",
-                {**step.payload, "verified": True, "reason": "interrupted; undone on resume"},
-            )
         tuner = Tuner(backend, journal, run_id, info.fabric, options=options, on_event=on_event)
-        result = tuner.run(done=decided)
+        try:
+            _undo_open_moves(journal, run_id, backend, steps)
+            result = tuner.run(done=decided)
+        except BaseException as err:
+            _abort(tuner, err)
+            fail(journal, run_id, err)
+            raise
         tuned = save_tuned(info.name, tuned_tree(result), run_id)
         path = finish(journal, run_id, result, tuned, summary={"resumed": True})
     return result, path
+
+
+def _undo_open_moves(journal: Journal, run_id: str, backend: AnsibleBackend, steps: list[Step]) -> None:
+    """Roll back (verified) each move the interrupted run left applied or half-applied."""
+    for step in [s for s in steps if s.kind == "move" and s.state in ("intent", "applied")]:
+        snap = journal.snapshot_at(run_id, step.seq)
+        backend.confirm(run_id)
+        restore_and_verify(backend, snap)
+        journal.finish_step(
+            run_id,
+            step.seq,
+            "rolled_back",
+            {**step.payload, "verified": True, "reason": "interrupted; undone on resume"},
+        )
 
 
 def testbed_oracle(info: InventoryInfo) -> dict[str, Any] | None:

@@ -74,7 +74,7 @@ def test_kill_9_mid_move_hosts_revert_resume_finishes_then_rollback_restores(
 ) -> None:
     before = current_state(rack)
     run_id, seq = _kill_at_first_move(rack, tmp_path)
-    assert Journal().run(run_id).state == "running"  # nobody closed it: the controller died
+    assert Journal().run(run_id).state == "interrupted"  # journaled running, its process gone (kill -9)
     snapshot = Journal().snapshot_at(run_id, seq)  # the state before the interrupted move
     deadline = time.monotonic() + DEADLINE_S + 30
     while drift_from(snapshot, rack) != CLEAN and time.monotonic() < deadline:

@@ -163,6 +163,28 @@ def test_confirm_stops_and_removes_and_is_idempotent(module_args: Any, host: Hos
     assert again["changed"] is False and "failed" not in again
 
 
+def test_the_first_arming_of_a_run_is_kept_as_its_pre_run_record(module_args: Any, host: Host,
+                                                                  tmp_path: Path) -> None:
+    first = run_module(module_args, args(tmp_path))
+    later = dict(SNAPSHOT, nics={"eth9": {"trust": "dscp", "pfc": [3], "mtu": 4200}})
+    second = run_module(module_args, args(tmp_path, snapshot=later))
+    assert first["prerun"] is True and second["prerun"] is False
+    prerun = tmp_path / "revert/run1.move-2.prerun.json"
+    assert stat.S_IMODE(prerun.stat().st_mode) == 0o600
+    assert json.loads(prerun.read_text())["snapshot"] == SNAPSHOT  # the pre-run state, not the later move's
+    confirm = {"run_id": "run1.move-2", "state": "confirmed", "state_dir": str(tmp_path / "revert")}
+    run_module(module_args, confirm)
+    assert prerun.exists() and not (tmp_path / "revert/run1.move-2.json").exists()
+
+
+def test_only_the_last_runs_pre_run_records_are_kept(module_args: Any, host: Host, tmp_path: Path) -> None:
+    for n in range(fabric_apply.PRERUN_KEPT + 2):
+        run_module(module_args, args(tmp_path, run_id=f"run{n:02d}"))
+        os.utime(tmp_path / f"revert/run{n:02d}.prerun.json", (1_700_000_000 + n, 1_700_000_000 + n))
+    kept = sorted(p.name for p in (tmp_path / "revert").glob("*.prerun.json"))
+    assert kept == [f"run{n:02d}.prerun.json" for n in range(2, fabric_apply.PRERUN_KEPT + 2)]
+
+
 def test_confirm_after_the_host_reverted_fails(module_args: Any, host: Host, tmp_path: Path) -> None:
     done = tmp_path / "revert/run1.move-2.reverted.json"
     done.parent.mkdir()

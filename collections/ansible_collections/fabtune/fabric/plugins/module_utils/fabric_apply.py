@@ -15,7 +15,10 @@ Commit-confirmed (module ``fabtune.fabric.fabric_revert`` arms, ``fabtune-revert
 they were when armed; the transient timer ``fabtune-revert-<run_id>.timer`` runs
 ``fabtune-revert <run_id>`` at the deadline, which applies the snapshot and renames the record to
 ``<run_id>.reverted.json`` (``<run_id>.revert-failed.json`` when something could not be put back).
-Confirming stops the timer and removes the record. One lock (``STATE_DIR/.lock``) orders the
+Confirming stops the timer and removes the record. The first arming of a run also writes
+``<run_id>.prerun.json`` (0600): that snapshot is the host's state before the run changed anything,
+kept after confirmation (the last ``PRERUN_KEPT`` runs) so a run can be rolled back from the hosts
+alone (``fabtune rollback RUN -i INV --from-hosts``) when the controller's journal is lost. One lock (``STATE_DIR/.lock``) orders the
 revert, arming and confirming, so a confirm never races a revert half-way.
 
 Importable as ``ansible_collections.fabtune.fabric.plugins.module_utils.fabric_apply`` (the
@@ -82,6 +85,7 @@ OPENSM_SERVICE = "opensm"
 KEPT_FILES = (NCCL_CONF, RDMA_CM_CONF, OPENSM_CONF)
 RUN_ID_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
 MIN_DEADLINE_S = 10
+PRERUN_KEPT = 10
 SYSFS_KNOBS = ("mtu", "ecn", "cnp_dscp", "cnp_prio", "roce_tos", "roce_mode")
 RDMA_CM = "/sys/kernel/config/rdma_cm/"
 TOOL_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -349,7 +353,8 @@ def arm_argv(systemd_run, run_id, deadline_s, script=SCRIPT):
 
 
 def record_path(state_dir, run_id, kind="armed"):
-    suffix = {"armed": ".json", "reverted": ".reverted.json", "failed": ".revert-failed.json"}[kind]
+    suffix = {"armed": ".json", "reverted": ".reverted.json", "failed": ".revert-failed.json",
+              "prerun": ".prerun.json"}[kind]
     return os.path.join(state_dir, run_id + suffix)
 
 
@@ -371,6 +376,21 @@ def write_record(state_dir, run_id, record):
     if not os.path.isdir(state_dir):
         os.makedirs(state_dir, 0o700)
     write_file(record_path(state_dir, run_id), json.dumps(record, indent=1, sort_keys=True) + "\n", 0o600)
+
+
+def keep_prerun(state_dir, run_id, record, kept=PRERUN_KEPT):
+    """Write ``<run_id>.prerun.json`` from the run's first armed record (never replaced); keep the last runs.
+
+    Returns whether it was written (False: the run already has its pre-run record).
+    """
+    path = record_path(state_dir, run_id, "prerun")
+    if os.path.exists(path):
+        return False
+    write_file(path, json.dumps(dict(record, prerun=True), indent=1, sort_keys=True) + "\n", 0o600)
+    records = [os.path.join(state_dir, n) for n in os.listdir(state_dir) if n.endswith(".prerun.json")]
+    for old in sorted(records, key=os.path.getmtime)[:-kept]:
+        os.unlink(old)
+    return True
 
 
 def kept_files(root="/", names=KEPT_FILES):

@@ -17,6 +17,10 @@ description:
     after O(deadline_s) seconds. That script (role C(fabric_revert)) applies the snapshot locally
     with the same code as the fabric modules, unless the change was confirmed first.
   - Arming again replaces the timer (it is stopped first) and the saved snapshot.
+  - The first arming of a run also saves its snapshot as C(RUN_ID.prerun.json) (mode 0600), never
+    replaced by later armings and kept after confirmation. It is the host's state before the run, from
+    which C(fabtune rollback RUN --from-hosts) restores a run whose journal is lost. The last 10
+    runs' records are kept.
   - O(state=confirmed) (or V(absent)) stops the timer and removes the saved snapshot. It fails when
     the host has already reverted the run (the change is gone; the controller must know).
   - The snapshot is validated against this host's ports (couplings not enforced) before anything
@@ -95,6 +99,10 @@ path:
   description: The saved snapshot.
   returned: always
   type: str
+prerun:
+  description: Whether this arming saved the run's pre-run record (its first arming).
+  returned: when state is armed
+  type: bool
 reverted:
   description: The host already reverted this run (O(state=confirmed) fails then).
   returned: when state is confirmed
@@ -110,6 +118,7 @@ from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_apply import
     MIN_DEADLINE_S,
     RUN_ID_RE,
     arm_argv,
+    keep_prerun,
     kept_files,
     locked,
     record_path,
@@ -188,17 +197,19 @@ class Revert(object):
                 if os.path.exists(stale):
                     os.unlink(stale)
             deadline = time.time() + params["deadline_s"]
-            write_record(self.state_dir, self.run_id, {
+            record = {
                 "run_id": self.run_id, "unit": self.timer, "armed_at": time.time(),
                 "deadline": deadline, "deadline_s": params["deadline_s"],
                 "snapshot": params["snapshot"], "files": kept_files("/"),
-            })
+            }
+            write_record(self.state_dir, self.run_id, record)
+            prerun = keep_prerun(self.state_dir, self.run_id, record)
             rc, out, err = self.module.run_command(argv)
             if rc != 0:
                 os.unlink(self.path)
                 self.module.fail_json(msg="cannot arm the revert timer (rc %d): %s" % (rc, (out + err).strip()),
                                       rc=rc, stdout=out, stderr=err, **self.result())
-        return self.result(changed=True, armed=True, deadline=deadline, commands=[argv])
+        return self.result(changed=True, armed=True, deadline=deadline, commands=[argv], prerun=prerun)
 
     def confirm(self):
         with locked(self.state_dir) if not self.module.check_mode else _nothing():
