@@ -61,7 +61,7 @@ def _sigterm_raises() -> Iterator[None]:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI and return its exit status (the one place errors map to codes)."""
     args = list(sys.argv[1:] if argv is None else argv)
-    console = Console(stderr=True)
+    console = Console(stderr=True, soft_wrap=True)  # an error line is never cut: paths stay whole
     with _sigterm_raises():
         return _main(args, console)
 
