@@ -66,9 +66,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _main(args, console)
 
 
+def _invoke(args: list[str]) -> object:
+    """The verb; a file-system failure (a full disk, a read-only or vanished FABTUNE_HOME) that no
+    layer below turned into its own error becomes one that names the file."""
+    try:
+        return cli.main(args=args, prog_name="fabtune", standalone_mode=False)
+    except OSError as err:
+        where = " -> ".join(str(f) for f in (err.filename, err.filename2) if f) or "a file"
+        raise FabtuneError(f"cannot use {where}: {err.strerror or err}") from err
+
+
 def _main(args: list[str], console: Console) -> int:
     try:
-        code = cli.main(args=args, prog_name="fabtune", standalone_mode=False)
+        code = _invoke(args)
     except FabtuneError as err:
         if "--debug" in args:
             raise

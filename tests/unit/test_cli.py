@@ -31,3 +31,14 @@ def test_missing_testbed_is_a_testbed_error(monkeypatch: pytest.MonkeyPatch, tmp
     monkeypatch.setenv("FABTUNE_HOME", str(tmp_path))
     assert main(["testbed", "inventory", "--name", "nope"]) == ExitStatus.TESTBED
     assert main(["testbed", "ssh", "--name", "nope", "h01", "true"]) == ExitStatus.TESTBED
+
+
+def test_an_unusable_home_is_one_error_naming_the_path(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory\n")
+    monkeypatch.setenv("FABTUNE_HOME", str(blocker / "home"))  # below a file: nothing can be made there
+    assert main(["runs"]) == ExitStatus.ERROR
+    err = capsys.readouterr().err
+    assert str(blocker / "home") in err and "Traceback" not in err
