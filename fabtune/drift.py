@@ -33,7 +33,7 @@ from fabtune.desired import load_tuned, tuned_path
 from fabtune.errors import ConfigError, ExitStatus, FabtuneError, PlaybookFailed
 from fabtune.inventory import InventoryInfo
 from fabtune.journal import Journal
-from fabtune.profile import load_profile, validate_desired
+from fabtune.profile import check_against_rack, load_profile, rack_problems, validate_desired
 
 VALIDATE_TASK = "Validate the desired fabric state"
 FACTS_TASK = "Gather the fabric state"
@@ -153,11 +153,14 @@ class DesiredSource:
 def desired_for(info: InventoryInfo, profile: Path | None) -> DesiredSource:
     """The profile when given, else the tuned desired state of the fabric's last tuning run.
 
+    Either is checked against the rack (fabric type, subnet-manager hosts).
+
     Raises:
-        ConfigError: neither exists, or the tuned desired state does not validate.
+        ConfigError: neither exists, or the desired state does not validate or fit the rack.
     """
     if profile is not None:
-        loaded = load_profile(profile)
+        loaded = load_profile(profile, need="fabric_desired")
+        check_against_rack(loaded, info)
         return DesiredSource(loaded.desired, f"profile {profile}")
     tuned = load_tuned(info.name)
     if tuned is None:
@@ -169,6 +172,7 @@ def desired_for(info: InventoryInfo, profile: Path | None) -> DesiredSource:
             ],
         )
     problems, _ = validate_desired(tuned)
+    problems += [] if problems else rack_problems(tuned, info)
     if problems:
         raise ConfigError(f"tuned desired state {tuned_path(info.name)}", problems)
     return DesiredSource(tuned, f"tuned desired state {tuned_path(info.name)}")
