@@ -33,7 +33,7 @@ from fabtune.desired import load_tuned, tuned_path
 from fabtune.errors import ConfigError, ExitStatus, FabtuneError, PlaybookFailed
 from fabtune.inventory import InventoryInfo
 from fabtune.journal import Journal
-from fabtune.profile import check_against_rack, load_profile, rack_problems, validate_desired
+from fabtune.profile import check_against_rack, load_profile, validate_desired
 
 VALIDATE_TASK = "Validate the desired fabric state"
 FACTS_TASK = "Gather the fabric state"
@@ -153,10 +153,12 @@ class DesiredSource:
 def desired_for(info: InventoryInfo, profile: Path | None) -> DesiredSource:
     """The profile when given, else the tuned desired state of the fabric's last tuning run.
 
-    Either is checked against the rack (fabric type, subnet-manager hosts).
+    A profile is checked against the rack (fabric type, subnet-manager hosts); the tuned state is
+    not, since it was read from this rack's own hosts (it keeps what they held).
 
     Raises:
-        ConfigError: neither exists, or the desired state does not validate or fit the rack.
+        ConfigError: neither exists, or the desired state does not validate (or the profile does
+            not fit the rack).
     """
     if profile is not None:
         loaded = load_profile(profile, need="fabric_desired")
@@ -172,7 +174,6 @@ def desired_for(info: InventoryInfo, profile: Path | None) -> DesiredSource:
             ],
         )
     problems, _ = validate_desired(tuned)
-    problems += [] if problems else rack_problems(tuned, info)
     if problems:
         raise ConfigError(f"tuned desired state {tuned_path(info.name)}", problems)
     return DesiredSource(tuned, f"tuned desired state {tuned_path(info.name)}")
