@@ -226,6 +226,12 @@ CLI = {
         "fabtune_tun:\n  max_runs: 3\n",
         "did you mean fabtune_tune?",
     ),
+    "tune: IB fabric_desired beside fabtune_tune on RoCE": (
+        ["tune"],
+        "roce",
+        IB_PROFILE.read_text() + "fabtune_tune: {max_runs: 8}\n",
+        "fabric_desired.nccl.NCCL_IB_SL: 0",
+    ),
     "apply: IB profile on RoCE": (["apply"], "roce", IB_PROFILE, "fabric_desired.nccl.NCCL_IB_SL: 0"),
     "bootstrap: IB profile on RoCE": (["bootstrap"], "roce", IB_PROFILE, "fabric_desired.nccl.NCCL_IB_SL: 0"),
     "drift: RoCE profile on IB": (["drift"], "ib", ROCE_PROFILE, "fabric_desired.nccl.NCCL_IB_TC: 106"),
