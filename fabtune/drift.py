@@ -33,7 +33,7 @@ from fabtune.desired import load_tuned, tuned_path
 from fabtune.errors import ConfigError, ExitStatus, FabtuneError, PlaybookFailed
 from fabtune.inventory import InventoryInfo
 from fabtune.journal import Journal
-from fabtune.profile import load_profile, validate_desired
+from fabtune.profile import check_against_rack, load_profile, validate_desired
 
 VALIDATE_TASK = "Validate the desired fabric state"
 FACTS_TASK = "Gather the fabric state"
@@ -153,11 +153,16 @@ class DesiredSource:
 def desired_for(info: InventoryInfo, profile: Path | None) -> DesiredSource:
     """The profile when given, else the tuned desired state of the fabric's last tuning run.
 
+    A profile is checked against the rack (fabric type, subnet-manager hosts); the tuned state is
+    not, since it was read from this rack's own hosts (it keeps what they held).
+
     Raises:
-        ConfigError: neither exists, or the tuned desired state does not validate.
+        ConfigError: neither exists, or the desired state does not validate (or the profile does
+            not fit the rack).
     """
     if profile is not None:
-        loaded = load_profile(profile)
+        loaded = load_profile(profile, need="fabric_desired")
+        check_against_rack(loaded, info)
         return DesiredSource(loaded.desired, f"profile {profile}")
     tuned = load_tuned(info.name)
     if tuned is None:

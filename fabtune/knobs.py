@@ -85,10 +85,25 @@ KNOBS: tuple[Knob, ...] = (
     ),
     Knob("NCCL_IB_DISABLE", "nccl", "NCCL_IB_DISABLE", "nccl_env", ("roce", "ib"), "0 | 1"),
     Knob("NCCL_IB_ADAPTIVE_ROUTING", "nccl", "NCCL_IB_ADAPTIVE_ROUTING", "nccl_env", ("ib",), "0 | 1"),
+    Knob("NCCL_IB_AR_THRESHOLD", "nccl", "NCCL_IB_AR_THRESHOLD", "nccl_env", ("ib",), "bytes"),
+    Knob("NCCL_IB_SL", "nccl", "NCCL_IB_SL", "nccl_env", ("ib",), "0-15, an SL the SM maps to a data VL"),
+    Knob("NCCL_IB_FIFO_TC", "nccl", "NCCL_IB_FIFO_TC", "nccl_env", ("roce",), "0-255, like NCCL_IB_TC"),
+    Knob("NCCL_IB_ROCE_VERSION_NUM", "nccl", "NCCL_IB_ROCE_VERSION_NUM", "nccl_env", ("roce",), "1 | 2"),
     Knob("routing_engine", "sm", "routing_engine", "ib_sm", ("ib",), "opensm routing engines"),
     Knob("ar_enable", "sm", "ar_enable", "ib_sm", ("ib",), "TRUE | FALSE (MLNX OpenSM)"),
 )
 KNOB_BY_NAME = {k.name: k for k in KNOBS}
+SECTION_FABRICS: Mapping[str, tuple[Fabric, ...]] = {"nics": ("roce",), "sm": ("ib",)}
+"""Sections of the desired tree that belong to one fabric type as a whole: ``nics`` holds RoCE
+ports only (an InfiniBand host has none), ``sm`` is the InfiniBand subnet manager."""
+
+
+def fabrics_of(section: str, key: str) -> tuple[Fabric, ...]:
+    """The fabric types a desired-state key applies to (section-wide, else the knob's, else both)."""
+    if section in SECTION_FABRICS:
+        return SECTION_FABRICS[section]
+    knob = KNOB_BY_NAME.get(key)
+    return knob.fabrics if knob is not None and knob.scope == section else ("roce", "ib")
 
 
 @dataclass(frozen=True)
@@ -248,6 +263,10 @@ GROUPS: tuple[tuple[str, Callable[[View], list[Candidate]]], ...] = (
     ("qps", _qps),
     ("gdr", _gdr),
 )
+
+
+GROUP_NAMES = tuple(name for name, _ in GROUPS)
+"""The move groups by name (what a profile's ``fabtune_tune.skip_groups`` may list)."""
 
 
 def plan(view: View, skip: Sequence[str] = ()) -> list[list[Candidate]]:

@@ -10,7 +10,8 @@ import click
 from fabtune.ansible import RunOutcome, run_playbook
 from fabtune.changes import knob_changes
 from fabtune.errors import ConfigError
-from fabtune.profile import load_profile
+from fabtune.inventory import read_inventory
+from fabtune.profile import check_against_rack, load_profile
 
 VALIDATE_TASK = "Validate the desired fabric state"
 
@@ -42,10 +43,11 @@ def _show(value: Any) -> str:
 def apply(inventory: Path, profile_path: Path, check: bool, limit: str | None) -> None:
     """Apply a fabric profile to every host and show, per host, each knob changed (before -> after).
 
-    Nothing changes on any host unless the profile validates, first here, then on every host
-    (interfaces present, couplings agree).
+    Nothing changes on any host unless the profile validates, first here (schema, couplings, and
+    against the inventory: fabric type, subnet-manager hosts), then on every host (interfaces present).
     """
-    profile = load_profile(profile_path)
+    profile = load_profile(profile_path, need="fabric_desired")
+    check_against_rack(profile, read_inventory(inventory))
     outcome = run_playbook("drift.yml" if check else "apply.yml", inventory,
                            extravars={"fabric_desired": profile.desired}, check=check, diff=True, limit=limit)
     problems = _host_problems(outcome)

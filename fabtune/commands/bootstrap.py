@@ -15,7 +15,7 @@ from fabtune.commands._progress import Progress
 from fabtune.inventory import read_inventory
 from fabtune.journal import Journal
 from fabtune.lock import fabric_lock
-from fabtune.profile import load_profile
+from fabtune.profile import check_against_rack, load_profile
 
 STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red"}
 
@@ -104,8 +104,9 @@ def bootstrap(
     Exits 0 when the rack is accepted, 7 when any check fails (the hosts at fault are named).
     """
     require_file(inventory, "inventory")
-    profile = load_profile(profile_path)  # validated before anything runs
+    profile = load_profile(profile_path, need="fabric_desired")  # validated before anything runs
     info = read_inventory(inventory)
+    check_against_rack(profile, info)
     console = Console(stderr=True)
     journal = Journal()
     run_id = journal.open_run("bootstrap", info.name, str(inventory), str(profile_path))

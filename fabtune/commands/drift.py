@@ -129,6 +129,8 @@ def drift(
       5  an Ansible run failed              9  another fabtune run holds the fabric's lock
     """
     if install_timer:
+        if profile_path is not None:  # refused now, not by a timer failing every hour
+            lib.desired_for(read_inventory(inventory), profile_path)
         units = lib.render_units(
             inventory.resolve(),
             profile=profile_path.resolve() if profile_path else None,

@@ -4,32 +4,22 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
 
 import click
-import yaml
 from rich.console import Console
 from rich.table import Table
 
 from fabtune.commands._common import INVENTORY_OPTION, require_file
 from fabtune.commands._progress import Progress
-from fabtune.errors import ConfigError
 from fabtune.journal import Journal
+from fabtune.profile import Profile, load_profile
 from fabtune.tune import run as tune_run
 from fabtune.tune.loop import TuneResult
 
 
-def _tune_options(path: Path | None) -> dict[str, Any]:
-    if path is None:
-        return {}
-    try:
-        doc = yaml.safe_load(require_file(path, "profile").read_text()) or {}
-    except yaml.YAMLError as err:
-        raise ConfigError(str(path), [f"cannot be read: {err}"]) from err
-    if not isinstance(doc, dict):
-        raise ConfigError(str(path), ["(top level): must be a mapping"])
-    options: dict[str, Any] = doc.get("fabtune_tune") or {}
-    return options
+def _tune_profile(path: Path | None) -> Profile | None:
+    """The --profile of tune/resume: checked whole, and it must hold fabtune_tune."""
+    return None if path is None else load_profile(path, need="fabtune_tune")
 
 
 def summary_table(result: TuneResult) -> Table:
@@ -70,8 +60,14 @@ def _finish(result: TuneResult, report: Path) -> None:
 @click.option("--jsonl", is_flag=True, help="Progress as JSON lines on stdout (for automation).")
 def tune(inventory: Path, profile: Path | None, jsonl: bool) -> None:
     """Measure, change one knob group, keep what improves bandwidth, roll back the rest."""
-    options = _tune_options(profile)
-    result, report = tune_run.tune(inventory, options, Progress(jsonl), oracle=tune_run.testbed_oracle)
+    loaded = _tune_profile(profile)
+    result, report = tune_run.tune(
+        inventory,
+        loaded.tune if loaded else None,
+        Progress(jsonl),
+        oracle=tune_run.testbed_oracle,
+        profile=loaded,
+    )
     _finish(result, report)
 
 
@@ -140,6 +136,6 @@ def resume(run_id: str, profile: Path | None, jsonl: bool) -> None:
 
     The run keeps the tuning options it started with, unless --profile gives others.
     """
-    options = _tune_options(profile) if profile is not None else None
-    result, report = tune_run.resume(run_id, Progress(jsonl), options)
+    loaded = _tune_profile(profile)
+    result, report = tune_run.resume(run_id, Progress(jsonl), loaded.tune if loaded else None, profile=loaded)
     _finish(result, report)

@@ -12,53 +12,19 @@ from fabtune.errors import ConfigError
 from fabtune.inventory import InventoryInfo, read_inventory
 from fabtune.journal import Journal, JournalError, Step, UnknownRun, check_run_id, default_path
 from fabtune.lock import fabric_lock
+from fabtune.profile import Profile, check_against_rack, tune_options
 from fabtune.testbed.layout import fabtune_home
 from fabtune.tune.backend import AnsibleBackend, prerun_record_path
 from fabtune.tune.loop import Event, RevertFired, TuneOptions, Tuner, TuneResult, restore_and_verify
-from fabtune.tune.stats import DecisionPolicy
-
-POLICY_KEYS = ("alpha", "min_effect", "min_runs", "max_runs", "batch", "futility", "detect")
-OPTION_KEYS = (*POLICY_KEYS, "baseline_runs", "pause_guard", "guard_loss", "skip_groups", "revert_deadline_s")
-DEFAULTS = TuneOptions()
 
 
 def options_from(raw: Mapping[str, Any] | None) -> tuple[TuneOptions, int]:
-    """Tuning options from a profile's ``fabtune_tune`` section, every problem named.
+    """Tuning options from a profile's ``fabtune_tune`` section (or a run's journaled options).
 
     Raises:
-        ConfigError: listing each unknown key and invalid value.
+        ConfigError: listing each unknown key and invalid value (``fabtune.profile`` checks them).
     """
-    raw = dict(raw or {})
-    problems = [
-        f"fabtune_tune.{k}: {raw[k]!r} is not a known option (known: {', '.join(OPTION_KEYS)})"
-        for k in raw
-        if k not in OPTION_KEYS
-    ]
-    policy_keys = {k: raw[k] for k in POLICY_KEYS if k in raw}
-    try:
-        policy = DecisionPolicy(**policy_keys)
-        opts = TuneOptions(
-            policy,
-            int(raw.get("baseline_runs", DEFAULTS.baseline_runs)),
-            float(raw.get("pause_guard", DEFAULTS.pause_guard)),
-            float(raw.get("guard_loss", DEFAULTS.guard_loss)),
-            tuple(raw.get("skip_groups", ())),
-        )
-        deadline = int(raw.get("revert_deadline_s", 300))
-    except (TypeError, ValueError) as err:
-        raise ConfigError("fabtune_tune", [f"{err}"]) from err
-    problems += [f"fabtune_tune.{p}" for p in policy.problems()]
-    if opts.baseline_runs < policy.min_runs:
-        problems.append(
-            f"fabtune_tune.baseline_runs: {opts.baseline_runs} must be at least min_runs ({policy.min_runs})"
-        )
-    if not 0 < opts.guard_loss < 1:
-        problems.append(f"fabtune_tune.guard_loss: {opts.guard_loss} must be between 0 and 1 (a fraction)")
-    if deadline < 30:
-        problems.append(f"fabtune_tune.revert_deadline_s: {deadline} must be at least 30 seconds")
-    if problems:
-        raise ConfigError("tuning options", problems)
-    return opts, deadline
+    return tune_options(raw)
 
 
 def runs_dir(run_id: str) -> Path:
@@ -117,9 +83,15 @@ def tune(
     raw_options: Mapping[str, Any] | None = None,
     on_event: Event | None = None,
     oracle: Any = None,
+    profile: Profile | None = None,
 ) -> tuple[TuneResult, Path]:
-    """Run ``fabtune tune`` on ``inventory``; returns the result and the report's path."""
+    """Run ``fabtune tune`` on ``inventory``; returns the result and the report's path.
+
+    ``profile``, the file the options came from, is checked against the rack before anything runs.
+    """
     info = read_inventory(inventory)
+    if profile is not None:
+        check_against_rack(profile, info)
     options, deadline = options_from(raw_options)
     journal = Journal()
     with fabric_lock(info.name, "tune") as stale:
@@ -252,7 +224,10 @@ def describe(err: BaseException) -> str:
 
 
 def resume(
-    run_id: str, on_event: Event | None = None, raw_options: Mapping[str, Any] | None = None
+    run_id: str,
+    on_event: Event | None = None,
+    raw_options: Mapping[str, Any] | None = None,
+    profile: Profile | None = None,
 ) -> tuple[TuneResult, Path]:
     """Continue an interrupted run: undo its unfinished move (verified), then try the moves not decided.
 
@@ -267,6 +242,8 @@ def resume(
             [f"state: a {run.kind} run, {run.state}; only an interrupted or failed tune run can be resumed"],
         )
     info = read_inventory(Path(run.inventory))
+    if profile is not None:
+        check_against_rack(profile, info)
     steps = journal.steps(run_id)
     if raw_options is None:
         raw_options = next((s.payload for s in steps if s.kind == "options"), None)

@@ -228,3 +228,47 @@ def test_sm_subset_keeps_managed_keys_in_normal_form() -> None:
     text = ("# comment\nrouting_engine (null)\nlmc 0\nqos FALSE\nsm_priority 14\n"
             "log_file /var/log/opensm.log\n")
     assert fabric_facts.sm_subset(text) == {"lmc": 0, "qos": False, "sm_priority": 14}
+
+
+HOST_PORTS = [{"dev": "mlx5_0", "port": 1, "netdev": "eth9"}, {"dev": "mlx5_1", "port": 1, "netdev": "eth8"}]
+
+
+@pytest.mark.parametrize(
+    ("hca", "refused", "warned"),
+    [
+        ("=mlx5_0,mlx5_1", False, []),
+        ("mlx5", False, []),
+        ("=mlx5_0:1,mlx5_3", False, ["mlx5_3"]),
+        ("=mlx5_9", True, ["mlx5_9"]),
+        ("=mlx5-0,mlx5-1", True, ["mlx5-0", "mlx5-1"]),
+        ("mlx5_0:2", True, ["mlx5_0:2"]),
+        ("^mlx5", True, []),
+        ("^=mlx5_0", False, []),
+    ],
+)
+def test_validate_module_checks_nccl_ib_hca_against_the_host(
+    module_args: Any, monkeypatch: pytest.MonkeyPatch, hca: str, refused: bool, warned: list[str]
+) -> None:
+    monkeypatch.setattr(fabric_validate, "netdev_split", lambda root: (["eth8", "eth9"], ["eth0"]))
+    monkeypatch.setattr(fabric_validate, "rdma_ports", lambda root: HOST_PORTS)
+    warnings: list[str] = []
+    monkeypatch.setattr(fabric_validate.AnsibleModule, "warn", lambda self, text: warnings.append(text))
+    module_args({"desired": {"nccl": {"NCCL_IB_HCA": hca}}})
+    with pytest.raises(AnsibleFailJson if refused else AnsibleExitJson) as done:
+        fabric_validate.main()
+    if refused:
+        assert done.value.args[0]["problems"] == [
+            f"nccl.NCCL_IB_HCA: {hca!r} selects none of this host's RDMA ports (mlx5_0:1, mlx5_1:1): "
+            "NCCL would fall back to TCP sockets"
+        ]
+    assert warnings == [f"nccl.NCCL_IB_HCA: {w} matches no RDMA port of this host" for w in warned]
+
+
+def test_validate_module_restores_a_snapshot_with_any_nccl_ib_hca(
+    module_args: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(fabric_validate, "netdev_split", lambda root: (["eth9"], ["eth0"]))
+    monkeypatch.setattr(fabric_validate, "rdma_ports", lambda root: HOST_PORTS)
+    module_args({"desired": {"nccl": {"NCCL_IB_HCA": "=mlx5_9"}}, "enforce_couplings": False})
+    with pytest.raises(AnsibleExitJson):
+        fabric_validate.main()

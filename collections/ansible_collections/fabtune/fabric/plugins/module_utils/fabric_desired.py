@@ -496,6 +496,48 @@ def validate(desired, roce_netdevs=None, other_netdevs=(), enforce_couplings=Tru
     return p.items, out
 
 
+def _hca_items(value):
+    """NCCL_IB_HCA parsed: ``(exclude, exact, [(dev, port or None)])`` (NCCL's list grammar)."""
+    text = str(value).strip()
+    exclude = text.startswith("^")
+    body = text[1:] if exclude else text
+    exact = body.startswith("=")
+    items = []
+    for item in (body[1:] if exact else body).split(","):
+        dev, _, port = item.strip().partition(":")
+        if dev:
+            items.append((dev, int(port) if port.isdigit() else None))
+    return exclude, exact, items
+
+
+def _hca_hit(item, exact, dev, port):
+    name, want = item
+    return (dev == name if exact else dev.startswith(name)) and want in (None, port)
+
+
+def hca_check(value, ports):
+    """NCCL_IB_HCA against this host's RDMA ports ``[(dev, port)]``: ``(problems, unmatched)``.
+
+    A list that selects none of the host's ports leaves NCCL without RDMA (it falls back to TCP
+    sockets): a problem. Entries of an include list that match no port here are returned as
+    unmatched (one profile may serve hosts with fewer NICs). A host without RDMA ports is not judged.
+    """
+    if not ports:
+        return [], []
+    exclude, exact, items = _hca_items(value)
+    selected = [(dev, port) for dev, port in ports
+                if any(_hca_hit(i, exact, dev, port) for i in items) != exclude]
+    names = ", ".join("%s:%d" % port for port in ports)
+    problems = []
+    if not selected:
+        problems.append("nccl.NCCL_IB_HCA: %s selects none of this host's RDMA ports (%s): NCCL would "
+                        "fall back to TCP sockets" % (_show(value), names))
+    unmatched = [] if exclude else [
+        "%s%s" % (dev, "" if port is None else ":%d" % port) for dev, port in items
+        if not any(_hca_hit((dev, port), exact, d, q) for d, q in ports)]
+    return problems, unmatched
+
+
 def _check_names(p, nics, roce_netdevs, other_netdevs):
     for name in nics:
         if name == "all" or name in roce_netdevs:

@@ -14,7 +14,8 @@ description:
     shares, NCCL variables, opensm keys) and the couplings between them (the RoCE ToS must land in
     the PFC priority through the DSCP map, C(NCCL_IB_TC) must equal the RoCE ToS, the CNP priority
     must not be the RoCE data priority, ...).
-  - Checks that each named interface is a RoCE port of this host.
+  - Checks that each named interface is a RoCE port of this host, and that C(NCCL_IB_HCA) selects at
+    least one of its RDMA ports (a warning names each entry that matches none).
   - Returns the desired NIC state expanded per RoCE netdev (C(all) merged with per-port entries).
   - Changes nothing. Fails with every problem found, each naming the field and its value.
 version_added: "1.0.0"
@@ -75,7 +76,7 @@ problems:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_desired import validate
+from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_desired import hca_check, validate
 from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_host import netdev_split, rdma_ports
 
 
@@ -91,6 +92,12 @@ def main():
     roce, other = netdev_split("/")
     ports = dict((p["netdev"], {"dev": p["dev"], "port": p["port"]}) for p in rdma_ports("/") if p["netdev"] in roce)
     problems, normal = validate(module.params["desired"], roce, other, module.params["enforce_couplings"])
+    hca = (normal.get("nccl") or {}).get("NCCL_IB_HCA")
+    if hca is not None and module.params["enforce_couplings"]:  # a snapshot is restored as it was
+        hca_problems, unmatched = hca_check(hca, [(p["dev"], p["port"]) for p in rdma_ports("/")])
+        problems = problems + hca_problems
+        for item in unmatched:
+            module.warn("nccl.NCCL_IB_HCA: %s matches no RDMA port of this host" % item)
     if problems:
         module.fail_json(msg="invalid desired fabric state: " + "; ".join(problems),
                          problems=problems, roce_netdevs=roce, ports=ports)
