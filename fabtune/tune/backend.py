@@ -9,7 +9,7 @@ from typing import Any
 
 from fabtune import ansible
 from fabtune.inventory import InventoryInfo
-from fabtune.tune.measure import Batch, MeasureSpec, measure
+from fabtune.tune.measure import Batch, MeasureSpec, busbw_ceilings, measure
 
 
 @dataclass
@@ -20,6 +20,7 @@ class AnsibleBackend:
     deadline_s: int = 300
     gpus: int = 0
     netdevs: Mapping[str, list[str]] | None = None
+    ceilings: Mapping[str, float] | None = None
 
     @property
     def inventory(self) -> Path:
@@ -36,7 +37,7 @@ class AnsibleBackend:
         return found
 
     def learn(self, facts: Mapping[str, Mapping[str, Any]]) -> None:
-        """Take the GPU count and RDMA netdevs of each host from its facts (for measurements)."""
+        """Take each host's GPU count, RDMA netdevs and NIC line rates from its facts (for measurements)."""
         self.netdevs = {
             h: [p["netdev"] for p in (f.get("hardware") or {}).get("ports") or [] if p.get("netdev")]
             for h, f in facts.items()
@@ -44,6 +45,7 @@ class AnsibleBackend:
         first = facts[sorted(facts)[0]]
         matrix = ((first.get("hardware") or {}).get("topology") or {}).get("matrix") or {}
         self.gpus = self.gpus or max(1, len([r for r in matrix if str(r).startswith("GPU")]))
+        self.ceilings = busbw_ceilings(facts, self.info.fabric)
 
     def apply(
         self,
@@ -78,5 +80,7 @@ class AnsibleBackend:
             self.netdevs or {},
             self.info.launcher,
             self.info.oob_interface,
+            deadline_s=self.info.bench_timeout_s,
+            ceilings=self.ceilings or {},
         )
         return measure(spec, repetitions)
