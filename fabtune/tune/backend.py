@@ -45,7 +45,7 @@ class AnsibleBackend:
         first = facts[sorted(facts)[0]]
         matrix = ((first.get("hardware") or {}).get("topology") or {}).get("matrix") or {}
         self.gpus = self.gpus or max(1, len([r for r in matrix if str(r).startswith("GPU")]))
-        self.ceilings = busbw_ceilings(facts, self.info.fabric)
+        self.ceilings = busbw_ceilings(facts)
 
     def apply(
         self,

@@ -48,8 +48,12 @@ class BenchmarkFailed(BenchmarkError):
 
     def __init__(self, failures: Sequence[FailedRun], context: str = "") -> None:
         self.failures = list(failures)
-        lines = "; ".join(str(f) for f in self.failures[:4])
-        super().__init__(f"{context}benchmark failed, and again when retried: {lines}")
+        why = "; ".join(dict.fromkeys(f.summary for f in self.failures))
+        first = self.failures[0]
+        super().__init__(
+            f"{context}benchmark failed, and again when retried: {why} "
+            f"(deadline {first.deadline_s} s; command: {first.command})"
+        )
 
 
 class Backend(Protocol):
@@ -187,7 +191,7 @@ class Tuner:
         for failed in failures:
             payload = {**failed.evidence(), "then": then}
             self.journal.step(self.run_id, "benchmark", f"{failed.test} failed", payload, state="failed")
-            self.emit("benchmark", f"failed run, {then}: {failed}", failed.evidence())
+            self.emit("benchmark", f"failed run, {then}: {failed.summary}", failed.evidence())
 
     # -- phases ---------------------------------------------------------------------------
 

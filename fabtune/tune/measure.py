@@ -104,13 +104,15 @@ class MeasureSpec:
         return max(nccl_deadline_s(self.options(t), len(self.hosts), self.deadline_s) for t in TESTS)
 
 
-def busbw_ceilings(facts: Mapping[str, Mapping[str, Any]], fabric: str) -> dict[str, float]:
+def busbw_ceilings(facts: Mapping[str, Mapping[str, Any]]) -> dict[str, float]:
     """Per test, the highest bus bandwidth (GB/s) the hosts' NICs allow; empty when unknown.
 
     A node's NIC bandwidth is the sum of its RDMA ports' line rates (sysfs ``rate``), in GB/s; the
-    fastest node's is the bound (conservative). It bounds alltoall's busbw and all_reduce's on
-    RoCE; on InfiniBand in-network reduction (SHARP) can carry all_reduce up to twice it. With one
-    host the traffic never leaves it: no bound.
+    fastest node's is the bound (conservative). It bounds alltoall's busbw (each rank's data to
+    other nodes crosses its node's NICs once). all_reduce's busbw counts every byte twice
+    (``2(n-1)/n``) while a tree, NVLS or in-network (SHARP) reduction sends it across the node's
+    NICs about once: its bound is twice the NIC bandwidth. With one host the traffic never leaves
+    it: no bound.
     """
     if len(facts) < 2:
         return {}
@@ -122,7 +124,7 @@ def busbw_ceilings(facts: Mapping[str, Mapping[str, Any]], fabric: str) -> dict[
     node = max(per_node)
     if node <= 0:
         return {}
-    return {"all_reduce_perf": node * (2 if fabric == "ib" else 1), "alltoall_perf": node}
+    return {"all_reduce_perf": 2 * node, "alltoall_perf": node}
 
 
 def _argv(spec: MeasureSpec, test: str) -> list[str]:
