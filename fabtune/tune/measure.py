@@ -142,8 +142,10 @@ def _busbw(spec: MeasureSpec, test: str, res: Mapping[str, Any]) -> tuple[float 
     """The largest size's out-of-place busbw, or None and why not; and the output."""
     output = f"{res.get('stdout', '')}\n{res.get('stderr', '')}"
     rc = res.get("rc")
-    if timed_out(rc) or res.get("timedout") or rc is None:
+    if timed_out(rc) or res.get("timedout"):
         return None, f"missed its deadline of {spec.deadline} s and was killed", output
+    if rc is None:
+        return None, f"did not run: {str(res.get('msg') or 'no exit status')[:300]}", output
     if int(rc) != 0:
         return None, f"exit {rc}: {_tail(output, 1) or 'no output'}", output
     try:

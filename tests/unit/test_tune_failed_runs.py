@@ -43,6 +43,7 @@ def ok(busbw: str) -> dict[str, Any]:
         ({"failed": True, "timedout": {"period": 70}, "msg": "task timed out"},
          "missed its deadline of 30 s and was killed"),
         ({"rc": 0, "stdout": "", "stderr": ""}, "no readable result"),
+        ({"failed": True, "msg": "[Errno 2] No such file: b'timeout'"}, "did not run: [Errno 2]"),
         ({"rc": 0, "stdout": "\x00\x17garbage ### 12 GB/s", "stderr": ""}, "no readable result"),
         ({"rc": 3, "stdout": "", "stderr": "h02: Test NCCL failure common.cu:1 'remote process exited'"},
          "exit 3: h02: Test NCCL failure"),
