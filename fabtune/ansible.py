@@ -35,6 +35,11 @@ KEPT_EVENTS = frozenset({
     "runner_item_on_ok", "runner_item_on_failed",
 })
 TaskCallback = Callable[["TaskResult"], None]
+# Deadlines. Every task of a fabtune run times out after TASK_TIMEOUT_S (ANSIBLE_TASK_TIMEOUT; the
+# caller's own value wins; benchmark tasks set their own), and every run after its ``timeout_s``
+# (ansible-runner kills the ansible-playbook process group; the outcome's status is "timeout").
+TASK_TIMEOUT_S = 600
+RUN_TIMEOUT_S = 3600
 
 
 @dataclass(frozen=True)
@@ -89,6 +94,11 @@ class RunOutcome:
         """Raise PlaybookFailed naming each failed or unreachable host and why."""
         if self.ok:
             return self
+        if self.status == "timeout":
+            raise PlaybookFailed(
+                f"{what} failed: the Ansible run did not finish within its deadline and was stopped "
+                f"(artifacts: {self.artifact_dir})"
+            )
         reasons = [f"{t.host}: {t.task}: {_message(t.result)}" for t in self.failures()]
         detail = "; ".join(reasons) or f"runner status {self.status}, rc {self.rc}"
         raise PlaybookFailed(f"{what} failed: {detail} (artifacts: {self.artifact_dir})")
@@ -121,6 +131,7 @@ def _envvars() -> dict[str, str]:
         "ANSIBLE_SSH_ARGS": SSH_ARGS,
         "ANSIBLE_SSH_RETRIES": "3",
         "ANSIBLE_ROLES_PATH": str(ROLES),
+        "ANSIBLE_TASK_TIMEOUT": os.environ.get("ANSIBLE_TASK_TIMEOUT") or str(TASK_TIMEOUT_S),
         "ANSIBLE_COLLECTIONS_PATH": _collections_path(),
         "ANSIBLE_HOST_KEY_CHECKING": "True",
         "ANSIBLE_PIPELINING": "True",
@@ -159,12 +170,12 @@ def _path() -> str:
     return os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", os.defpath)])
 
 
-def _run(kind: str, on_task: TaskCallback | None, **kwargs: Any) -> RunOutcome:
+def _run(kind: str, on_task: TaskCallback | None, timeout_s: int, **kwargs: Any) -> RunOutcome:
     private, ident = _private_dir(kind)
     collector = _Collector(on_task)
     runner = ansible_runner.run(
         private_data_dir=str(private), ident=ident, quiet=True, rotate_artifacts=200,
-        envvars=_envvars(), event_handler=collector, suppress_env_files=True, **kwargs,
+        envvars=_envvars(), event_handler=collector, suppress_env_files=True, timeout=timeout_s, **kwargs,
     )
     return RunOutcome(
         status=str(runner.status), rc=int(runner.rc), stats=runner.stats or {},
@@ -183,6 +194,7 @@ def run_playbook(
     forks: int = 32,
     tags: Sequence[str] = (),
     on_task: TaskCallback | None = None,
+    timeout_s: int = RUN_TIMEOUT_S,
 ) -> RunOutcome:
     """Run a playbook (a name under ``playbooks/`` or a path) against ``inventory``.
 
@@ -196,6 +208,7 @@ def run_playbook(
         forks: parallel hosts.
         tags: only run tasks with these tags.
         on_task: called with each task result as it arrives (for progress).
+        timeout_s: the whole run's deadline; past it the run is stopped (status ``timeout``).
 
     Returns:
         The outcome; callers decide whether a failure is fatal (``raise_for_failure``).
@@ -205,17 +218,23 @@ def run_playbook(
     if tags:
         flags.append(f"--tags={','.join(tags)}")
     return _run(
-        path.stem, on_task, playbook=str(path), inventory=str(inventory), extravars=dict(extravars or {}),
-        limit=limit, forks=forks, cmdline=" ".join(flags) or None,
+        path.stem, on_task, timeout_s, playbook=str(path), inventory=str(inventory),
+        extravars=dict(extravars or {}), limit=limit, forks=forks, cmdline=" ".join(flags) or None,
     )
 
 
 def run_module(
-    module: str, args: str | Mapping[str, Any], inventory: Path, pattern: str = "all", *, forks: int = 32
+    module: str,
+    args: str | Mapping[str, Any],
+    inventory: Path,
+    pattern: str = "all",
+    *,
+    forks: int = 32,
+    timeout_s: int = RUN_TIMEOUT_S,
 ) -> RunOutcome:
     """Run one module ad hoc on ``pattern`` (``ansible.builtin.ping`` for reachability)."""
     module_args = args if isinstance(args, str) else " ".join(f"{k}={v}" for k, v in args.items())
     return _run(
-        module.rsplit(".", 1)[-1], None, module=module, module_args=module_args or None,
+        module.rsplit(".", 1)[-1], None, timeout_s, module=module, module_args=module_args or None,
         host_pattern=pattern, inventory=str(inventory), forks=forks,
     )

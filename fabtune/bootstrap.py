@@ -473,13 +473,22 @@ def acceptance(inventory: Path, info: InventoryInfo, report: BootstrapReport, sa
     opts = PerftestOptions(size=PAIR_SIZE, duration_s=2)
     if len(hosts) >= 2:
         rounds = _matrix_rounds(hosts, rails)
-        done = pairs.run_rounds(inventory, rounds, views, opts, lambda m: say(f"pair matrix: {m}"))
+        done = pairs.run_rounds(
+            inventory,
+            rounds,
+            views,
+            opts,
+            lambda m: say(f"pair matrix: {m}"),
+            deadline_s=info.bench_timeout_s,
+        )
         report.pairs = [judge_pair(r, report.pair_threshold) for rnd in done for r in rnd]
         tests = plan_retests(report.pairs)
         measured: dict[tuple[str, int], PairVerdict] = {}
         for index, rnd in enumerate(retest_rounds(tests), start=1):
             say(f"re-testing suspect hosts against known-good partners ({index})")
-            results = pairs.run_round(inventory, [p for _t, p in rnd], views, opts)
+            results = pairs.run_round(
+                inventory, [p for _t, p in rnd], views, opts, deadline_s=info.bench_timeout_s
+            )
             for (test, _pair), res in zip(rnd, results, strict=True):
                 verdict = judge_pair(
                     res, report.pair_threshold, f"re-test of {test.host} with known-good {test.partner}"
@@ -513,6 +522,7 @@ def acceptance(inventory: Path, info: InventoryInfo, report: BootstrapReport, sa
         {},
         launcher=launcher,
         oob_interface=info.oob_interface,
+        deadline_s=info.bench_timeout_s,
     )
     ceiling = min(pairs.rail_ceiling(r) for v in views.values() for r in v.rails)
     report.busbw_reference_gbytes = busbw_reference(rails, ceiling)

@@ -240,12 +240,22 @@ def measure(
     rails = min(len(v.rails) for v in views.values())
     done: list[pairs.PairResult] = []
     for rnd in one_round(hosts, rails):
-        done += pairs.run_round(inventory, rnd, views, PerftestOptions(duration_s=2))
+        done += pairs.run_round(
+            inventory, rnd, views, PerftestOptions(duration_s=2), deadline_s=info.bench_timeout_s
+        )
     first = views[hosts[0]]
     gpus = len([c for c in first.topo.columns if c.startswith("GPU")]) if first.topo else 1
     opts = NcclOptions(min_bytes=size, max_bytes=size, gpus_per_process=gpus, iters=5, warmup_iters=1)
     launcher: nccl.Launcher = "srun" if info.launcher == "srun" else "mpirun"
-    run = nccl.run(inventory, hosts, opts, {}, launcher=launcher, oob_interface=info.oob_interface)
+    run = nccl.run(
+        inventory,
+        hosts,
+        opts,
+        {},
+        launcher=launcher,
+        oob_interface=info.oob_interface,
+        deadline_s=info.bench_timeout_s,
+    )
     busbw = run.result.avg_busbw_gbps if run.result is not None and run.result.rows else None
     error = None if busbw is not None else (run.error or f"all_reduce_perf rc {run.rc}")
     return Bandwidth(tuple(done), busbw if busbw else None, error)
@@ -559,6 +569,7 @@ DEFAULT_TEXTFILE = Path("/var/lib/node_exporter/textfile_collector/fabtune.prom"
 DEFAULT_INVENTORY = Path("/etc/fabtune/inventory.yml")
 SERVICE = "fabtune-drift.service"
 TIMER = "fabtune-drift.timer"
+SYSTEMCTL_TIMEOUT_S = 120  # systemctl daemon-reload / enable --now
 
 
 def drift_argv(
@@ -653,7 +664,13 @@ def enable_timer(systemd_dir: Path = Path("/run/systemd/system")) -> list[list[s
         raise ConfigError("--enable", [f"systemd does not run this machine ({systemd_dir} is missing)"])
     commands = [["systemctl", "daemon-reload"], ["systemctl", "enable", "--now", TIMER]]
     for argv in commands:
-        done = subprocess.run(argv, capture_output=True, text=True, check=False)
+        try:
+            done = subprocess.run(
+                argv, capture_output=True, text=True, check=False, timeout=SYSTEMCTL_TIMEOUT_S
+            )
+        except subprocess.TimeoutExpired as err:
+            problem = f"{' '.join(argv)}: no answer within {SYSTEMCTL_TIMEOUT_S} s"
+            raise ConfigError("--enable", [problem]) from err
         if done.returncode:
             output = (done.stdout + done.stderr).strip()[-300:]
             raise ConfigError("--enable", [f"{' '.join(argv)}: exit {done.returncode}: {output}"])

@@ -23,6 +23,7 @@ class InventoryInfo:
     sm_hosts: tuple[str, ...]
     launcher: str
     oob_interface: str | None
+    bench_timeout_s: int | None = None  # fabtune_bench_timeout_s: every benchmark launch's deadline
 
 
 def _ansible_inventory(path: Path) -> dict[str, Any]:
@@ -65,4 +66,25 @@ def read_inventory(path: Path) -> InventoryInfo:
     if fabric not in ("roce", "ib"):
         raise ConfigError(str(path), [f"fabtune_fabric: {fabric!r} must be roce or ib"])
     return InventoryInfo(path, name, fabric, tuple(hosts), tuple(_group_hosts(data, "subnet_managers")),
-                         str(first.get("fabtune_launcher", "mpirun")), first.get("fabtune_oob_interface"))
+                         str(first.get("fabtune_launcher", "mpirun")), first.get("fabtune_oob_interface"),
+                         bench_timeout(path, first.get("fabtune_bench_timeout_s")))
+
+
+BENCH_TIMEOUT = "fabtune_bench_timeout_s"
+MAX_BENCH_TIMEOUT_S = 86400
+
+
+def bench_timeout(path: Path, value: Any) -> int | None:
+    """``fabtune_bench_timeout_s``: seconds, a whole number from 10 to a day; None when not set.
+
+    Raises:
+        ConfigError: naming the variable and its value.
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | str) or not str(value).strip().isdigit():
+        raise ConfigError(str(path), [f"{BENCH_TIMEOUT}: {value!r} must be a whole number of seconds"])
+    seconds = int(value)
+    if not 10 <= seconds <= MAX_BENCH_TIMEOUT_S:
+        raise ConfigError(str(path), [f"{BENCH_TIMEOUT}: {seconds} must be from 10 to {MAX_BENCH_TIMEOUT_S}"])
+    return seconds

@@ -8,8 +8,10 @@ from pathlib import Path
 from fabtune.bench import checks, nccl
 from fabtune.bench.argv import NcclOptions
 from fabtune.bench.checks import CheckResult
+from fabtune.bench.deadline import timed_out
 from fabtune.bench.fabric import HostView, read_hosts
 from fabtune.errors import ParseError
+from fabtune.inventory import read_inventory
 
 
 def affinity_results(views: Mapping[str, HostView]) -> list[CheckResult]:
@@ -54,7 +56,7 @@ def static_checks(views: Mapping[str, HostView]) -> list[CheckResult]:
 
 
 def transport_checks(
-    inventory: Path, hosts: Sequence[str], gpus: int, oob_interface: str | None
+    inventory: Path, hosts: Sequence[str], gpus: int, oob_interface: str | None, deadline_s: int | None = None
 ) -> list[CheckResult]:
     """A short all_reduce with NCCL_DEBUG=INFO; each host's log says which transport it used."""
     run = nccl.run(
@@ -63,6 +65,7 @@ def transport_checks(
         NcclOptions(min_bytes="64M", max_bytes="64M", gpus_per_process=gpus, iters=5, warmup_iters=1),
         {},
         oob_interface=oob_interface,
+        deadline_s=deadline_s,
     )
     results = []
     for host in hosts:
@@ -74,12 +77,16 @@ def transport_checks(
                     host,
                     "fail",
                     f"no NCCL log from this host (rc {run.rc})",
-                    run.output.strip().splitlines()[-1] if run.output.strip() else "",
+                    str(run.error) if timed_out(run.rc) else _last_line(run.output),
                 )
             )
             continue
         results.append(checks.transport(host, run.debug(host), log))
     return results
+
+
+def _last_line(output: str) -> str:
+    return output.strip().splitlines()[-1] if output.strip() else ""
 
 
 def run_checks(
@@ -91,5 +98,6 @@ def run_checks(
     if with_nccl and views:
         first = next(iter(views.values()))
         gpus = len([c for c in first.topo.columns if c.startswith("GPU")]) if first.topo else 1
-        results += transport_checks(inventory, sorted(views), gpus, oob_interface)
+        deadline = read_inventory(inventory).bench_timeout_s
+        results += transport_checks(inventory, sorted(views), gpus, oob_interface, deadline)
     return results

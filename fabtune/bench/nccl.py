@@ -10,6 +10,7 @@ from typing import Literal
 
 from fabtune import ansible
 from fabtune.bench.argv import NcclOptions, mpirun_argv, nccl_test_argv, srun_argv
+from fabtune.bench.deadline import nccl_deadline_s, run_timeout_s, timed_out
 from fabtune.bench.parsers import nccl_debug, nccl_tests
 from fabtune.errors import BenchmarkError, ParseError
 
@@ -27,6 +28,7 @@ class NcclRun:
     per_host_log: Mapping[str, str] = field(repr=False)
     output: str = field(repr=False)
     error: str | None = None
+    deadline_s: int | None = None
 
     def debug(self, host: str) -> nccl_debug.NcclDebugSummary:
         """The NCCL_DEBUG=INFO summary of ``host``'s ranks."""
@@ -65,8 +67,12 @@ def run(
     *,
     launcher: Launcher = "mpirun",
     oob_interface: str | None = None,
+    deadline_s: int | None = None,
 ) -> NcclRun:
     """Run one sweep from the first host and read its table and NCCL log.
+
+    The launch has a deadline (``deadline_s``, else derived from ``opts`` and the host count); a
+    launch that misses it has no result and an error naming the host, the command and the deadline.
 
     Raises:
         PlaybookFailed: when the launch host cannot be reached.
@@ -74,14 +80,30 @@ def run(
     if not hosts:
         raise BenchmarkError("nccl-tests needs at least one host")
     argv = launcher_argv(launcher, hosts, opts, {"NCCL_DEBUG": "INFO", **env}, oob_interface)
-    extravars = {"fabtune_launch_host": hosts[0], "fabtune_nccl_argv": argv}
-    outcome = ansible.run_playbook("bench_nccl.yml", inventory, extravars=extravars)
+    deadline = nccl_deadline_s(opts, len(hosts), deadline_s)
+    extravars = {
+        "fabtune_launch_host": hosts[0],
+        "fabtune_nccl_argv": argv,
+        "fabtune_bench_deadline_s": deadline,
+    }
+    outcome = ansible.run_playbook(
+        "bench_nccl.yml", inventory, extravars=extravars, timeout_s=run_timeout_s(deadline, 1)
+    )
     outcome.raise_for_failure("nccl-tests launch")
     res = outcome.results("Run the launcher").get(hosts[0], {})
     output = f"{res.get('stdout', '')}\n{res.get('stderr', '')}"
-    try:
-        result: nccl_tests.NcclTestsResult | None = nccl_tests.parse(output)
-        error = None
-    except ParseError as err:
-        result, error = None, str(err)
-    return NcclRun(int(res.get("rc", -1)), result, split_by_host(output), output, error)
+    rc = int(res.get("rc", -1))
+    result: nccl_tests.NcclTestsResult | None = None
+    if timed_out(rc):
+        error: str | None = missed_deadline(hosts[0], argv, deadline)
+    else:
+        try:
+            result, error = nccl_tests.parse(output), None
+        except ParseError as err:
+            error = str(err)
+    return NcclRun(rc, result, split_by_host(output), output, error, deadline)
+
+
+def missed_deadline(host: str, argv: Sequence[str], deadline_s: int) -> str:
+    """The evidence of a launch stopped at its deadline: host, command, deadline."""
+    return f"timeout: {host}: {' '.join(argv)!r} missed its deadline of {deadline_s} s and was killed"

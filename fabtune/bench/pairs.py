@@ -11,6 +11,7 @@ from typing import Any
 
 from fabtune import ansible
 from fabtune.bench.argv import PerftestOptions, perftest_argv
+from fabtune.bench.deadline import perftest_deadline_s, run_timeout_s, timed_out
 from fabtune.bench.fabric import HostView, Rail
 from fabtune.bench.parsers import ethtool, perftest
 from fabtune.bench.schedule import Pair
@@ -107,18 +108,28 @@ def _measured(stdout: str) -> tuple[float | None, str | None]:
     return result.bw_average_gbps(result.bw_rows[-1]), None
 
 
+def _client_result(
+    item: Mapping[str, Any], run: Mapping[str, Any], deadline_s: int
+) -> tuple[float | None, str | None]:
+    """One client's measurement, or why there is none (a missed deadline names host, command, deadline)."""
+    if not item.get("finished") or timed_out(item.get("rc")) or item.get("msg") == "Timeout exceeded":
+        command = " ".join(str(a) for a in run.get("client_argv", []))
+        return None, f"timeout: {run.get('client')}: {command!r} missed its deadline of {deadline_s} s"
+    return _measured(str(item.get("stdout", "")) + "\n" + str(item.get("stderr", "")))
+
+
 def _results(
     outcome: ansible.RunOutcome,
     runs: Sequence[dict[str, Any]],
     views: Mapping[str, HostView],
     pairs: Sequence[Pair],
+    deadline_s: int,
 ) -> list[PairResult]:
     by_id = {}
     for res in outcome.results("Collect client results").values():
         for item in res.get("results", []):
             run = item.get("item", {}).get("item", {})
-            text = str(item.get("stdout", "")) + "\n" + str(item.get("stderr", ""))
-            by_id[run.get("id")] = _measured(text) if item.get("finished") else (None, "timeout")
+            by_id[run.get("id")] = _client_result(item, run, deadline_s)
     deltas = _deltas(outcome)
     results = []
     for run, pair in zip(runs, pairs, strict=True):
@@ -137,18 +148,29 @@ def _results(
 
 
 def run_round(
-    inventory: Path, pairs: Sequence[Pair], views: Mapping[str, HostView], opts: PerftestOptions
+    inventory: Path,
+    pairs: Sequence[Pair],
+    views: Mapping[str, HostView],
+    opts: PerftestOptions,
+    *,
+    deadline_s: int | None = None,
 ) -> list[PairResult]:
     """Run one round of pairs concurrently; servers are stopped afterwards whatever happened.
+
+    Each server and client has a deadline (``deadline_s``, else derived from ``opts``); a client
+    that misses it is a failed pair, its error naming the host, the command and the deadline.
 
     Raises:
         PlaybookFailed: when the round could not run (unreachable host, failed task).
     """
+    deadline = perftest_deadline_s(opts, deadline_s)
     runs = [_run_spec(p, views, opts) for p in pairs]
-    extravars = {"fabtune_bench_runs": runs, "fabtune_bench_timeout_s": opts.duration_s + 60}
-    outcome = ansible.run_playbook("bench_ib_write_bw.yml", inventory, extravars=extravars)
+    extravars = {"fabtune_bench_runs": runs, "fabtune_bench_deadline_s": deadline}
+    outcome = ansible.run_playbook(
+        "bench_ib_write_bw.yml", inventory, extravars=extravars, timeout_s=run_timeout_s(deadline, 3)
+    )
     outcome.raise_for_failure("perftest round")
-    return _results(outcome, runs, views, pairs)
+    return _results(outcome, runs, views, pairs, deadline)
 
 
 def run_rounds(
@@ -157,6 +179,8 @@ def run_rounds(
     views: Mapping[str, HostView],
     opts: PerftestOptions,
     progress: Progress | None = None,
+    *,
+    deadline_s: int | None = None,
 ) -> list[list[PairResult]]:
     """Run rounds one after another, reporting progress with an ETA."""
     done: list[list[PairResult]] = []
@@ -165,5 +189,5 @@ def run_rounds(
         if progress is not None:
             eta = (time.monotonic() - start) / (index - 1) * (len(rounds) - index + 1) if index > 1 else None
             progress(f"round {index}/{len(rounds)}" + (f", about {eta:.0f} s left" if eta else ""))
-        done.append(run_round(inventory, pairs, views, opts))
+        done.append(run_round(inventory, pairs, views, opts, deadline_s=deadline_s))
     return done

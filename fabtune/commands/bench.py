@@ -14,6 +14,7 @@ from fabtune.bench.fabric import read_hosts
 from fabtune.bench.schedule import all_pairs_rounds, incast_stage, rail_pairs
 from fabtune.commands._common import INVENTORY_OPTION, JSON_OPTION, OOB_OPTION, require_file, write_json
 from fabtune.errors import BenchmarkError
+from fabtune.inventory import read_inventory
 
 
 @click.group("bench")
@@ -80,7 +81,14 @@ def pairs_cmd(
     rounds = rail_pairs(all_pairs_rounds(hosts), count)
     opts = PerftestOptions(verb, size, qps, duration, None, tclass)
     with console.status("pair matrix") as shown:
-        done = pairs.run_rounds(inventory, rounds, views, opts, lambda m: shown.update(f"pair matrix: {m}"))
+        done = pairs.run_rounds(
+            inventory,
+            rounds,
+            views,
+            opts,
+            lambda m: shown.update(f"pair matrix: {m}"),
+            deadline_s=read_inventory(inventory).bench_timeout_s,
+        )
     flat = [r for rnd in done for r in rnd]
     _print_pairs(flat, Console())
     write_json(json_file, {"kind": "pairs", "rounds": done})
@@ -108,7 +116,8 @@ def incast_cmd(
     hosts = sorted(views)
     stage = incast_stage(hosts, fan_in or len(hosts) - 1)
     opts = PerftestOptions(verb, size, qps, duration, None, tclass)
-    results = pairs.run_round(inventory, stage, views, opts)
+    deadline = read_inventory(inventory).bench_timeout_s
+    results = pairs.run_round(inventory, stage, views, opts, deadline_s=deadline)
     _print_pairs(results, Console())
     write_json(json_file, {"kind": "incast", "fan_in": len(stage), "results": results})
 
@@ -146,6 +155,7 @@ def nccl_cmd(
         {},
         launcher="srun" if launcher == "srun" else "mpirun",
         oob_interface=oob_interface,
+        deadline_s=read_inventory(inventory).bench_timeout_s,
     )
     if run.result is None or not run.result.rows:
         tail = "\n".join(run.output.strip().splitlines()[-5:])

@@ -12,7 +12,7 @@ from typing import Any
 from fabtune import ansible
 from fabtune.errors import PlaybookFailed
 from fabtune.inventory import InventoryInfo
-from fabtune.tune.measure import Batch, MeasureSpec, measure
+from fabtune.tune.measure import Batch, MeasureSpec, busbw_ceilings, measure
 
 # Where each host keeps a run's pre-run record (the fabric_revert module writes it on first arming).
 REVERT_STATE_DIR = "/var/lib/fabtune/revert"
@@ -31,6 +31,7 @@ class AnsibleBackend:
     deadline_s: int = 300
     gpus: int = 0
     netdevs: Mapping[str, list[str]] | None = None
+    ceilings: Mapping[str, float] | None = None
 
     @property
     def inventory(self) -> Path:
@@ -47,7 +48,7 @@ class AnsibleBackend:
         return found
 
     def learn(self, facts: Mapping[str, Mapping[str, Any]]) -> None:
-        """Take the GPU count and RDMA netdevs of each host from its facts (for measurements)."""
+        """Take each host's GPU count, RDMA netdevs and NIC line rates from its facts (for measurements)."""
         self.netdevs = {
             h: [p["netdev"] for p in (f.get("hardware") or {}).get("ports") or [] if p.get("netdev")]
             for h, f in facts.items()
@@ -55,6 +56,7 @@ class AnsibleBackend:
         first = facts[sorted(facts)[0]]
         matrix = ((first.get("hardware") or {}).get("topology") or {}).get("matrix") or {}
         self.gpus = self.gpus or max(1, len([r for r in matrix if str(r).startswith("GPU")]))
+        self.ceilings = busbw_ceilings(facts)
 
     def apply(
         self,
@@ -112,5 +114,7 @@ class AnsibleBackend:
             self.netdevs or {},
             self.info.launcher,
             self.info.oob_interface,
+            deadline_s=self.info.bench_timeout_s,
+            ceilings=self.ceilings or {},
         )
         return measure(spec, repetitions)

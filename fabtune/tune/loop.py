@@ -4,6 +4,12 @@ validate -> lock -> journal -> facts -> preflight -> baseline -> for each candid
 snapshot (journaled first) -> apply with a host-side revert armed -> measure until the decision is
 clear -> keep (confirm: cancel the revert) or roll back (apply the snapshot, read back, verify
 equal) -> tuned desired state -> report.
+
+A benchmark launch that fails (missed deadline, error, unreadable or impossible output) is never a
+sample: it is journaled as a failed benchmark step with its evidence, and its repetitions are run
+once more. When the retry fails too, the baseline fails (BenchmarkFailed, exit 6); a move is
+rolled back (verified) with the evidence as its reason, then one repetition of the restored rack
+must measure, else the run stops (BenchmarkFailed) with the rack restored.
 """
 
 from __future__ import annotations
@@ -16,10 +22,10 @@ from typing import Any, Protocol
 
 from fabtune import ansible
 from fabtune.bench.checks import CheckResult
-from fabtune.errors import ExitStatus, FabtuneError
+from fabtune.errors import BenchmarkError, ExitStatus, FabtuneError
 from fabtune.journal import Journal
 from fabtune.knobs import LADDERS, Candidate, plan
-from fabtune.tune.measure import Batch, Sample
+from fabtune.tune.measure import Batch, FailedRun, Sample
 from fabtune.tune.state import differences, snapshot_of, view_of, with_change
 from fabtune.tune.stats import Decision, DecisionPolicy, decide, noise_floor
 
@@ -50,6 +56,19 @@ class RevertFired(FabtuneError):
 def reverted_hosts(outcome: ansible.RunOutcome) -> list[str]:
     """Hosts whose confirm found the run already reverted by the host-side timer."""
     return sorted({t.host for t in outcome.failures() if t.result.get("reverted")})
+
+
+class BenchmarkFailed(BenchmarkError):
+    """Benchmark launches failed, and so did their retry: there is nothing to measure with."""
+
+    def __init__(self, failures: Sequence[FailedRun], context: str = "") -> None:
+        self.failures = list(failures)
+        why = "; ".join(dict.fromkeys(f.summary for f in self.failures))
+        first = self.failures[0]
+        super().__init__(
+            f"{context}benchmark failed, and again when retried: {why} "
+            f"(deadline {first.deadline_s} s; command: {first.command})"
+        )
 
 
 class Backend(Protocol):
@@ -161,8 +180,33 @@ class Tuner:
         self.runs = 0
 
     def _measure(self, repetitions: int) -> Batch:
+        """``repetitions`` good repetitions; the failed ones are journaled and run once more.
+
+        Raises:
+            BenchmarkFailed: when the retry fails too.
+        """
         self.runs += repetitions
-        return self.backend.measure(repetitions)
+        batch = self.backend.measure(repetitions)
+        if not batch.failures:
+            return batch
+        self._journal_failures(batch.failures, "retrying once")
+        missing = repetitions - len(batch.samples)
+        self.runs += missing
+        retry = self.backend.measure(missing)
+        if retry.failures:
+            self._journal_failures(retry.failures, "no retry left")
+            raise BenchmarkFailed([*batch.failures, *retry.failures])
+        return Batch(
+            batch.samples + retry.samples,
+            batch.pause_frames + retry.pause_frames,
+            batch.transport or retry.transport,
+        )
+
+    def _journal_failures(self, failures: Sequence[FailedRun], then: str) -> None:
+        for failed in failures:
+            payload = {**failed.evidence(), "then": then}
+            self.journal.step(self.run_id, "benchmark", f"{failed.test} failed", payload, state="failed")
+            self.emit("benchmark", f"failed run, {then}: {failed.summary}", failed.evidence())
 
     # -- phases ---------------------------------------------------------------------------
 
@@ -180,13 +224,16 @@ class Tuner:
 
     def baseline(self) -> list[CheckResult]:
         seq = self.journal.step(self.run_id, "phase", "baseline", {})
-        batch = self._measure(self.options.baseline_runs)
+        try:
+            batch = self._measure(self.options.baseline_runs)
+        except BenchmarkFailed as err:
+            errors = [str(f) for f in err.failures]
+            self.journal.finish_step(self.run_id, seq, "failed", {"errors": errors})
+            raise BenchmarkFailed(err.failures, "baseline: nothing was changed; ") from err
         failed = [r for r in batch.transport if r.verdict == "fail"]
-        broken = [s for s in batch.samples if s.error]
-        if failed or len(broken) == len(batch.samples):
-            self.journal.finish_step(self.run_id, seq, "failed", {"errors": [s.error for s in broken]})
-            evidence = failed or [CheckResult("benchmark", "*", "fail", str(broken[0].error), "")]
-            raise PreflightFailed(evidence)
+        if failed:
+            self.journal.finish_step(self.run_id, seq, "failed", {"errors": [r.summary for r in failed]})
+            raise PreflightFailed(failed)
         self.reference = list(batch.samples)
         self.pause_rate = batch.pause_frames / max(len(batch.samples), 1)
         floor = noise_floor(_ar(self.reference))
@@ -232,7 +279,10 @@ class Tuner:
             reason = "; ".join(f"{t.host}: {t.result.get('msg', 'failed')}" for t in applied.failures())[:500]
             return self._undo(seq, record, f"apply failed: {reason}", desired)
         self.journal.finish_step(self.run_id, seq, "applied")
-        judged = self.judge()
+        try:
+            judged = self.judge()
+        except BenchmarkFailed as err:
+            return self._failed_move(seq, record, err, desired)
         record.all_reduce, record.alltoall = _ar(judged.samples), _aa(judged.samples)
         record.decision = {"all_reduce": judged.all_reduce.__dict__, "alltoall": judged.alltoall.__dict__}
         record.pause_frames = judged.pause_frames
@@ -303,10 +353,10 @@ class Tuner:
             self._revert_fired(seq, record, fired)
         confirmed.raise_for_failure("confirming the move")
         self.current = {h: snapshot_of(f) for h, f in self.backend.facts().items()}  # read back, normal form
-        self.reference = self._topped_up(samples)
         record.outcome, record.reason = "kept", reason
         self.journal.finish_step(self.run_id, seq, "kept", {"reason": reason, **self._outcome(seq, record)})
         self.emit("decision", f"kept {record.name}: {reason}", {"outcome": "kept"})
+        self.reference = self._topped_up(samples)
         return record
 
     def _revert_fired(self, seq: int, record: MoveRecord, hosts: list[str]) -> None:
@@ -323,6 +373,18 @@ class Tuner:
         )
         self.emit("decision", f"rolled back {record.name}: {reason} (verified)", {"outcome": "rolled_back"})
         raise RevertFired(f"{record.name}: {reason}")
+
+    def _failed_move(
+        self, seq: int, record: MoveRecord, err: BenchmarkFailed, desired: dict[str, dict[str, Any]]
+    ) -> MoveRecord:
+        """Roll back a move the benchmark failed under, then require the restored rack to measure."""
+        why = "; ".join(dict.fromkeys(f.summary for f in err.failures))[:500]
+        undone = self._undo(seq, record, f"benchmark failed, and again when retried: {why}", desired)
+        try:
+            self._measure(1)
+        except BenchmarkFailed as again:
+            raise BenchmarkFailed(again.failures, f"after rolling back {record.name} (verified): ") from again
+        return undone
 
     def _topped_up(self, samples: list[Sample]) -> list[Sample]:
         """The kept state's samples, measured up to ``baseline_runs``: the next move's reference."""

@@ -3,12 +3,18 @@
 Each repetition runs all_reduce (the primary metric: bus bandwidth at the largest size) and
 alltoall (many-to-many traffic that loads the lossless class like an incast: the guard metric),
 and the RDMA ports' pause counters are read around each batch.
+
+Every launch has a deadline (``fabtune.bench.deadline``). A launch that misses it, exits non-zero,
+prints no readable table, or reports a bus bandwidth that cannot be (zero, negative, not a number,
+above what the NICs' line rate allows) gives no sample: it is a :class:`FailedRun` with the
+evidence, and its repetition's other metric is dropped with it.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -16,28 +22,55 @@ from fabtune import ansible
 from fabtune.bench import checks, nccl
 from fabtune.bench.argv import NcclOptions
 from fabtune.bench.checks import CheckResult
+from fabtune.bench.deadline import nccl_deadline_s, run_timeout_s, timed_out
 from fabtune.bench.parsers import ethtool, nccl_debug, nccl_tests
 from fabtune.errors import ParseError
+from fabtune.tune.stats import impossible
 
 PAUSE_KEYS = ("rx_prio{}_pause", "tx_prio{}_pause")
+RUN_TASK = "Run nccl-tests"
+TESTS = ("all_reduce_perf", "alltoall_perf")
+_RATE_RE = re.compile(r"^\s*(?P<gbps>\d+(?:\.\d+)?)\s*Gb/sec")
 
 
 @dataclass(frozen=True)
 class Sample:
-    """One repetition: bus bandwidths in GB/s (0 when the run failed)."""
+    """One repetition: bus bandwidths in GB/s, both measured."""
 
     all_reduce: float
     alltoall: float
-    error: str | None = None
+
+
+@dataclass(frozen=True)
+class FailedRun:
+    """A launch that gave no measurement, and the evidence: where, what, its deadline, why."""
+
+    test: str
+    host: str
+    command: str
+    deadline_s: int
+    reason: str
+    output_tail: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.summary} (deadline {self.deadline_s} s; command {self.command})"
+
+    @property
+    def summary(self) -> str:
+        return f"{self.test} on {self.host}: {self.reason}"
+
+    def evidence(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 @dataclass(frozen=True)
 class Batch:
-    """A batch of repetitions, the pause frames counted during it, and the first run's NCCL log."""
+    """A batch's good repetitions, its failed launches, the pause frames, the first run's NCCL log."""
 
     samples: tuple[Sample, ...]
     pause_frames: int
     transport: tuple[CheckResult, ...] = field(default=())
+    failures: tuple[FailedRun, ...] = field(default=())
 
 
 @dataclass(frozen=True)
@@ -52,35 +85,78 @@ class MeasureSpec:
     oob_interface: str | None = None
     min_bytes: str = "1G"
     max_bytes: str = "8G"
+    deadline_s: int | None = None  # each launch's deadline; None: derived from the sweep and host count
+    ceilings: Mapping[str, float] = field(default_factory=dict)  # per test, the busbw ceiling (GB/s)
+
+    def options(self, test: str) -> NcclOptions:
+        return NcclOptions(
+            test=test,
+            min_bytes=self.min_bytes,
+            max_bytes=self.max_bytes,
+            gpus_per_process=self.gpus,
+            iters=20,
+            warmup_iters=5,
+        )
+
+    @property
+    def deadline(self) -> int:
+        """Each launch's deadline: the longer of the two tests' (one deadline for the batch)."""
+        return max(nccl_deadline_s(self.options(t), len(self.hosts), self.deadline_s) for t in TESTS)
+
+
+def busbw_ceilings(facts: Mapping[str, Mapping[str, Any]]) -> dict[str, float]:
+    """Per test, the highest bus bandwidth (GB/s) the hosts' NICs allow; empty when unknown.
+
+    A node's NIC bandwidth is the sum of its RDMA ports' line rates (sysfs ``rate``), in GB/s; the
+    fastest node's is the bound (conservative). It bounds alltoall's busbw (each rank's data to
+    other nodes crosses its node's NICs once). all_reduce's busbw counts every byte twice
+    (``2(n-1)/n``) while a tree, NVLS or in-network (SHARP) reduction sends it across the node's
+    NICs about once: its bound is twice the NIC bandwidth. With one host the traffic never leaves
+    it: no bound.
+    """
+    if len(facts) < 2:
+        return {}
+    per_node = []
+    for fact in facts.values():
+        ports = (fact.get("hardware") or {}).get("ports") or []
+        rates = [_RATE_RE.match(str(p.get("rate") or "")) for p in ports if p.get("netdev")]
+        per_node.append(sum(float(m["gbps"]) for m in rates if m) / 8)
+    node = max(per_node)
+    if node <= 0:
+        return {}
+    return {"all_reduce_perf": 2 * node, "alltoall_perf": node}
 
 
 def _argv(spec: MeasureSpec, test: str) -> list[str]:
-    opts = NcclOptions(
-        test=test,
-        min_bytes=spec.min_bytes,
-        max_bytes=spec.max_bytes,
-        gpus_per_process=spec.gpus,
-        iters=20,
-        warmup_iters=5,
-    )
     launcher: nccl.Launcher = "srun" if spec.launcher == "srun" else "mpirun"
-    return nccl.launcher_argv(launcher, list(spec.hosts), opts, {"NCCL_DEBUG": "INFO"}, spec.oob_interface)
+    return nccl.launcher_argv(
+        launcher, list(spec.hosts), spec.options(test), {"NCCL_DEBUG": "INFO"}, spec.oob_interface
+    )
 
 
-def _busbw(res: Mapping[str, Any]) -> tuple[float, str | None, str]:
+def _tail(output: str, lines: int = 5) -> str:
+    return "\n".join(output.strip().splitlines()[-lines:])[-1000:]
+
+
+def _busbw(spec: MeasureSpec, test: str, res: Mapping[str, Any]) -> tuple[float | None, str | None, str]:
+    """The largest size's out-of-place busbw, or None and why not; and the output."""
     output = f"{res.get('stdout', '')}\n{res.get('stderr', '')}"
-    if int(res.get("rc", 1)) != 0:
-        return (
-            0.0,
-            f"exit {res.get('rc')}: {output.strip().splitlines()[-1] if output.strip() else ''}",
-            output,
-        )
+    rc = res.get("rc")
+    if timed_out(rc) or res.get("timedout"):
+        return None, f"missed its deadline of {spec.deadline} s and was killed", output
+    if rc is None:
+        return None, f"did not run: {str(res.get('msg') or 'no exit status')[:300]}", output
+    if int(rc) != 0:
+        return None, f"exit {rc}: {_tail(output, 1) or 'no output'}", output
     try:
         parsed = nccl_tests.parse(output)
     except ParseError as err:
-        return 0.0, str(err), output
-    last = parsed.rows[-1]
-    return last.out_of_place.busbw_gbps, None, output
+        return None, f"no readable result: {err}", output
+    value = parsed.rows[-1].out_of_place.busbw_gbps
+    problem = impossible(value, spec.ceilings.get(test))
+    if problem:
+        return None, f"impossible sample: {problem}", output
+    return value, None, output
 
 
 def _pauses(results: Sequence[Mapping[str, Any]]) -> int:
@@ -107,25 +183,70 @@ def _transport(spec: MeasureSpec, output: str) -> tuple[CheckResult, ...]:
     return tuple(checks.transport(h, nccl_debug.parse(logs.get(h, "")), logs.get(h, "")) for h in spec.hosts)
 
 
+def _raise_unless_runs_only(outcome: ansible.RunOutcome) -> None:
+    """A failure of anything but the launches (an unreachable host, a counter read) fails the batch."""
+    others = [t for t in outcome.failures() if t.task != RUN_TASK]
+    if others or outcome.status == "timeout" or outcome.unreachable_hosts:
+        outcome.raise_for_failure("measurement")
+
+
+def judge_runs(
+    spec: MeasureSpec, runs: Sequence[Mapping[str, Any]]
+) -> tuple[list[Sample], list[FailedRun], str]:
+    """Launch results (all_reduce, alltoall, all_reduce, ...) as samples and failed runs.
+
+    Returns:
+        The repetitions with both metrics good, the failed launches, and the first good all_reduce
+        output, else the first all_reduce output (the transport preflight reads its NCCL log).
+    """
+    samples: list[Sample] = []
+    failures: list[FailedRun] = []
+    first_output = fallback = ""
+    for i in range(0, len(runs) - 1, 2):
+        values: list[float] = []
+        for test, res in zip(TESTS, runs[i : i + 2], strict=True):
+            value, why, output = _busbw(spec, test, res)
+            fallback = fallback or (output if test == TESTS[0] else "")
+            if value is None:
+                command = " ".join(str(a) for a in res.get("cmd") or res.get("item") or _argv(spec, test))
+                tail = _tail(output)
+                failures.append(FailedRun(test, spec.hosts[0], command, spec.deadline, str(why), tail))
+                continue
+            values.append(value)
+            if test == TESTS[0] and not first_output:
+                first_output = output
+        if len(values) == len(TESTS):
+            samples.append(Sample(values[0], values[1]))
+    return samples, failures, first_output or fallback
+
+
 def measure(spec: MeasureSpec, repetitions: int) -> Batch:
     """Run ``repetitions`` of (all_reduce, alltoall) in one Ansible run.
 
+    A launch that fails (deadline, exit status, unreadable or impossible output) is returned as a
+    failed run, never as a sample.
+
     Raises:
-        PlaybookFailed: when a host is unreachable.
+        PlaybookFailed: when a host is unreachable or the run itself missed its deadline.
     """
-    argvs = [_argv(spec, t) for _ in range(repetitions) for t in ("all_reduce_perf", "alltoall_perf")]
+    argvs = [_argv(spec, t) for _ in range(repetitions) for t in TESTS]
     extravars = {
         "fabtune_launch_host": spec.hosts[0],
         "fabtune_measure_argvs": argvs,
         "fabtune_counter_netdevs": {h: list(v) for h, v in spec.netdevs.items()},
+        "fabtune_bench_deadline_s": spec.deadline,
     }
-    outcome = ansible.run_playbook("bench_measure.yml", spec.inventory, extravars=extravars)
-    outcome.raise_for_failure("measurement")
-    runs = outcome.results("Run nccl-tests").get(spec.hosts[0], {}).get("results", [])
-    parsed = [_busbw(r) for r in runs]
-    samples = tuple(
-        Sample(parsed[i][0], parsed[i + 1][0], parsed[i][1] or parsed[i + 1][1])
-        for i in range(0, len(parsed), 2)
+    timeout_s = run_timeout_s(spec.deadline, len(argvs))
+    outcome = ansible.run_playbook(
+        "bench_measure.yml", spec.inventory, extravars=extravars, timeout_s=timeout_s
     )
-    transport = _transport(spec, parsed[0][2]) if parsed else ()
-    return Batch(samples, _pause_delta(outcome), transport)
+    _raise_unless_runs_only(outcome)
+    runs = outcome.results(RUN_TASK).get(spec.hosts[0], {}).get("results", [])
+    samples, failures, first = judge_runs(spec, runs)
+    missing = len(argvs) - len(runs)
+    failures += [
+        FailedRun(TESTS[i % 2], spec.hosts[0], " ".join(argvs[i]), spec.deadline, "not run")
+        for i in range(len(runs), len(runs) + missing)
+    ]
+    transport = _transport(spec, first) if first else ()
+    return Batch(tuple(samples), _pause_delta(outcome), transport, tuple(failures))

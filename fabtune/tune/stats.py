@@ -28,8 +28,41 @@ from typing import Literal
 import numpy as np
 from scipy import stats
 
+from fabtune.errors import BenchmarkError
+
 Verdict = Literal["keep", "rollback", "continue"]
 MIN_NOISE = 0.01  # a floor on the deviation used to set outliers aside (1 %): a MAD of a few runs can be tiny
+CEILING_MARGIN = 1.05  # a sample above its physical ceiling by more than this factor cannot be real
+
+
+class ImpossibleSample(BenchmarkError):
+    """A measurement no working benchmark can report (zero, negative, not a number, above the ceiling)."""
+
+
+def impossible(value: float, ceiling: float | None = None) -> str | None:
+    """Why ``value`` (a bus bandwidth, GB/s) cannot be a measurement; None when it can."""
+    if not math.isfinite(value):
+        return f"{value} GB/s is not a finite number"
+    if value <= 0:
+        return f"{value} GB/s is not positive"
+    if ceiling is not None and value > CEILING_MARGIN * ceiling:
+        return (
+            f"{value:.2f} GB/s is above the NICs' ceiling of {ceiling:.2f} GB/s "
+            f"(refused beyond x{CEILING_MARGIN})"
+        )
+    return None
+
+
+def refuse_impossible(samples: Sequence[float], what: str, ceiling: float | None = None) -> None:
+    """Raise unless every sample is a possible measurement.
+
+    Raises:
+        ImpossibleSample: naming the sample, its value and why.
+    """
+    for index, value in enumerate(samples):
+        problem = impossible(float(value), ceiling)
+        if problem:
+            raise ImpossibleSample(f"{what} sample {index + 1} of {len(samples)} refused: {problem}")
 
 
 @dataclass(frozen=True)
@@ -138,7 +171,12 @@ def decide(
 
     Returns ``continue`` while neither a keep nor a rollback is clear and the run budget allows
     more measurements.
+
+    Raises:
+        ImpossibleSample: a sample that cannot be a measurement (zero, negative, not finite).
     """
+    refuse_impossible(base, "reference")
+    refuse_impossible(cand, "candidate")
     est = _estimate(base, cand, policy) if len(cand) >= policy.min_runs else None
     if est is None:
         return Decision("continue", "too few runs yet", len(cand), 1.0, 1.0, 1.0, 0.0, float("inf"))

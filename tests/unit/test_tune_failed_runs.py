@@ -1,0 +1,193 @@
+"""A launch that hangs, fails or prints garbage is a failed run with evidence, never a sample."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fabtune.journal import Journal
+from fabtune.knobs import Candidate, plan
+from fabtune.tune.loop import BenchmarkFailed, TuneOptions, Tuner
+from fabtune.tune.measure import Batch, FailedRun, MeasureSpec, Sample, busbw_ceilings, judge_runs
+from fabtune.tune.state import view_of
+from fabtune.tune.stats import ImpossibleSample, decide, impossible
+from tests.unit.test_tune_loop import HARDWARE, FakeRack
+
+TABLE = """# nThread 1 nGpus 2 minBytes 8589934592 maxBytes 8589934592 step: 2(factor) iters: 20
+#
+#    size      count  type redop root   time algbw busbw #wrong   time algbw busbw #wrong
+#     (B) (elements)                    (us) (GB/s) (GB/s)        (us) (GB/s) (GB/s)
+ 8589934592 2147483648 float sum -1 1000.0 60.00 {busbw} 0 1000.0 60.00 {busbw} 0
+# Out of bounds values : 0 OK
+# Avg bus bandwidth    : {busbw}
+"""
+SPEC = MeasureSpec(
+    Path("inv.yml"), ("h01", "h02"), 2, {}, deadline_s=30,
+    ceilings={"all_reduce_perf": 200.0, "alltoall_perf": 100.0},
+)
+
+
+def ok(busbw: str) -> dict[str, Any]:
+    return {"rc": 0, "stdout": TABLE.format(busbw=busbw), "stderr": "", "cmd": ["timeout", "alltoall_perf"]}
+
+
+@pytest.mark.parametrize(
+    ("alltoall", "reason"),
+    [
+        ({"rc": 124, "stdout": "", "stderr": "", "cmd": ["timeout", "30s", "mpirun"]},
+         "missed its deadline of 30 s and was killed"),
+        ({"rc": 137, "stdout": "", "stderr": ""}, "missed its deadline of 30 s and was killed"),
+        ({"failed": True, "timedout": {"period": 70}, "msg": "task timed out"},
+         "missed its deadline of 30 s and was killed"),
+        ({"rc": 0, "stdout": "", "stderr": ""}, "no readable result"),
+        ({"failed": True, "msg": "[Errno 2] No such file: b'timeout'"}, "did not run: [Errno 2]"),
+        ({"rc": 0, "stdout": "\x00\x17garbage ### 12 GB/s", "stderr": ""}, "no readable result"),
+        ({"rc": 3, "stdout": "", "stderr": "h02: Test NCCL failure common.cu:1 'remote process exited'"},
+         "exit 3: h02: Test NCCL failure"),
+        (ok("0.00"), "impossible sample: 0.0 GB/s is not positive"),
+        (ok("-3"), "impossible sample: -3.0 GB/s is not positive"),
+        (ok("nan"), "impossible sample: nan GB/s is not a finite number"),
+        (ok("120.5"), "impossible sample: 120.50 GB/s is above the NICs' ceiling of 100.00 GB/s"),
+    ],
+)
+def test_a_bad_launch_is_a_failed_run_with_evidence_not_a_sample(
+    alltoall: dict[str, Any], reason: str
+) -> None:
+    runs = [ok("150.0"), alltoall, ok("150.0"), ok("60.0")]
+    samples, failures, first = judge_runs(SPEC, runs)
+    assert samples == [Sample(150.0, 60.0)]  # the failed repetition's all_reduce goes with it
+    assert len(failures) == 1
+    failed = failures[0]
+    assert (failed.test, failed.host, failed.deadline_s) == ("alltoall_perf", "h01", 30)
+    assert reason in failed.reason
+    assert failed.command  # what ran, as the evidence
+    assert "150.0" in first  # the transport preflight reads a good all_reduce's log
+
+
+def test_ceilings_come_from_the_nics_line_rates() -> None:
+    ports = [{"netdev": f"eth{i}", "rate": "400 Gb/sec (4X NDR)"} for i in (2, 3)]
+    facts = {h: {"hardware": {"ports": ports}} for h in ("h01", "h02")}
+    assert busbw_ceilings(facts) == {"all_reduce_perf": 200.0, "alltoall_perf": 100.0}
+    assert busbw_ceilings({"h01": facts["h01"]}) == {}  # one host: NVLink only, no NIC bound
+    assert busbw_ceilings({h: {"hardware": {"ports": []}} for h in ("h01", "h02")}) == {}
+
+
+@pytest.mark.parametrize("bad", [0.0, -1.0, math.nan, math.inf])
+def test_the_statistics_refuse_an_impossible_sample(bad: float) -> None:
+    base = [100.0, 101.0, 99.5, 100.2]
+    with pytest.raises(ImpossibleSample, match=r"candidate sample 2 of 3 refused: .*GB/s is not"):
+        decide(base, [100.0, bad, 100.5])
+    with pytest.raises(ImpossibleSample, match=r"reference sample 4 of 4 refused"):
+        decide([*base[:3], bad], [100.0, 100.5])
+
+
+def test_a_sample_above_the_ceiling_is_impossible() -> None:
+    assert impossible(104.9, 100.0) is None
+    assert impossible(105.1, 100.0) == (
+        "105.10 GB/s is above the NICs' ceiling of 100.00 GB/s (refused beyond x1.05)"
+    )
+    assert impossible(1e6) is None  # no ceiling known: only the sign and finiteness are checked
+
+
+def failed(test: str = "alltoall_perf") -> FailedRun:
+    why = "missed its deadline of 30 s and was killed"
+    return FailedRun(test, "h01", f"mpirun -np 2 {test} -b 1G", 30, why)
+
+
+class FailingRack(FakeRack):
+    """A FakeRack whose measurements fail: the next ``fail`` launches, or always in some states."""
+
+    def __init__(self, fail: int = 0, *, hang_at_mtu: int | None = None, stuck: bool = False) -> None:
+        super().__init__(lossless_prio=3)
+        self.fail, self.hang_at_mtu, self.stuck = fail, hang_at_mtu, stuck
+        self.measured: list[int] = []
+
+    def _hangs(self) -> bool:
+        if self.fail > 0:
+            self.fail -= 1
+            return True
+        mtu = self.state["h01"]["nics"]["eth2"].get("mtu")
+        return self.stuck or mtu == self.hang_at_mtu
+
+    def measure(self, repetitions: int) -> Batch:
+        self.measured.append(repetitions)
+        good = super().measure(repetitions)
+        if self._hangs():
+            return Batch(good.samples[1:], good.pause_frames, failures=(failed(),))
+        return good
+
+
+def run_on(rack: FakeRack, tmp_path: Path) -> Tuner:
+    journal = Journal(tmp_path / "j.sqlite")
+    run_id = journal.open_run("tune", "rack", "inv.yml", None)
+    return Tuner(rack, journal, run_id, "roce", options=TuneOptions(skip_groups=("qps", "gdr")))
+
+
+def benchmark_steps(tuner: Tuner) -> list[dict[str, Any]]:
+    return [s.payload for s in tuner.journal.steps(tuner.run_id) if s.kind == "benchmark"]
+
+
+def test_a_failed_run_is_journaled_and_retried_once(tmp_path: Path) -> None:
+    rack = FailingRack(fail=1)
+    tuner = run_on(rack, tmp_path)
+    tuner.read_facts()
+    tuner.baseline()
+    assert rack.measured[:2] == [8, 1]  # the failed repetition, measured once more
+    assert len(tuner.reference) == 8 and all(s.all_reduce > 0 and s.alltoall > 0 for s in tuner.reference)
+    [step] = benchmark_steps(tuner)
+    assert step["then"] == "retrying once"
+    assert (step["test"], step["host"], step["deadline_s"]) == ("alltoall_perf", "h01", 30)
+    assert "alltoall_perf -b 1G" in step["command"]
+
+
+def test_a_baseline_that_fails_twice_stops_the_run_with_the_evidence(tmp_path: Path) -> None:
+    rack = FailingRack(stuck=True)
+    tuner = run_on(rack, tmp_path)
+    with pytest.raises(BenchmarkFailed) as err:
+        tuner.run()
+    assert err.value.code == 6
+    assert "baseline: nothing was changed" in str(err.value)
+    assert "alltoall_perf on h01: missed its deadline of 30 s" in str(err.value)
+    assert "mpirun -np 2 alltoall_perf" in str(err.value)
+    assert [s["then"] for s in benchmark_steps(tuner)] == ["retrying once", "no retry left"]
+    steps = tuner.journal.steps(tuner.run_id)
+    baseline = next(s for s in steps if s.name == "baseline")
+    assert baseline.state == "failed" and "all_reduce" not in baseline.payload
+    assert rack.applied == []  # nothing was changed
+
+
+def test_a_move_the_benchmark_hangs_under_is_rolled_back_and_the_run_goes_on(tmp_path: Path) -> None:
+    rack = FailingRack(hang_at_mtu=4200)
+    tuner = run_on(rack, tmp_path)
+    result = tuner.run()
+    mtu = next(m for m in result.moves if m.name == "MTU 4200")
+    assert mtu.outcome == "rolled_back"
+    assert mtu.reason.startswith("benchmark failed, and again when retried: alltoall_perf on h01: missed")
+    assert mtu.all_reduce == [] and mtu.alltoall == []  # no sample from the failed runs
+    assert rack.state["h01"]["nics"]["eth2"]["mtu"] == 1500  # rolled back, verified
+    assert [m.outcome for m in result.moves if m.name != "MTU 4200"] == ["kept"]
+    assert all(s.alltoall > 0 for s in tuner.reference)
+
+
+def test_a_rack_that_does_not_measure_after_the_rollback_stops_the_run(tmp_path: Path) -> None:
+    rack = FailingRack()
+    tuner = run_on(rack, tmp_path)
+    tuner.read_facts()
+    tuner.baseline()
+    rack.stuck = True
+    with pytest.raises(BenchmarkFailed, match=r"after rolling back lossless priority 3 \(verified\)"):
+        tuner.try_move(first_move(tuner))
+    assert rack.state["h01"]["nics"]["eth2"]["pfc"] == []  # the move was undone first
+    moves = [s for s in tuner.journal.steps(tuner.run_id) if s.kind == "move"]
+    assert [s.state for s in moves] == ["rolled_back"]
+
+
+def first_move(tuner: Tuner) -> Candidate:
+    return plan(view_of(tuner.backend.facts(), "roce"), ("qps", "gdr"))[0][0]
+
+
+def test_hardware_fixture_has_no_rate_so_no_ceiling() -> None:
+    assert busbw_ceilings({h: {"hardware": HARDWARE} for h in ("h01", "h02")}) == {}
