@@ -1,8 +1,10 @@
-"""A benchmark that hangs is stopped at its deadline and becomes a failed run, never a sample.
+"""Fault matrix: a benchmark that hangs, one that prints garbage, one that prints nothing.
 
-Every alltoall_perf rank of the rack stops itself (SIGSTOP) before it starts: no peer gives up,
-so only the deadline can end the launch. The tuning run must fail at its baseline with exit 6,
+Hang: every alltoall_perf rank of the rack stops itself (SIGSTOP) before it starts: no peer gives
+up, so only the deadline can end the launch. The tuning run must fail at its baseline with exit 6,
 the evidence (host, command, deadline) journaled, no sample journaled, no rank left on a host.
+Garbage and nothing: all_reduce_perf exits 0 with no table; each launch is a failed run with the
+evidence, retried once, never a sample, and the run stops before any change.
 """
 
 from __future__ import annotations
@@ -30,19 +32,34 @@ HOSTS = ("h01", "h02")
 DEADLINE_S = 10
 HUNG = "alltoall_perf"
 # Replaces the emulated binary: the rank stops itself before anything, as a hung rank would.
-STOPPING = f"#!/bin/sh\nkill -STOP $$\nexec /usr/local/bin/{HUNG}.real \"$@\"\n"
+STOPPING = f'#!/bin/sh\nkill -STOP $$\nexec /usr/local/bin/{HUNG}.real "$@"\n'
 RANK_WORDS = (HUNG, "all_reduce_perf", "mpirun", "prted", "orted")
 
 
 @pytest.fixture(scope="module")
 def rack() -> Iterator[TestbedSpec]:
-    yield from make_testbed({"name": "td1", "fabric": "roce", "hosts": 2, "subnet_base": "10.237",
-                             "nics_per_host": 2, "gpus_per_host": 2, "seed": 5})
+    yield from make_testbed(
+        {
+            "name": "fbench",
+            "fabric": "roce",
+            "hosts": 2,
+            "subnet_base": "10.246",
+            "nics_per_host": 2,
+            "gpus_per_host": 2,
+            "seed": 5,
+        }
+    )
 
 
 def on_host(rack: TestbedSpec, host: str, command: str, stdin: str = "") -> str:
-    out = subprocess.run(ssh_argv(rack.name, host, command), input=stdin, capture_output=True, text=True,
-                         timeout=60, check=False)
+    out = subprocess.run(
+        ssh_argv(rack.name, host, command),
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert out.returncode == 0, out.stderr + out.stdout
     return out.stdout
 
@@ -51,8 +68,9 @@ def on_host(rack: TestbedSpec, host: str, command: str, stdin: str = "") -> str:
 def hung_ranks(rack: TestbedSpec) -> Iterator[None]:
     binary = f"/usr/local/bin/{HUNG}"
     for host in HOSTS:
-        on_host(rack, host, f"mv {binary} {binary}.real && cat > {binary} && chmod +x {binary}",
-                stdin=STOPPING)
+        on_host(
+            rack, host, f"mv {binary} {binary}.real && cat > {binary} && chmod +x {binary}", stdin=STOPPING
+        )
     yield
     for host in HOSTS:
         on_host(rack, host, f"mv {binary}.real {binary}")
@@ -97,3 +115,37 @@ def test_a_hung_rank_is_a_failed_run_at_its_deadline(
     assert baseline.state == "failed" and "alltoall" not in baseline.payload  # no sample journaled
     assert not any(s.kind == "move" for s in steps)  # nothing was changed
     assert {h: rank_processes(rack, h) for h in HOSTS} == {"h01": [], "h02": []}
+
+
+@pytest.mark.parametrize(
+    ("fault", "script"),
+    [("garbage", "#!/bin/sh\nhead -c 3000 /dev/urandom | base64\n"), ("nothing", "#!/bin/sh\nexit 0\n")],
+)
+def test_a_benchmark_printing_garbage_or_nothing_is_a_failed_run(
+    rack: TestbedSpec, tmp_path: Path, fault: str, script: str
+) -> None:
+    binary = "/usr/local/bin/all_reduce_perf"
+    before = {h: on_host(rack, h, "cat /etc/nccl.conf 2>/dev/null; mlnx_qos -i enp25s0np0") for h in HOSTS}
+    for host in HOSTS:
+        on_host(rack, host, f"mv {binary} {binary}.real && cat > {binary} && chmod +x {binary}", stdin=script)
+    try:
+        profile = tmp_path / "profile.yml"
+        profile.write_text(yaml.safe_dump({"fabtune_tune": {"baseline_runs": 1, "min_runs": 1}}))
+        code = cli.main(["tune", "-i", str(inventory(rack)), "--profile", str(profile)])
+    finally:
+        for host in HOSTS:
+            on_host(rack, host, f"mv {binary}.real {binary}")
+    assert code == ExitStatus.BENCHMARK
+    journal = Journal()
+    run = journal.runs()[0]
+    assert run.state == "failed" and "all_reduce_perf" in run.summary["error"]
+    steps = journal.steps(run.id)
+    failed = [s.payload for s in steps if s.kind == "benchmark"]
+    assert [f["test"] for f in failed] == ["all_reduce_perf"] * 2  # the launch and its one retry
+    assert all("no readable result" in f["reason"] for f in failed), failed
+    baseline = next(s for s in steps if s.kind == "phase" and s.name == "baseline")
+    assert baseline.state == "failed" and "all_reduce" not in baseline.payload  # no sample journaled
+    assert not any(s.kind == "move" for s in steps)
+    assert {
+        h: on_host(rack, h, "cat /etc/nccl.conf 2>/dev/null; mlnx_qos -i enp25s0np0") for h in HOSTS
+    } == before
