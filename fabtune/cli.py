@@ -11,6 +11,7 @@ from rich.console import Console
 from fabtune import __version__
 from fabtune.commands import COMMANDS
 from fabtune.errors import ConfigError, ExitStatus, FabtuneError
+from fabtune.paths import private_umask
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -40,6 +41,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI and return its exit status (the one place errors map to codes)."""
     args = list(sys.argv[1:] if argv is None else argv)
     console = Console(stderr=True)
+    private_umask()  # the journal, reports, desired states, locks and Ansible artifacts: owner only
     try:
         code = cli.main(args=args, prog_name="fabtune", standalone_mode=False)
     except FabtuneError as err:

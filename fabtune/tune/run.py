@@ -12,7 +12,7 @@ from fabtune.errors import ConfigError
 from fabtune.inventory import InventoryInfo, read_inventory
 from fabtune.journal import Journal
 from fabtune.lock import fabric_lock
-from fabtune.testbed.layout import fabtune_home
+from fabtune.paths import check_name, under_home
 from fabtune.tune.backend import AnsibleBackend
 from fabtune.tune.loop import Event, TuneOptions, Tuner, TuneResult, restore_and_verify
 from fabtune.tune.stats import DecisionPolicy
@@ -62,7 +62,8 @@ def options_from(raw: Mapping[str, Any] | None) -> tuple[TuneOptions, int]:
 
 
 def runs_dir(run_id: str) -> Path:
-    return fabtune_home() / "runs" / run_id
+    """``$FABTUNE_HOME/runs/<run_id>/`` (the run id checked as a file name)."""
+    return under_home("runs", check_name("run id", run_id))
 
 
 def tuned_tree(result: TuneResult) -> dict[str, Any]:
