@@ -18,8 +18,9 @@ from typing import Any
 
 import ansible_runner
 
-from fabtune.errors import PlaybookFailed
-from fabtune.testbed.layout import fabtune_home
+from fabtune.errors import ConfigError, PlaybookFailed
+from fabtune.inventory import STRICT_INVENTORY_ENV
+from fabtune.paths import private_dir, under_home
 
 CONTENT_ROOT = Path(__file__).resolve().parent.parent
 PLAYBOOKS = CONTENT_ROOT / "playbooks"
@@ -100,8 +101,7 @@ def _message(result: Mapping[str, Any]) -> str:
 
 
 def _private_dir(kind: str) -> tuple[Path, str]:
-    base = fabtune_home() / "ansible"
-    base.mkdir(parents=True, exist_ok=True)
+    base = private_dir(under_home("ansible"))
     return base, f"{time.strftime('%Y%m%dT%H%M%S')}-{kind}-{uuid.uuid4().hex[:6]}"
 
 
@@ -128,6 +128,7 @@ def _envvars() -> dict[str, str]:
         "ANSIBLE_NOCOLOR": "True",
         "ANSIBLE_STDOUT_CALLBACK": "default",
         "PATH": _path(),
+        **STRICT_INVENTORY_ENV,
     }
 
 
@@ -159,6 +160,17 @@ def _path() -> str:
     return os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", os.defpath)])
 
 
+def _absolute(inventory: Path) -> str:
+    """The inventory as an absolute path: ansible-runner takes any other string as inline inventory text.
+
+    Raises:
+        ConfigError: when ``inventory`` is relative (the caller must resolve it first).
+    """
+    if not Path(inventory).is_absolute():
+        raise ConfigError("inventory", [f"inventory: {str(inventory)!r} must be an absolute path"])
+    return str(inventory)
+
+
 def _run(kind: str, on_task: TaskCallback | None, **kwargs: Any) -> RunOutcome:
     private, ident = _private_dir(kind)
     collector = _Collector(on_task)
@@ -188,7 +200,7 @@ def run_playbook(
 
     Args:
         playbook: ``facts.yml`` style name in the project's playbooks, or a path.
-        inventory: the inventory file.
+        inventory: the inventory file (an absolute path).
         extravars: variables passed with ``-e`` (the desired state, typically).
         limit: a host pattern to restrict the run.
         check: run in check mode.
@@ -199,13 +211,17 @@ def run_playbook(
 
     Returns:
         The outcome; callers decide whether a failure is fatal (``raise_for_failure``).
+
+    Raises:
+        ConfigError: when ``inventory`` is not an absolute path.
     """
     path = Path(playbook) if Path(playbook).is_absolute() else PLAYBOOKS / playbook
+    inventory_path = _absolute(inventory)
     flags = [f for f, on in (("--check", check), ("--diff", diff)) if on]
     if tags:
         flags.append(f"--tags={','.join(tags)}")
     return _run(
-        path.stem, on_task, playbook=str(path), inventory=str(inventory), extravars=dict(extravars or {}),
+        path.stem, on_task, playbook=str(path), inventory=inventory_path, extravars=dict(extravars or {}),
         limit=limit, forks=forks, cmdline=" ".join(flags) or None,
     )
 
@@ -214,8 +230,9 @@ def run_module(
     module: str, args: str | Mapping[str, Any], inventory: Path, pattern: str = "all", *, forks: int = 32
 ) -> RunOutcome:
     """Run one module ad hoc on ``pattern`` (``ansible.builtin.ping`` for reachability)."""
+    inventory_path = _absolute(inventory)
     module_args = args if isinstance(args, str) else " ".join(f"{k}={v}" for k, v in args.items())
     return _run(
         module.rsplit(".", 1)[-1], None, module=module, module_args=module_args or None,
-        host_pattern=pattern, inventory=str(inventory), forks=forks,
+        host_pattern=pattern, inventory=inventory_path, forks=forks,
     )
