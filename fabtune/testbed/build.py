@@ -372,7 +372,9 @@ def down(name: str) -> None:
     tb_dir = layout.testbed_dir(name)
     state = load_state(name)
     if state is None and not tb_dir.exists():
-        raise TestbedError(f"no testbed named {name!r} in {tb_dir.parent}; nothing removed")
+        found = leftovers(name)
+        seen = f" (found without a state file, not removed: {'; '.join(found)})" if found else ""
+        raise TestbedError(f"no testbed named {name!r} in {tb_dir.parent}; nothing removed{seen}")
     _remove(name, _built(name, state or {}))
 
 

@@ -102,6 +102,11 @@ class TestbedSpec:
         return ipaddress.IPv4Network(f"{self.subnet_base}.{rail + 1}.0/24")
 
 
+def is_testbed_name(value: str) -> bool:
+    """Whether ``value`` could name a testbed (a fabric named otherwise is no testbed)."""
+    return NAME_RE.fullmatch(value) is not None
+
+
 def check_testbed_name(value: str, field: str = "testbed name") -> str:
     """Return ``value`` when it is a valid testbed name (a safe file name, and short enough for the
     interface names derived from it).
@@ -110,7 +115,7 @@ def check_testbed_name(value: str, field: str = "testbed name") -> str:
         ConfigError: naming the field and the value.
     """
     check_name(field, value)
-    if NAME_RE.fullmatch(value) is None:
+    if not is_testbed_name(value):
         raise ConfigError(field, [f"{field}: {value!r} {NAME_RULE}"])
     return value
 

@@ -226,8 +226,9 @@ def testbed_oracle(info: InventoryInfo) -> dict[str, Any] | None:
     from fabtune.sim.model import best_config, expected_busbw  # the model only matters on a testbed
     from fabtune.sim.observe import controller_fabric
     from fabtune.testbed.build import load_state
+    from fabtune.testbed.spec import is_testbed_name
 
-    if load_state(info.name) is None:
+    if not is_testbed_name(info.name) or load_state(info.name) is None:
         return None
     fabric = controller_fabric(info.name)
     size = 8 << 30

@@ -14,9 +14,11 @@ import pytest
 from fabtune import desired, paths, report
 from fabtune.cli import main
 from fabtune.errors import ConfigError, ExitStatus, TestbedError
+from fabtune.inventory import InventoryInfo
 from fabtune.lock import fabric_lock
 from fabtune.testbed import build, layout
 from fabtune.testbed.spec import build_spec, spec_to_doc
+from fabtune.tune import run as tune_run
 from fabtune.tune.run import runs_dir
 
 BAD_NAMES = ["..", ".", "../x", "../../../../../tmp/x", "a/b", "/etc", "", "-x", ".hidden", "a b",
@@ -200,3 +202,8 @@ def test_the_cli_makes_everything_it_writes_private(home: Path) -> None:
 
 def _mode(path: Path) -> int:
     return path.stat().st_mode & 0o777
+
+
+def test_a_fabric_named_unlike_a_testbed_is_no_testbed(home: Path) -> None:
+    info = InventoryInfo(home / "inv.yml", "H100.pod-2", "roce", ("h01",), (), "mpirun", None)
+    assert tune_run.testbed_oracle(info) is None
