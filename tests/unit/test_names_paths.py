@@ -207,3 +207,33 @@ def _mode(path: Path) -> int:
 def test_a_fabric_named_unlike_a_testbed_is_no_testbed(home: Path) -> None:
     info = InventoryInfo(home / "inv.yml", "H100.pod-2", "roce", ("h01",), (), "mpirun", None)
     assert tune_run.testbed_oracle(info) is None
+
+
+def test_down_removes_only_objects_named_as_its_own(
+    home: Path, fake_testbed: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A state file that lists the host's eth0 or another testbed's objects removes none of them."""
+    state = json.loads((fake_testbed / "state.json").read_text())
+    listed = {
+        "netns": ["ft-ta1-h01", "ft-ta12-h01", "other"],
+        "links": ["eth0", "ftta1m", "ftta12m", "ftta101r0"],
+    }
+    state.update({"version": 2, **listed})
+    (fake_testbed / "state.json").write_text(json.dumps(state))
+    existing = {kind: list(names) for kind, names in listed.items()}
+    calls: list[tuple[str, ...]] = []
+
+    def fake_ip(*args: str, **_: object) -> subprocess.CompletedProcess[str]:
+        calls.append(args)
+        if args[:2] == ("netns", "del"):
+            existing["netns"].remove(args[2])
+        if args[:2] == ("link", "del"):
+            existing["links"].remove(args[2])
+        return subprocess.CompletedProcess(list(args), 0, "", "")
+
+    monkeypatch.setattr(build.system, "ip", fake_ip)
+    monkeypatch.setattr(build.system, "netns_list", lambda: list(existing["netns"]))
+    monkeypatch.setattr(build.system, "link_names", lambda: list(existing["links"]))
+    build.down("ta1")
+    removed = sorted(a[2] for a in calls if a[1] == "del")
+    assert removed == ["ft-ta1-h01", "ftta101r0", "ftta1m"]
