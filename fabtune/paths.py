@@ -51,26 +51,27 @@ def under_home(*parts: str) -> Path:
 
 
 def private_dir(path: Path) -> Path:
-    """Create ``path`` (and missing parents) as 0700 directories; tighten the home if it is open.
+    """Create ``path`` (and missing parents) as 0700 directories; an existing one in the home that
+    others can read (left by an older fabtune) is tightened to its owner.
 
     Returns:
         ``path``.
     """
-    missing = [p for p in (path, *path.parents) if not p.exists()]
-    for folder in reversed(missing):
-        folder.mkdir(mode=0o700, exist_ok=True)
-        folder.chmod(0o700)
     home = fabtune_home()
-    if path == home or home in path.parents:
-        _tighten(home)
+    for folder in reversed((path, *path.parents)):
+        if not folder.exists():
+            folder.mkdir(mode=0o700, exist_ok=True)
+            folder.chmod(0o700)
+        elif folder == home or home in folder.parents:
+            _tighten(folder)
     return path
 
 
-def _tighten(home: Path) -> None:
+def _tighten(folder: Path) -> None:
     try:
-        info = home.stat()
+        info = folder.stat()
         if info.st_uid == os.geteuid() and stat.S_IMODE(info.st_mode) & 0o077:
-            home.chmod(stat.S_IMODE(info.st_mode) & 0o700)
+            folder.chmod(stat.S_IMODE(info.st_mode) & 0o700)
     except OSError:
         return
 

@@ -187,8 +187,10 @@ def test_lock_and_desired_state_are_private_whatever_the_umask(
 
 def test_an_open_home_is_tightened(home: Path) -> None:
     home.chmod(0o755)
-    paths.private_dir(paths.under_home("runs"))
+    (home / "locks").chmod(0o755)
+    paths.private_dir(paths.under_home("locks"))
     assert _mode(home) == 0o700
+    assert _mode(home / "locks") == 0o700
 
 
 def test_the_cli_makes_everything_it_writes_private(home: Path) -> None:
