@@ -399,7 +399,8 @@ def _built(name: str, state: dict[str, Any]) -> Built:
 def _remove(name: str, built: Built) -> None:
     tb_dir = layout.testbed_dir(name)
     killed = [pid for pid, started in built.pids if started is not None and _kill_if(pid, started)]
-    present = [n for n in built.netns if n in set(system.netns_list())]
+    listed = set(system.netns_list())
+    present = [n for n in built.netns if n in listed]
     for netns in present:
         killed += _kill_netns(netns)
     _wait_gone(killed)
