@@ -18,8 +18,9 @@ from typing import Any
 
 import ansible_runner
 
-from fabtune.errors import PlaybookFailed
-from fabtune.testbed.layout import fabtune_home
+from fabtune.errors import ConfigError, PlaybookFailed
+from fabtune.inventory import STRICT_INVENTORY_ENV
+from fabtune.paths import private_dir, under_home
 
 CONTENT_ROOT = Path(__file__).resolve().parent.parent
 PLAYBOOKS = CONTENT_ROOT / "playbooks"
@@ -110,8 +111,7 @@ def _message(result: Mapping[str, Any]) -> str:
 
 
 def _private_dir(kind: str) -> tuple[Path, str]:
-    base = fabtune_home() / "ansible"
-    base.mkdir(parents=True, exist_ok=True)
+    base = private_dir(under_home("ansible"))
     return base, f"{time.strftime('%Y%m%dT%H%M%S')}-{kind}-{uuid.uuid4().hex[:6]}"
 
 
@@ -139,6 +139,7 @@ def _envvars() -> dict[str, str]:
         "ANSIBLE_NOCOLOR": "True",
         "ANSIBLE_STDOUT_CALLBACK": "default",
         "PATH": _path(),
+        **STRICT_INVENTORY_ENV,
     }
 
 
@@ -168,6 +169,17 @@ class _Collector:
 def _path() -> str:
     """PATH with this Python's bin directory first, so the venv's Ansible runs."""
     return os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", os.defpath)])
+
+
+def _absolute(inventory: Path) -> str:
+    """The inventory as an absolute path: ansible-runner takes any other string as inline inventory text.
+
+    Raises:
+        ConfigError: when ``inventory`` is relative (the caller must resolve it first).
+    """
+    if not Path(inventory).is_absolute():
+        raise ConfigError("inventory", [f"inventory: {str(inventory)!r} must be an absolute path"])
+    return str(inventory)
 
 
 def _run(kind: str, on_task: TaskCallback | None, timeout_s: int, **kwargs: Any) -> RunOutcome:
@@ -200,7 +212,7 @@ def run_playbook(
 
     Args:
         playbook: ``facts.yml`` style name in the project's playbooks, or a path.
-        inventory: the inventory file.
+        inventory: the inventory file (an absolute path).
         extravars: variables passed with ``-e`` (the desired state, typically).
         limit: a host pattern to restrict the run.
         check: run in check mode.
@@ -212,13 +224,17 @@ def run_playbook(
 
     Returns:
         The outcome; callers decide whether a failure is fatal (``raise_for_failure``).
+
+    Raises:
+        ConfigError: when ``inventory`` is not an absolute path.
     """
     path = Path(playbook) if Path(playbook).is_absolute() else PLAYBOOKS / playbook
+    inventory_path = _absolute(inventory)
     flags = [f for f, on in (("--check", check), ("--diff", diff)) if on]
     if tags:
         flags.append(f"--tags={','.join(tags)}")
     return _run(
-        path.stem, on_task, timeout_s, playbook=str(path), inventory=str(inventory),
+        path.stem, on_task, timeout_s, playbook=str(path), inventory=inventory_path,
         extravars=dict(extravars or {}), limit=limit, forks=forks, cmdline=" ".join(flags) or None,
     )
 
@@ -233,8 +249,9 @@ def run_module(
     timeout_s: int = RUN_TIMEOUT_S,
 ) -> RunOutcome:
     """Run one module ad hoc on ``pattern`` (``ansible.builtin.ping`` for reachability)."""
+    inventory_path = _absolute(inventory)
     module_args = args if isinstance(args, str) else " ".join(f"{k}={v}" for k, v in args.items())
     return _run(
         module.rsplit(".", 1)[-1], None, timeout_s, module=module, module_args=module_args or None,
-        host_pattern=pattern, inventory=str(inventory), forks=forks,
+        host_pattern=pattern, inventory=inventory_path, forks=forks,
     )

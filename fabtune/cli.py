@@ -15,6 +15,7 @@ from rich.console import Console
 from fabtune import __version__
 from fabtune.commands import COMMANDS
 from fabtune.errors import ConfigError, ExitStatus, FabtuneError, Terminated
+from fabtune.paths import private_umask
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -62,6 +63,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI and return its exit status (the one place errors map to codes)."""
     args = list(sys.argv[1:] if argv is None else argv)
     console = Console(stderr=True, soft_wrap=True)  # an error line is never cut: paths stay whole
+    private_umask()  # the journal, reports, desired states, locks and Ansible artifacts: owner only
     with _sigterm_raises():
         return _main(args, console)
 

@@ -9,23 +9,24 @@ from typing import Any
 
 import yaml
 
-from fabtune.testbed.layout import fabtune_home
+from fabtune.paths import check_name, private_dir, under_home, write_private
 
 
 def tuned_path(fabric: str) -> Path:
-    """``$FABTUNE_HOME/desired/<fabric>.yml`` (a profile file: one key, ``fabric_desired``)."""
-    return fabtune_home() / "desired" / f"{fabric}.yml"
+    """``$FABTUNE_HOME/desired/<fabric>.yml`` (a profile file: one key, ``fabric_desired``).
+
+    Raises:
+        ConfigError: when ``fabric`` is not a valid name.
+    """
+    return under_home("desired", f"{check_name('fabric name', fabric)}.yml")
 
 
 def save_tuned(fabric: str, desired: Mapping[str, Any], run_id: str) -> Path:
     """Write the tuned desired state as a profile usable with ``fabtune apply`` and ansible-playbook."""
     path = tuned_path(fabric)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(path.parent)
     header = f"# Tuned desired state of fabric {fabric!r}, written by run {run_id} at {time.ctime()}\n"
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(header + yaml.safe_dump({"fabric_desired": dict(desired)}, sort_keys=True))
-    tmp.replace(path)
-    return path
+    return write_private(path, header + yaml.safe_dump({"fabric_desired": dict(desired)}, sort_keys=True))
 
 
 def load_tuned(fabric: str) -> dict[str, Any] | None:

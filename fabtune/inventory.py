@@ -3,13 +3,28 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 import sys
+from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from fabtune.errors import ConfigError
+from fabtune.paths import check_name
+
+LAUNCHERS = ("mpirun", "srun")
+INVENTORY_TIMEOUT_S = 60
+# An inventory Ansible cannot parse is an error, not an empty inventory; a key given twice in one
+# YAML mapping (a host listed twice) is an error, not a silent merge.
+STRICT_INVENTORY_ENV = {
+    "ANSIBLE_INVENTORY_UNPARSED_FAILED": "True",
+    "ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED": "True",
+    "ANSIBLE_DUPLICATE_YAML_DICT_KEY": "error",
+}
+_ANSIBLE_SAYS_RE = re.compile(r"^\[(?:ERROR\]|WARNING\]: Failed to parse)")
 
 
 @dataclass(frozen=True)
@@ -28,12 +43,28 @@ class InventoryInfo:
 
 def _ansible_inventory(path: Path) -> dict[str, Any]:
     exe = Path(sys.executable).parent / "ansible-inventory"
-    proc = subprocess.run([str(exe) if exe.exists() else "ansible-inventory", "-i", str(path), "--list"],
-                          capture_output=True, text=True, timeout=60, check=False)
+    argv = [str(exe) if exe.exists() else "ansible-inventory", "-i", str(path), "--list"]
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=INVENTORY_TIMEOUT_S,
+                              check=False, env={**os.environ, **STRICT_INVENTORY_ENV})
+    except subprocess.TimeoutExpired as err:
+        late = f"ansible-inventory did not answer within {INVENTORY_TIMEOUT_S} s"
+        raise ConfigError(str(path), [late]) from err
     if proc.returncode != 0:
-        raise ConfigError(str(path), [f"ansible-inventory cannot read it: {proc.stderr.strip()[:300]}"])
-    data: dict[str, Any] = json.loads(proc.stdout)
+        said = _said(proc.stderr)
+        raise ConfigError(str(path), [f"ansible-inventory cannot read it: {line}" for line in said])
+    try:
+        data: dict[str, Any] = json.loads(proc.stdout)
+    except ValueError as err:
+        raise ConfigError(str(path), [f"ansible-inventory printed no inventory: {err}"]) from err
     return data
+
+
+def _said(stderr: str) -> list[str]:
+    """The lines of ansible-inventory's stderr that say why it failed (each once, shortened)."""
+    lines = [line.strip() for line in stderr.splitlines() if _ANSIBLE_SAYS_RE.match(line.strip())]
+    lines = list(dict.fromkeys(lines)) or [line.strip() for line in stderr.strip().splitlines()[-3:]]
+    return [line[:300] for line in lines] or ["(no message)"]
 
 
 def _group_hosts(data: dict[str, Any], group: str) -> list[str]:
@@ -44,15 +75,38 @@ def _group_hosts(data: dict[str, Any], group: str) -> list[str]:
     return sorted(set(hosts))
 
 
+def _duplicate_endpoints(hosts: list[str], hostvars: dict[str, Any]) -> list[str]:
+    """Hosts that reach the same machine (``ansible_host`` and ``ansible_port``) under two names."""
+    by_endpoint: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for host in hosts:
+        own = hostvars.get(host, {})
+        by_endpoint[(str(own.get("ansible_host") or host), str(own.get("ansible_port") or 22))].append(host)
+    return [
+        f"hosts: {' and '.join(repr(h) for h in names)} are the same host ({address} port {port})"
+        for (address, port), names in sorted(by_endpoint.items())
+        if len(names) > 1
+    ]
+
+
+def _fabric_name(path: Path, first: dict[str, Any]) -> str:
+    for field in ("fabtune_fabric_name", "fabtune_testbed"):
+        if first.get(field):
+            return check_name(field, str(first[field]))
+    return check_name("inventory file name (no fabtune_fabric_name set)", path.stem)
+
+
 def read_inventory(path: Path) -> InventoryInfo:
     """Read an inventory through ``ansible-inventory`` (any format Ansible reads).
 
     The fabric's name is ``fabtune_fabric_name`` (or a testbed's ``fabtune_testbed``), else the
     file's stem; its type is ``fabtune_fabric`` (``roce``/``ib``), else the ``roce``/``ib`` group.
+    The path is made absolute first (ansible-runner reads any other string as inventory text).
 
     Raises:
-        ConfigError: when the file is missing, unreadable, empty or names no fabric type.
+        ConfigError: when the file is missing, unparsable, empty, lists one host twice, names no
+            fabric type, or its fabric name or launcher is invalid.
     """
+    path = Path(path).absolute()
     if not path.is_file():
         raise ConfigError("inventory", [f"{path}: no such file"])
     data = _ansible_inventory(path)
@@ -60,13 +114,20 @@ def read_inventory(path: Path) -> InventoryInfo:
     if not hosts:
         raise ConfigError(str(path), ["hosts: the inventory has no hosts"])
     hostvars = data.get("_meta", {}).get("hostvars", {})
+    duplicates = _duplicate_endpoints(hosts, hostvars)
+    if duplicates:
+        raise ConfigError(str(path), duplicates)
     first = hostvars.get(hosts[0], {})
-    name = str(first.get("fabtune_fabric_name") or first.get("fabtune_testbed") or path.stem)
+    name = _fabric_name(path, first)
     fabric = str(first.get("fabtune_fabric") or ("ib" if _group_hosts(data, "ib") else "roce"))
     if fabric not in ("roce", "ib"):
         raise ConfigError(str(path), [f"fabtune_fabric: {fabric!r} must be roce or ib"])
+    launcher = first.get("fabtune_launcher", "mpirun")
+    if launcher not in LAUNCHERS:
+        known = ", ".join(LAUNCHERS)
+        raise ConfigError(str(path), [f"fabtune_launcher: {launcher!r} must be one of {known}"])
     return InventoryInfo(path, name, fabric, tuple(hosts), tuple(_group_hosts(data, "subnet_managers")),
-                         str(first.get("fabtune_launcher", "mpirun")), first.get("fabtune_oob_interface"),
+                         str(launcher), first.get("fabtune_oob_interface"),
                          bench_timeout(path, first.get("fabtune_bench_timeout_s")))
 
 

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from fabtune.errors import ExitStatus, FabtuneError
-from fabtune.testbed.layout import fabtune_home
+from fabtune.paths import fabtune_home
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (

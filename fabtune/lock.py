@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from fabtune.errors import ExitStatus, FabtuneError
-from fabtune.testbed.layout import fabtune_home
+from fabtune.paths import check_name, private_dir, under_home
 
 
 class LockedError(FabtuneError):
@@ -29,12 +29,13 @@ def fabric_lock(fabric: str, purpose: str, directory: Path | None = None) -> Ite
     """Hold the lock of ``fabric``; yields a note when a stale lock was taken over, else None.
 
     Raises:
+        ConfigError: when ``fabric`` is not a valid name (it names the lock file).
         LockedError: naming the holder when a live process holds it.
     """
-    folder = directory or fabtune_home() / "locks"
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{fabric}.lock"
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    file_name = f"{check_name('fabric name', fabric)}.lock"
+    folder = private_dir(directory or under_home("locks"))
+    path = folder / file_name
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -11,12 +11,20 @@ import click
 
 from fabtune.errors import ConfigError
 
+
+def absolute_path(_ctx: click.Context, _param: click.Parameter, value: Path | None) -> Path | None:
+    """Click callback: the path made absolute against the current directory, before it goes anywhere
+    (ansible-runner takes a relative inventory path for inline inventory text)."""
+    return None if value is None else value.absolute()
+
+
 INVENTORY_OPTION = click.option(
     "-i",
     "--inventory",
     "inventory",
     required=True,
     type=click.Path(path_type=Path),
+    callback=absolute_path,
     help="Ansible inventory (e.g. the path 'fabtune testbed inventory' prints).",
 )
 JSON_OPTION = click.option(

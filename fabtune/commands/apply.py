@@ -9,6 +9,7 @@ import click
 
 from fabtune.ansible import RunOutcome, run_playbook
 from fabtune.changes import knob_changes
+from fabtune.commands._common import absolute_path
 from fabtune.errors import ConfigError
 from fabtune.inventory import read_inventory
 from fabtune.profile import check_against_rack, load_profile
@@ -34,7 +35,7 @@ def _show(value: Any) -> str:
 
 @click.command("apply")
 @click.option("-i", "--inventory", required=True,
-              type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              type=click.Path(exists=True, dir_okay=False, path_type=Path), callback=absolute_path,
               help="Ansible inventory of the hosts.")
 @click.option("--profile", "profile_path", required=True, type=click.Path(path_type=Path),
               help="Profile (YAML with fabric_desired), e.g. inventory/profiles/roce.yml.")

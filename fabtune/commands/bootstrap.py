@@ -10,7 +10,7 @@ from rich.table import Table
 
 from fabtune import bootstrap as lib
 from fabtune import report as reports
-from fabtune.commands._common import require_file, write_json
+from fabtune.commands._common import absolute_path, require_file, write_json
 from fabtune.commands._progress import Progress
 from fabtune.inventory import read_inventory
 from fabtune.journal import Journal
@@ -62,6 +62,7 @@ def _print(report: lib.BootstrapReport, console: Console) -> None:
     "--inventory",
     required=True,
     type=click.Path(path_type=Path),
+    callback=absolute_path,
     help="Ansible inventory of the new rack.",
 )
 @click.option(

@@ -10,7 +10,7 @@ from rich.table import Table
 
 from fabtune import drift as lib
 from fabtune import report as reports
-from fabtune.commands._common import write_json
+from fabtune.commands._common import absolute_path, write_json
 from fabtune.commands._progress import Progress
 from fabtune.errors import ExitStatus
 from fabtune.inventory import read_inventory
@@ -57,6 +57,7 @@ def _print(result: lib.DriftResult, console: Console) -> None:
     "--inventory",
     required=True,
     type=click.Path(path_type=Path),
+    callback=absolute_path,
     help="Ansible inventory of the hosts.",
 )
 @click.option(

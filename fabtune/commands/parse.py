@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import click
 from rich.console import Console
@@ -44,13 +45,21 @@ PARSERS: dict[str, Callable[[str], Any]] = {
 }
 
 
+# Parsers that read a stream line by line (any size); the others get the text, at most MAX_TEXT_CHARS.
+STREAM_PARSERS: dict[str, Callable[[TextIO], Any]] = {"nccl-tests": nccl_tests.parse_stream}
+MAX_TEXT_CHARS = 16 * 1024 * 1024
+MAX_TABLE_ROWS = 200  # rows shown per table; --json prints every row
+
+
 @click.command("parse")
 @click.argument("tool", type=click.Choice(sorted(PARSERS)))
 @click.argument("file", type=click.Path(dir_okay=False, allow_dash=True))
 @click.option("--json", "as_json", is_flag=True, help="Print the parsed record as JSON.")
 def parse(tool: str, file: str, as_json: bool) -> None:
     """Parse saved output of TOOL from FILE ('-' reads standard input)."""
-    record = PARSERS[tool](_read(file))
+    with _open(file) as stream:
+        streaming = STREAM_PARSERS.get(tool)
+        record = streaming(stream) if streaming else PARSERS[tool](_read(file, stream))
     console = Console(highlight=False, soft_wrap=True)
     if as_json:
         click.echo(json.dumps(dataclasses.asdict(record), indent=2, default=str))
@@ -59,13 +68,27 @@ def parse(tool: str, file: str, as_json: bool) -> None:
         console.print(renderable)
 
 
-def _read(file: str) -> str:
+@contextlib.contextmanager
+def _open(file: str) -> Iterator[TextIO]:
     if file == "-":
-        return sys.stdin.read()
+        yield sys.stdin
+        return
     try:
-        return Path(file).read_text(encoding="utf-8", errors="replace")
+        stream = Path(file).open(encoding="utf-8", errors="replace")  # noqa: SIM115 (closed below)
     except OSError as err:
-        raise ConfigError(file, [f"cannot read: {err.strerror or err}"]) from err
+        raise ConfigError(file, [f"FILE: cannot read {file!r}: {err.strerror or err}"]) from err
+    with stream:
+        yield stream
+
+
+def _read(file: str, stream: TextIO) -> str:
+    try:
+        text = stream.read(MAX_TEXT_CHARS + 1)
+    except OSError as err:
+        raise ConfigError(file, [f"FILE: cannot read {file!r}: {err.strerror or err}"]) from err
+    if len(text) > MAX_TEXT_CHARS:
+        raise ConfigError(file, [f"FILE: {file!r} is longer than {MAX_TEXT_CHARS} characters"])
+    return text
 
 
 def _render(record: Any) -> list[Any]:
@@ -92,10 +115,13 @@ def _alert(label: str, message: str) -> Text:
 
 
 def _table(title: str, columns: list[str], rows: list[list[Any]]) -> Table:
-    table = Table(title=title)
+    shown = rows[:MAX_TABLE_ROWS]
+    more = len(rows) > len(shown)
+    caption = f"first {len(shown)} of {len(rows)} rows (--json prints all)" if more else None
+    table = Table(title=title, caption=caption)
     for column in columns:
         table.add_column(column)
-    for row in rows:
+    for row in shown:
         table.add_row(*(Text("" if cell is None else str(cell)) for cell in row))
     return table
 

@@ -13,9 +13,17 @@ from rich.table import Table
 from fabtune.errors import ExitStatus, TestbedError
 from fabtune.testbed import build, layout
 from fabtune.testbed.access import ssh_argv
-from fabtune.testbed.spec import load_spec
+from fabtune.testbed.spec import check_testbed_name, load_spec
 
-NAME_OPTION = click.option("--name", default="fab", show_default=True, help="Testbed name.")
+
+def _testbed_name(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    """Click callback: refuse a name that is not a testbed name before anything runs."""
+    return None if value is None else check_testbed_name(value, "--name")
+
+
+NAME_OPTION = click.option(
+    "--name", default="fab", show_default=True, callback=_testbed_name, help="Testbed name."
+)
 
 
 @click.group("testbed")
@@ -27,7 +35,9 @@ def testbed() -> None:
 @click.option("--hosts", "hosts", type=int, help="Number of hosts (2-32).")
 @click.option("--fabric", type=click.Choice(["roce", "ib"]), help="Fabric type.")
 @click.option("--spec", "spec_file", type=click.Path(path_type=Path), help="Rack spec (YAML).")
-@click.option("--name", default=None, help="Testbed name (default: the spec's, else 'fab').")
+@click.option(
+    "--name", default=None, callback=_testbed_name, help="Testbed name (default: the spec's, else 'fab')."
+)
 def up(hosts: int | None, fabric: str | None, spec_file: Path | None, name: str | None) -> None:
     """Build a rack (recovering a stale one of the same name)."""
     spec = load_spec(spec_file, {"hosts": hosts, "fabric": fabric, "name": name})

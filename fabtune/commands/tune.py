@@ -9,7 +9,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from fabtune.commands._common import INVENTORY_OPTION, require_file
+from fabtune.commands._common import INVENTORY_OPTION, absolute_path, require_file
 from fabtune.commands._progress import Progress
 from fabtune.journal import Journal
 from fabtune.profile import Profile, load_profile
@@ -103,6 +103,7 @@ def show(run_id: str) -> None:
     "--inventory",
     type=click.Path(path_type=Path),
     default=None,
+    callback=absolute_path,
     help="The hosts (default: the run's journaled inventory); needed when the journal cannot be used.",
 )
 @click.option(

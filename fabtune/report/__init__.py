@@ -18,10 +18,10 @@ from typing import Any
 import jsonschema
 
 from fabtune.journal import Journal
+from fabtune.paths import check_name, private_dir, under_home, write_private
 from fabtune.report.build import SCHEMA_ID, SCHEMA_VERSION, build
 from fabtune.report.html import render_html
 from fabtune.report.markdown import render_markdown
-from fabtune.testbed.layout import fabtune_home
 
 SCHEMA_FILE = Path(__file__).parent / "schemas" / "report-v1.schema.json"
 FORMATS = ("json", "html", "md")
@@ -57,8 +57,8 @@ def validate(doc: Mapping[str, Any]) -> None:
 
 
 def report_dir(run_id: str) -> Path:
-    """``$FABTUNE_HOME/runs/<run>/``."""
-    return fabtune_home() / "runs" / run_id
+    """``$FABTUNE_HOME/runs/<run>/`` (the run id checked as a file name)."""
+    return under_home("runs", check_name("run id", run_id))
 
 
 def dumps(doc: Mapping[str, Any]) -> str:
@@ -85,13 +85,10 @@ def write_all(journal: Journal, run_id: str, folder: Path | None = None) -> dict
     """
     doc = build(journal, run_id)
     validate(doc)
-    folder = folder or report_dir(run_id)
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = private_dir(folder or report_dir(run_id))
     paths = {fmt: folder / f"report.{fmt}" for fmt in FORMATS}
     for fmt, path in paths.items():
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(render(doc, fmt, str(paths["html"])))
-        tmp.replace(path)
+        write_private(path, render(doc, fmt, str(paths["html"])))
     return paths
 
 

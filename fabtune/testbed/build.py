@@ -12,12 +12,13 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from fabtune.errors import ConfigError, TestbedError
+from fabtune.paths import private_dir
 from fabtune.testbed import files, layout, system
 from fabtune.testbed.layout import Names
 from fabtune.testbed.spec import HostSpec, TestbedSpec, build_spec, spec_to_doc
@@ -26,10 +27,20 @@ Progress = Callable[[str], None]
 REQUIRED = ("ip", "unshare", "mount", "pivot_root", "ssh-keygen", "ssh", "/usr/sbin/sshd")
 SSHD_WAIT_S = 30.0
 SWITCH_MTU = 9216
+HOST_UMASK = 0o022  # an emulated host's files look like a real host's; the testbed directory is 0700
 
 
 def _quiet(_: str) -> None:
     return None
+
+
+@dataclass(frozen=True)
+class Built:
+    """What one testbed built, as its state file records it: what ``down`` may remove."""
+
+    netns: tuple[str, ...]
+    links: tuple[str, ...]
+    pids: tuple[tuple[int, int | None], ...]  # (pid, start time in clock ticks) of each host's init
 
 
 @dataclass(frozen=True)
@@ -187,8 +198,36 @@ def _tail(path: Path) -> str:
     return lines[-1] if lines else "empty log"
 
 
+def _objects(spec: TestbedSpec) -> tuple[list[str], list[str]]:
+    """The network namespaces and links that ``spec`` builds (exact names)."""
+    names = Names(spec.name)
+    links = [names.mgmt_bridge] + [names.rail_bridge(r) for r in range(spec.nics_per_host)]
+    for host in spec.hosts:
+        links += [names.mgmt_veth(host)] + [names.rail_veth(host, r) for r in range(spec.nics_per_host)]
+    return [names.netns(h.name) for h in spec.hosts], links
+
+
+def _start_time(pid: int) -> int | None:
+    """The start time of process ``pid`` (clock ticks after boot), or None when it does not exist."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return int(fields[19])
+
+
 def _write_state(spec: TestbedSpec, tb_dir: Path, pids: dict[str, int]) -> None:
-    state = {"version": 1, "spec": spec_to_doc(spec), "pids": pids, "created": time.time()}
+    """Record what the testbed builds before it is built, so ``down`` removes exactly that."""
+    netns, links = _objects(spec)
+    state = {
+        "version": 2,
+        "spec": spec_to_doc(spec),
+        "netns": netns,
+        "links": links,
+        "pids": pids,
+        "started": {host: _start_time(pid) for host, pid in pids.items()},
+        "created": time.time(),
+    }
     tmp = tb_dir / "state.json.tmp"
     tmp.write_text(json.dumps(state, indent=2))
     tmp.replace(tb_dir / "state.json")
@@ -218,33 +257,59 @@ def up(spec: TestbedSpec, progress: Progress = _quiet) -> Path:
         return tb_dir
     if state is not None or leftovers(spec.name):
         progress("removing a stale testbed of the same name")
-        down(spec.name)
+        _clear(spec)
     _check_subnet_free(spec)
     try:
         _build(spec, tb_dir, progress)
     except BaseException:
-        down(spec.name)
+        _clear(spec)
         raise
     return tb_dir
 
 
+def _clear(spec: TestbedSpec) -> None:
+    """Remove what the state of ``spec``'s testbed records and whatever ``spec`` is about to build
+    (a half-built testbed may have built some of it before its state was written)."""
+    recorded = _built(spec.name, load_state(spec.name) or {})
+    netns, links = _objects(spec)
+    _remove(spec.name, Built(tuple(dict.fromkeys([*recorded.netns, *netns])),
+                             tuple(dict.fromkeys([*recorded.links, *links])), recorded.pids))
+
+
+@contextlib.contextmanager
+def _umask(mask: int) -> Iterator[None]:
+    previous = os.umask(mask)
+    try:
+        yield
+    finally:
+        os.umask(previous)
+
+
 def _build(spec: TestbedSpec, tb_dir: Path, progress: Progress) -> None:
     names = Names(spec.name)
-    tb_dir.mkdir(parents=True, exist_ok=True)
+    private_dir(tb_dir)
+    pids: dict[str, int] = {}
+    _write_state(spec, tb_dir, pids)
+    with _umask(HOST_UMASK):
+        _build_hosts(spec, names, tb_dir, pids, progress)
+    _write_state(spec, tb_dir, pids)
+    progress("waiting for sshd")
+    _wait_for_sshd(spec, tb_dir)
+    files.write_inventory(spec, tb_dir)
+
+
+def _build_hosts(
+    spec: TestbedSpec, names: Names, tb_dir: Path, pids: dict[str, int], progress: Progress
+) -> None:
     keys = files.make_keys(spec, tb_dir)
     files.write_fabric(spec, tb_dir)
     _make_bridges(spec, names)
-    pids: dict[str, int] = {}
-    _write_state(spec, tb_dir, pids)
     for host in spec.hosts:
         progress(f"host {host.name}")
         _make_host_net(spec, names, host)
         files.populate_host(spec, host, tb_dir, keys)
         pids[host.name] = _start_host(spec, names, host, tb_dir)
-    _write_state(spec, tb_dir, pids)
-    progress("waiting for sshd")
-    _wait_for_sshd(spec, tb_dir)
-    files.write_inventory(spec, tb_dir)
+        _write_state(spec, tb_dir, pids)
 
 
 def status(name: str) -> list[HostStatus]:
@@ -296,61 +361,82 @@ def _wait_gone(pids: list[int], timeout: float = 10.0) -> None:
 
 
 def down(name: str) -> None:
-    """Remove testbed ``name``: processes, namespaces, links, files. Works on half-built testbeds too.
+    """Remove testbed ``name``: exactly what its state file says it built (the host processes it
+    started and every process in its namespaces, its namespaces, links and directory).
 
     Raises:
-        TestbedError: when something of it is still there afterwards.
+        ConfigError: when ``name`` is not a testbed name.
+        TestbedError: when there is no testbed of that name (nothing is removed), or when something
+            of it is still there afterwards.
     """
+    tb_dir = layout.testbed_dir(name)
+    state = load_state(name)
+    if state is None and not tb_dir.exists():
+        found = leftovers(name)
+        seen = f" (found without a state file, not removed: {'; '.join(found)})" if found else ""
+        raise TestbedError(f"no testbed named {name!r} in {tb_dir.parent}; nothing removed{seen}")
+    _remove(name, _built(name, state or {}))
+
+
+def _built(name: str, state: dict[str, Any]) -> Built:
+    """What ``state`` records as built, limited to objects named as testbed ``name`` names them."""
     names = Names(name)
-    state = load_state(name) or {}
-    killed: list[int] = []
-    for pid in state.get("pids", {}).values():
-        if _alive(pid):
-            os.kill(pid, signal.SIGKILL)
-            killed.append(pid)
-    for netns in [n for n in system.netns_list() if n.startswith(names.netns_prefix)]:
+    netns, links = list(state.get("netns", [])), list(state.get("links", []))
+    if "netns" not in state and isinstance(state.get("spec"), dict):  # a version 1 state: the spec
+        with contextlib.suppress(ConfigError):
+            netns, links = _objects(build_spec(state["spec"]))
+    started = state.get("started", {})
+    pids = tuple(
+        (pid, started.get(host)) for host, pid in dict(state.get("pids", {})).items() if isinstance(pid, int)
+    )
+    return Built(
+        netns=tuple(n for n in netns if isinstance(n, str) and n.startswith(names.netns_prefix)),
+        links=tuple(link for link in links if isinstance(link, str) and names.owns(link)),
+        pids=pids,
+    )
+
+
+def _remove(name: str, built: Built) -> None:
+    tb_dir = layout.testbed_dir(name)
+    killed = [pid for pid, started in built.pids if started is not None and _kill_if(pid, started)]
+    listed = set(system.netns_list())
+    present = [n for n in built.netns if n in listed]
+    for netns in present:
         killed += _kill_netns(netns)
-    for pid in _processes_using(layout.testbed_dir(name)):  # e.g. an ansible-playbook on its inventory
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-        killed.append(pid)
     _wait_gone(killed)
-    for netns in [n for n in system.netns_list() if n.startswith(names.netns_prefix)]:
+    for netns in present:
         system.ip("netns", "del", netns)
-    for link in [n for n in system.link_names() if names.owns(n)]:
+    existing = set(system.link_names())
+    for link in [link for link in built.links if link in existing]:
         system.ip("link", "del", link, check=False)
-    shutil.rmtree(layout.testbed_dir(name), ignore_errors=True)
+    mounts = _mounts_under(tb_dir)
+    if mounts:
+        raise TestbedError(f"testbed {name!r}: {', '.join(mounts)} still mounted; its directory was kept")
+    shutil.rmtree(tb_dir, ignore_errors=True)
     left = leftovers(name)
     if left:
         raise TestbedError(f"testbed {name!r} not fully removed: {'; '.join(left)}")
 
 
+def _kill_if(pid: int, started: int) -> bool:
+    """Kill ``pid`` when it is still the process that was recorded (not a reuse of its number)."""
+    if _start_time(pid) != started or not _alive(pid):
+        return False
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    return True
+
+
 def leftovers(name: str) -> list[str]:
-    """Everything of testbed ``name`` that exists: namespaces, links, processes, mounts, files."""
+    """Everything of testbed ``name`` that exists: namespaces, links, mounts, its directory."""
     names = Names(name)
     tb_dir = layout.testbed_dir(name)
     found = [f"netns {n}" for n in system.netns_list() if n.startswith(names.netns_prefix)]
     found += [f"link {n}" for n in system.link_names() if names.owns(n)]
-    found += [f"process {pid}" for pid in _processes_using(tb_dir)]
     found += [f"mount {m}" for m in _mounts_under(tb_dir)]
     if tb_dir.exists():
         found.append(f"directory {tb_dir}")
     return found
-
-
-def _processes_using(tb_dir: Path) -> list[int]:
-    inside, itself = f"{tb_dir}/".encode(), f"{tb_dir}\0".encode()  # not a testbed named like it + more
-    pids = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit() or int(proc.name) == os.getpid():
-            continue
-        try:
-            cmdline = (proc / "cmdline").read_bytes()
-        except OSError:
-            continue
-        if inside in cmdline or itself in cmdline:
-            pids.append(int(proc.name))
-    return pids
 
 
 def _mounts_under(tb_dir: Path) -> list[str]:

@@ -2,27 +2,28 @@
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fabtune.testbed.spec import HostSpec, TestbedSpec
+from fabtune.paths import fabtune_home, under_home
+from fabtune.testbed.spec import HostSpec, TestbedSpec, check_testbed_name
+
+__all__ = ["fabtune_home", "testbed_dir"]
 
 GPU_MODEL = "NVIDIA H100 80GB HBM3"
 CPUS_PER_SOCKET = 48
 HOST_OFFSET = 10  # host N gets .N+10 on every subnet; .1 is the controller
 
 
-def fabtune_home() -> Path:
-    """Where fabtune keeps testbeds, runs and locks (``$FABTUNE_HOME``, default /var/lib/fabtune)."""
-    return Path(os.environ.get("FABTUNE_HOME", "/var/lib/fabtune"))
-
-
 def testbed_dir(name: str) -> Path:
-    """The directory of testbed ``name``."""
-    return fabtune_home() / "testbeds" / name
+    """The directory of testbed ``name`` (the name checked, the path kept under the home).
+
+    Raises:
+        ConfigError: when ``name`` is not a testbed name or its directory leads outside the home.
+    """
+    return under_home("testbeds", check_testbed_name(name))
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,11 @@ from typing import Any
 import yaml
 
 from fabtune.errors import ConfigError
+from fabtune.paths import check_name
 
-NAME_RE = re.compile(r"^[a-z][a-z0-9]{0,5}$")
+# A testbed name also names interfaces (15 characters at most): stricter than fabtune.paths' rule.
+NAME_RE = re.compile(r"[a-z][a-z0-9]{0,5}")
+NAME_RULE = "must be 1-6 lowercase letters or digits, starting with a letter"
 FABRICS = ("roce", "ib")
 RATES_GBPS = (25, 50, 100, 200, 400, 800)
 MAX_HOSTS = 32
@@ -97,6 +100,24 @@ class TestbedSpec:
     def rail_network(self, rail: int) -> ipaddress.IPv4Network:
         """The subnet of rail ``rail`` (NIC i of every host)."""
         return ipaddress.IPv4Network(f"{self.subnet_base}.{rail + 1}.0/24")
+
+
+def is_testbed_name(value: str) -> bool:
+    """Whether ``value`` could name a testbed (a fabric named otherwise is no testbed)."""
+    return NAME_RE.fullmatch(value) is not None
+
+
+def check_testbed_name(value: str, field: str = "testbed name") -> str:
+    """Return ``value`` when it is a valid testbed name (a safe file name, and short enough for the
+    interface names derived from it).
+
+    Raises:
+        ConfigError: naming the field and the value.
+    """
+    check_name(field, value)
+    if not is_testbed_name(value):
+        raise ConfigError(field, [f"{field}: {value!r} {NAME_RULE}"])
+    return value
 
 
 class _Checker:
@@ -276,8 +297,8 @@ def build_spec(doc: object, source: str = "testbed spec") -> TestbedSpec:
     c = _Checker()
     data = c.mapping("(top level)", doc, TOP_KEYS) if doc is not None else {}
     name = str(data.get("name", "fab"))
-    if not NAME_RE.match(name):
-        c.add("name", name, "must be 1-6 lowercase letters or digits, starting with a letter")
+    if not NAME_RE.fullmatch(name):
+        c.add("name", name, NAME_RULE)
     fabric = c.choice("fabric", data.get("fabric", "roce"), FABRICS)
     host_names = _check_hosts(c, data)
     hosts = tuple(_build_host(c, data, h, i) for i, h in enumerate(host_names, start=1))

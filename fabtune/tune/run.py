@@ -12,8 +12,8 @@ from fabtune.errors import ConfigError
 from fabtune.inventory import InventoryInfo, read_inventory
 from fabtune.journal import Journal, JournalError, Step, UnknownRun, check_run_id, default_path
 from fabtune.lock import fabric_lock
+from fabtune.paths import check_name, under_home
 from fabtune.profile import Profile, check_against_rack, tune_options
-from fabtune.testbed.layout import fabtune_home
 from fabtune.tune.backend import AnsibleBackend, prerun_record_path
 from fabtune.tune.loop import Event, RevertFired, TuneOptions, Tuner, TuneResult, restore_and_verify
 
@@ -28,7 +28,8 @@ def options_from(raw: Mapping[str, Any] | None) -> tuple[TuneOptions, int]:
 
 
 def runs_dir(run_id: str) -> Path:
-    return fabtune_home() / "runs" / run_id
+    """``$FABTUNE_HOME/runs/<run_id>/`` (the run id checked as a file name)."""
+    return under_home("runs", check_name("run id", run_id))
 
 
 def tuned_tree(result: TuneResult) -> dict[str, Any]:
@@ -284,8 +285,9 @@ def testbed_oracle(info: InventoryInfo) -> dict[str, Any] | None:
     from fabtune.sim.model import best_config, expected_busbw  # the model only matters on a testbed
     from fabtune.sim.observe import controller_fabric
     from fabtune.testbed.build import load_state
+    from fabtune.testbed.spec import is_testbed_name
 
-    if load_state(info.name) is None:
+    if not is_testbed_name(info.name) or load_state(info.name) is None:
         return None
     fabric = controller_fabric(info.name)
     size = 8 << 30

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 
 import pytest
 
@@ -22,7 +24,8 @@ def spec():  # type: ignore[no-untyped-def]
         pytest.skip(reason)
     spec = build_spec({"name": "itlife", "hosts": 2, "subnet_base": "10.202"})
     yield spec
-    build.down(spec.name)
+    if build.load_state(spec.name) is not None:
+        build.down(spec.name)
 
 
 def test_down_leaves_nothing(spec) -> None:  # type: ignore[no-untyped-def]
@@ -58,3 +61,25 @@ def test_up_twice_keeps_a_healthy_testbed(spec) -> None:  # type: ignore[no-unty
     before = build.load_state(spec.name)
     build.up(spec)
     assert build.load_state(spec.name) == before
+
+
+def test_down_takes_its_hosts_processes_and_spares_a_bystander() -> None:
+    reason = testbed_unavailable()
+    if reason:
+        pytest.skip(reason)
+    spec = build_spec({"name": "ta1", "hosts": 2, "subnet_base": "10.231"})
+    build.up(spec)
+    inventory = str(layout.testbed_dir("ta1") / "inventory.yml")
+    # A process naming the testbed's inventory (an ansible-playbook, an editor) is not the testbed's.
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", inventory])
+    try:
+        hosts = list(build.load_state("ta1")["pids"].values())  # type: ignore[index]
+        build.down("ta1")
+        assert bystander.poll() is None
+        assert not [pid for pid in hosts if build._alive(pid)]
+        assert build.leftovers("ta1") == []
+    finally:
+        bystander.kill()
+        bystander.wait()
+        if build.load_state("ta1") is not None:
+            build.down("ta1")

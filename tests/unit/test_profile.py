@@ -27,7 +27,7 @@ SHADOW = "root:$y$j9T$Qz1secrethash:19700:0:99999:7:::\ndaemon:*:19700:0:99999:7
 
 HOSTS = """  hosts:
     h01: {ansible_host: 127.0.0.1, ansible_port: 9}
-    h02: {ansible_host: 127.0.0.1, ansible_port: 9}
+    h02: {ansible_host: 127.0.0.2, ansible_port: 9}
 """
 INVENTORIES = {
     "roce": "all:\n  vars: {fabtune_fabric_name: tbroce, fabtune_fabric: roce}\n" + HOSTS,

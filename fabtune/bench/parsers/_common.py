@@ -7,10 +7,13 @@ so a parser never turns a garbled field into a silent zero.
 from __future__ import annotations
 
 import re
-from typing import NoReturn
+from collections.abc import Iterator
+from typing import NoReturn, TextIO
 
 from fabtune.errors import ParseError
 
+# No tool output fabtune parses has a line this long; a longer one is noise (a dump, a binary).
+MAX_LINE_CHARS = 4096
 # `KEY:VALUE` pairs as printed by dcb(8) and nccl/mlnx_qos style maps, e.g. "0:off 6:on".
 _PAIR_RE = re.compile(r"^(?P<key>[^:\s]+):(?P<value>\S*)$")
 
@@ -97,3 +100,27 @@ def content_lines(text: str) -> list[str]:
         The lines, in order (blank lines kept as empty strings).
     """
     return [line.rstrip() for line in text.splitlines()]
+
+
+def stream_lines(stream: TextIO, limit: int = MAX_LINE_CHARS) -> Iterator[str]:
+    """Lines of ``stream`` one at a time, trailing whitespace dropped (memory: one line).
+
+    A line longer than ``limit`` characters is read past in pieces and yielded as an empty line,
+    so a huge line costs neither memory nor regular-expression time and line numbers stay right.
+    """
+    while line := stream.readline(limit + 1):
+        if len(line) > limit and not line.endswith("\n"):
+            while (rest := stream.readline(limit)) and not rest.endswith("\n"):
+                pass
+            line = ""
+        yield line.rstrip()
+
+
+def text_lines(text: str, limit: int = MAX_LINE_CHARS) -> Iterator[str]:
+    """Lines of ``text`` as :func:`stream_lines` yields them, one at a time (no list of all lines)."""
+    start = 0
+    while start < len(text):
+        end = text.find("\n", start)
+        end = len(text) if end < 0 else end
+        yield "" if end - start > limit else text[start:end].rstrip()
+        start = end + 1

@@ -15,17 +15,24 @@ them are ``redop`` (a word) and/or ``root`` (an integer). Some copies lost the l
 
 nccl-tests' ``-J`` JSON output is not documented in formats.md and no sample was found, so it is
 not parsed here.
+
+The log is read one line at a time (:func:`parse_stream` from a file, memory bounded by the
+records kept); a log with more than ``MAX_RECORDS`` rows, device lines and failures is refused.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, TextIO
 
-from fabtune.bench.parsers._common import content_lines, fail, to_float, to_int
+from fabtune.bench.parsers._common import fail, stream_lines, text_lines, to_float, to_int
 
 TOOL = "nccl-tests"
+# Rows, device lines and failures kept: a real log has tens of rows per table and one device line
+# per rank; this bounds memory (under 1 KB a record) whatever the input.
+MAX_RECORDS = 50_000
 
 CheckColumn = Literal["#wrong", "error"]
 
@@ -43,7 +50,7 @@ _HEADER_COLON_RE = re.compile(
 # "#   Rank  0 Pid 112372 on localhost device  0 [0x00] A100-SXM4-40GB"  (older)
 _DEVICE_RE = re.compile(
     r"^#?\s*Rank\s+(?P<rank>\d+)\s+(?:Group\s+(?P<group>\d+)\s+)?Pid\s+(?P<pid>\d+)\s+on\s+"
-    r"(?P<host>\S+)\s+device\s+(?P<device>\d+)\s+\[(?P<bus>[^\]]*)\]\s+(?P<name>.*?)\s*$"
+    r"(?P<host>\S+)\s+device\s+(?P<device>\d+)\s+\[(?P<bus>[^\]]*)\]\s+(?P<name>.*)$"
 )
 # "#       size         count      type   redop    root     time   algbw   busbw  #wrong ..."
 _COLUMNS_RE = re.compile(r"^#?\s+size\s+count\s+type\b(?P<rest>.*)$")
@@ -186,13 +193,27 @@ def parse(text: str, *, allow_partial: bool = False) -> NcclTestsResult:
         ParseError: if no nccl-tests output is recognised, a row is malformed, or (unless
             ``allow_partial``) no result row is found.
     """
+    return _parse_lines(text_lines(text), allow_partial)
+
+
+def parse_stream(stream: TextIO, *, allow_partial: bool = False) -> NcclTestsResult:
+    """:func:`parse` reading ``stream`` one line at a time (for logs of any size)."""
+    return _parse_lines(stream_lines(stream), allow_partial)
+
+
+def _parse_lines(lines: Iterable[str], allow_partial: bool) -> NcclTestsResult:
     builder = _Builder()
-    for number, line in enumerate(content_lines(text), start=1):
+    for number, line in enumerate(lines, start=1):
         _scan_line(builder, number, line)
+        if len(builder.rows) + len(builder.devices) + len(builder.failures) > MAX_RECORDS:
+            fail(TOOL, f"more than {MAX_RECORDS} result rows, rank lines and failures by line {number}: "
+                       "not the output of one nccl-tests run")
     return _finish(builder, allow_partial)
 
 
 def _scan_line(builder: _Builder, number: int, line: str) -> None:
+    if " NCCL INFO " in line:  # most of a debug log; no line this parser reads contains it
+        return
     if _ROW_START_RE.match(line):
         builder.rows.append(_row(builder, number, line))
     elif _HEADER_RE.match(line):

@@ -1,0 +1,160 @@
+"""Inventory input: paths made absolute before Ansible sees them, bad inventories refused by name."""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from fabtune import ansible
+from fabtune.cli import main
+from fabtune.errors import ConfigError, ExitStatus
+from fabtune.inventory import read_inventory
+from fabtune.paths import private_umask
+
+REPO = Path(__file__).resolve().parents[2]
+GOOD = """\
+all:
+  hosts:
+    h01: {ansible_host: 10.231.0.11}
+    h02: {ansible_host: 10.231.0.12}
+  vars:
+    fabtune_fabric: roce
+"""
+
+
+def _write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def _problems(path: Path) -> str:
+    with pytest.raises(ConfigError) as caught:
+        read_inventory(path)
+    return "\n".join(caught.value.problems)
+
+
+# Finding 2: the fabric name becomes a file name, so it is checked.
+
+
+@pytest.mark.parametrize("field", ["fabtune_fabric_name", "fabtune_testbed"])
+def test_fabric_name_that_is_a_path_is_refused(tmp_path: Path, field: str) -> None:
+    inv = _write(tmp_path / "inv.yml", GOOD + f"    {field}: ../../../../../tmp/x\n")
+    assert f"{field}: '../../../../../tmp/x' is not a valid name" in _problems(inv)
+
+
+def test_fabric_name_from_the_file_name_is_checked_too(tmp_path: Path) -> None:
+    inv = _write(tmp_path / "my rack.yml", GOOD)
+    assert "'my rack' is not a valid name" in _problems(inv)
+
+
+# Finding 3: a relative -i was taken by ansible-runner as inline inventory text.
+
+
+def test_relative_inventory_reaches_ansible_as_the_absolute_real_file(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("FABTUNE_HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    inv = _write(tmp_path / "in" / "inv.yml", GOOD)
+    seen: dict[str, Any] = {}
+
+    def fake_run(**kwargs: Any) -> SimpleNamespace:
+        seen.update(kwargs)
+        return SimpleNamespace(status="successful", rc=0, stats={"ok": {"h01": 1, "h02": 1}},
+                               config=SimpleNamespace(artifact_dir=str(tmp_path)))
+
+    monkeypatch.setattr(ansible.ansible_runner, "run", fake_run)
+    profile = REPO / "inventory" / "profiles" / "roce.yml"
+    assert main(["apply", "-i", "in/inv.yml", "--profile", str(profile)]) == ExitStatus.OK
+    assert seen["inventory"] == str(inv)
+
+
+def test_read_inventory_resolves_a_relative_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.chdir(tmp_path)
+    inv = _write(tmp_path / "in" / "inv.yml", GOOD)
+    info = read_inventory(Path("in/inv.yml"))
+    assert info.path == inv
+    assert info.hosts == ("h01", "h02")
+
+
+@pytest.mark.parametrize("call", ["playbook", "module"])
+def test_the_ansible_adapter_refuses_a_relative_inventory(
+    monkeypatch: pytest.MonkeyPatch, call: str
+) -> None:
+    def never(**_: Any) -> None:
+        raise AssertionError("ansible-runner must not run")
+
+    monkeypatch.setattr(ansible.ansible_runner, "run", never)
+    with pytest.raises(ConfigError, match="must be an absolute path"):
+        if call == "playbook":
+            ansible.run_playbook("facts.yml", Path("in/inv.yml"))
+        else:
+            ansible.run_module("ansible.builtin.ping", "", Path("in/inv.yml"))
+
+
+# Finding 9: malformed inventories, duplicate hosts, unknown launchers.
+
+
+def test_malformed_inventory_reports_what_ansible_said(tmp_path: Path) -> None:
+    inv = _write(tmp_path / "inv.yml", "all:\n  hosts: [\n")
+    problems = _problems(inv)
+    assert "has no hosts" not in problems
+    assert "ansible-inventory cannot read it" in problems
+    assert "YAML parsing failed" in problems
+
+
+def test_a_host_listed_twice_is_refused(tmp_path: Path) -> None:
+    inv = _write(tmp_path / "inv.yml", GOOD.replace("h02: {", "h01: {"))
+    assert "duplicate mapping key 'h01'" in _problems(inv)
+
+
+def test_two_names_for_one_host_are_refused_naming_both(tmp_path: Path) -> None:
+    inv = _write(tmp_path / "inv.yml", GOOD.replace("10.231.0.12", "10.231.0.11"))
+    assert "hosts: 'h01' and 'h02' are the same host (10.231.0.11 port 22)" in _problems(inv)
+
+
+def test_same_address_on_another_port_is_another_host(tmp_path: Path) -> None:
+    text = GOOD.replace("10.231.0.12}", "10.231.0.11, ansible_port: 2222}")
+    assert read_inventory(_write(tmp_path / "inv.yml", text)).hosts == ("h01", "h02")
+
+
+@pytest.mark.parametrize("launcher", ["mpirun;touch x", "ssh", ""])
+def test_unknown_launcher_is_refused_naming_field_and_value(tmp_path: Path, launcher: str) -> None:
+    inv = _write(tmp_path / "inv.yml", GOOD + f"    fabtune_launcher: {launcher!r}\n")
+    assert f"fabtune_launcher: {launcher!r} must be one of mpirun, srun" in _problems(inv)
+
+
+@pytest.mark.parametrize("launcher", ["mpirun", "srun"])
+def test_known_launchers_are_kept(tmp_path: Path, launcher: str) -> None:
+    inv = _write(tmp_path / "inv.yml", GOOD + f"    fabtune_launcher: {launcher}\n")
+    assert read_inventory(inv).launcher == launcher
+
+
+# Privacy: ansible-runner's artifacts under the umask the CLI sets.
+
+
+def test_ansible_artifacts_are_private(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("FABTUNE_HOME", str(tmp_path / "home"))
+    host = f"localhost: {{ansible_connection: local, ansible_python_interpreter: {sys.executable}}}"
+    inv = _write(tmp_path / "local.yml", f"all:\n  hosts:\n    {host}\n")
+    old = private_umask()  # what fabtune.cli.main does first
+    try:
+        outcome = ansible.run_module("ansible.builtin.ping", "", inv)
+    finally:
+        os.umask(old)
+    assert outcome.ok
+    base = tmp_path / "home" / "ansible"
+    loose = [
+        f"{p} {stat.S_IMODE(p.stat().st_mode):o}"
+        for p in [base, *base.rglob("*")]
+        if not p.is_symlink() and stat.S_IMODE(p.stat().st_mode) & 0o077
+    ]
+    assert loose == []
+    assert any(base.rglob("stdout"))
