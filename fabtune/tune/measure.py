@@ -178,9 +178,23 @@ def _pause_delta(outcome: ansible.RunOutcome) -> int:
     )
 
 
-def _transport(spec: MeasureSpec, output: str) -> tuple[CheckResult, ...]:
+def _transport(spec: MeasureSpec, output: str, *, failed_only: bool = False) -> tuple[CheckResult, ...]:
+    """Each host's transport check from the NCCL log in ``output``.
+
+    When every launch failed (``failed_only``), a host whose log the output does not hold is not
+    judged: the failed runs carry the evidence, and a preflight must not hide them.
+    """
     logs = nccl.split_by_host(output)
-    return tuple(checks.transport(h, nccl_debug.parse(logs.get(h, "")), logs.get(h, "")) for h in spec.hosts)
+    found = []
+    for host in spec.hosts:
+        try:
+            summary = nccl_debug.parse(logs.get(host, ""))
+        except ParseError:
+            if failed_only:
+                continue
+            raise
+        found.append(checks.transport(host, summary, logs.get(host, "")))
+    return tuple(found)
 
 
 def _raise_unless_runs_only(outcome: ansible.RunOutcome) -> None:
@@ -248,5 +262,5 @@ def measure(spec: MeasureSpec, repetitions: int) -> Batch:
         FailedRun(TESTS[i % 2], spec.hosts[0], " ".join(argvs[i]), spec.deadline, "not run")
         for i in range(len(runs), len(runs) + missing)
     ]
-    transport = _transport(spec, first) if first else ()
+    transport = _transport(spec, first, failed_only=not samples) if first else ()
     return Batch(tuple(samples), _pause_delta(outcome), transport, tuple(failures))

@@ -98,8 +98,12 @@ def tune(
     with fabric_lock(info.name, "tune") as stale:
         run_id = journal.open_run("tune", info.name, str(inventory), None)
         journal.step(run_id, "options", "fabtune_tune", dict(raw_options or {}), state="done")
+        if stale:  # its holder died: say so, and journal it beside the run it may have left
+            journal.step(run_id, "lock", "stale lock taken over", {"note": stale}, state="done")
         if on_event is not None:
-            on_event("run", f"run {run_id} on {info.name} ({len(info.hosts)} hosts)", {"stale_lock": stale})
+            note = f"; {stale}" if stale else ""
+            message = f"run {run_id} on {info.name} ({len(info.hosts)} hosts){note}"
+            on_event("run", message, {"stale_lock": stale})
         tuner = Tuner(
             AnsibleBackend(info, deadline), journal, run_id, info.fabric, options=options, on_event=on_event
         )

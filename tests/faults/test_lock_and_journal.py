@@ -64,7 +64,9 @@ def test_stale_lock_is_taken_over_and_said(
     out = _tune(rack, tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "stale lock" in out.stdout + out.stderr
-    assert Journal().runs(1)[0].state == "done"
+    run = Journal().runs(1)[0]
+    assert run.state == "done"
+    assert [s.name for s in Journal().steps(run.id) if s.kind == "lock"] == ["stale lock taken over"]
     assert drift_from(before, rack) == CLEAN
 
 

@@ -191,3 +191,15 @@ def first_move(tuner: Tuner) -> Candidate:
 
 def test_hardware_fixture_has_no_rate_so_no_ceiling() -> None:
     assert busbw_ceilings({h: {"hardware": HARDWARE} for h in ("h01", "h02")}) == {}
+
+
+def test_launches_that_all_printed_garbage_are_failed_runs_not_a_transport_crash() -> None:
+    from fabtune.errors import ParseError
+    from fabtune.tune.measure import _transport
+
+    garbage = {"rc": 0, "stdout": "x9f3 garbage\n" * 20, "stderr": ""}
+    samples, failures, first = judge_runs(SPEC, [garbage, garbage])
+    assert samples == [] and {f.test for f in failures} == {"all_reduce_perf", "alltoall_perf"}
+    assert _transport(SPEC, first, failed_only=True) == ()  # the failed runs carry the evidence
+    with pytest.raises(ParseError):  # a good run whose hosts printed no NCCL log is still an error
+        _transport(SPEC, first)
