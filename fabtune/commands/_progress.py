@@ -36,7 +36,7 @@ class Progress:
     """An event sink for the tuning loop and other long runs (``(kind, message, data)``)."""
 
     def __init__(self, jsonl: bool = False, console: Console | None = None) -> None:
-        self.console = console or Console(stderr=True)
+        self.console = console or Console(stderr=True, soft_wrap=True)  # a progress line is never cut
         self.jsonl = jsonl
         self.start = time.monotonic()
         self._status: Any = None

@@ -27,7 +27,7 @@ from fabtune.bench.parsers import (
     show_gids,
     topo,
 )
-from fabtune.errors import ConfigError
+from fabtune.errors import ConfigError, ParseError
 
 PARSERS: dict[str, Callable[[str], Any]] = {
     "ib_write_bw": perftest.parse,
@@ -59,7 +59,10 @@ def parse(tool: str, file: str, as_json: bool) -> None:
     """Parse saved output of TOOL from FILE ('-' reads standard input)."""
     with _open(file) as stream:
         streaming = STREAM_PARSERS.get(tool)
-        record = streaming(stream) if streaming else PARSERS[tool](_read(file, stream))
+        try:
+            record = streaming(stream) if streaming else PARSERS[tool](_read(file, stream))
+        except ParseError as err:  # name the input: the parser knows only the text
+            raise ParseError(f"{'standard input' if file == '-' else file}: {err}") from err
     console = Console(highlight=False, soft_wrap=True)
     if as_json:
         click.echo(json.dumps(dataclasses.asdict(record), indent=2, default=str))

@@ -89,19 +89,32 @@ ROWS = [
     P("trust unknown", NICS + "      trust: foo\n", ("trust", "foo")),
     P("roce_tos 300", NICS + "      roce_tos: 300\n", ("roce_tos", "300")),
     P("dscp2prio dscp 64", NICS + "      dscp2prio: {64: 3}\n", ("dscp2prio", "64")),
-    P("tcbw not summing to 100", NICS + "      tcbw: [50, 50, 50, 0, 0, 0, 0, 0]\n", ("tcbw",)),
+    P(
+        "tcbw not summing to 100",
+        NICS + "      tsa: [ets, ets, ets, ets, ets, ets, ets, ets]\n"
+        "      tcbw: [50, 50, 50, 0, 0, 0, 0, 0]\n",
+        ("tcbw", "sums to 150"),
+    ),
     P("unknown NIC knob", NICS + "      turbo: true\n", ("turbo",)),
     P("nccl value a list", "fabric_desired:\n  nccl:\n    NCCL_IB_TC: [1, 2]\n", ("NCCL_IB_TC",)),
     Bad(
         "InfiniBand profile on a RoCE rack",
         ("apply", "-i", "{inv}", "--profile", "{repo}/inventory/profiles/ib.yml", "--check"),
         CONFIG,
-        ("ib", "roce"),
+        ("NCCL_IB_ADAPTIVE_ROUTING", "RoCE"),
+    ),
+    Bad(
+        "sm section on an InfiniBand inventory without subnet managers",
+        ("apply", "-i", "{dir}/inv.yml", "--profile", "{dir}/p.yml", "--check"),
+        CONFIG,
+        ("sm", "subnet_managers"),
+        {"p.yml": "fabric_desired:\n  sm:\n    routing_engine: updn\n"},
+        inv_vars={"fabtune_fabric": "ib"},
     ),
     P(
-        "sm section without a subnet manager",
+        "sm section on a RoCE rack",
         "fabric_desired:\n  sm:\n    routing_engine: updn\n",
-        ("sm", "subnet_managers"),
+        ("fabric_desired.sm", "InfiniBand-only"),
     ),
     # tuning options
     T("tune options a list", "  - max_runs: 3", ("fabtune_tune",)),
