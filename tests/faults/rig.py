@@ -99,8 +99,13 @@ class Child:
         return cls(proc, out)
 
     def kill9(self) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
+        """SIGKILL the controller and every process under it at once, as when its machine or
+        container dies (ansible-runner starts ansible-playbook in a session of its own, so the
+        process group alone would leave the playbook running)."""
+        for sig in (signal.SIGSTOP, signal.SIGKILL):  # stopped first: none can start another meanwhile
+            for pid in [self.proc.pid, *_descendants(self.proc.pid)]:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, sig)
         self.proc.wait(timeout=30)
 
     def wait(self, timeout: float = 900) -> int:
@@ -108,6 +113,21 @@ class Child:
 
     def output(self) -> str:
         return self.out.read_text()
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process under ``pid``, from /proc (children before their own children)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
 
 
 def wait_step(
