@@ -23,8 +23,9 @@ PROFILE = yaml.safe_load((REPO / "inventory/profiles/roce.yml").read_text())["fa
 HOSTS = ("h01", "h02")
 NIC = "enp25s0np0"
 # The deadline must outlast the rest of the apply (about 25 s on a 2-host testbed) and the checks
-# after it: a revert that fires while the roles still run would be overwritten by them.
-DEADLINE = 60
+# after it: a revert that fires while the roles still run would be overwritten by them. 90 s: the
+# whole suite (fault matrix included) loads the machine, and applies then take up to a minute.
+DEADLINE = 90
 
 
 def build(name: str, subnet_base: str) -> Iterator[TestbedSpec]:
