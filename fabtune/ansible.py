@@ -22,12 +22,15 @@ from fabtune.errors import ConfigError, PlaybookFailed
 from fabtune.inventory import STRICT_INVENTORY_ENV
 from fabtune.paths import private_dir, under_home
 
-CONTENT_ROOT = Path(__file__).resolve().parent.parent
-PLAYBOOKS = CONTENT_ROOT / "playbooks"
-ROLES = CONTENT_ROOT / "roles"
-# The custom modules: the in-repo collection fabtune.fabric (tasks call fabtune.fabric.fabric_qos, ...).
-COLLECTIONS = CONTENT_ROOT / "collections"
+# Everything Ansible runs ships inside this package (package data of the wheel): the collection
+# fabtune.fabric with its modules, roles, playbooks and example profiles. Found from wherever
+# fabtune is installed, never from the working directory.
+CONTENT_ROOT = Path(__file__).resolve().parent / "content"
+COLLECTIONS = CONTENT_ROOT
 COLLECTION = COLLECTIONS / "ansible_collections" / "fabtune" / "fabric"
+PLAYBOOKS = COLLECTION / "playbooks"
+ROLES = COLLECTION / "roles"
+PROFILES = COLLECTION / "profiles"
 MODULE_UTILS = COLLECTION / "plugins" / "module_utils"
 # Ansible's own default collection paths, kept after this repository's (as ansible.cfg does).
 DEFAULT_COLLECTIONS_PATH = ("~/.ansible/collections", "/usr/share/ansible/collections")
@@ -116,7 +119,7 @@ def _private_dir(kind: str) -> tuple[Path, str]:
 
 
 def _collections_path() -> str:
-    """This repository's collections, then the caller's ANSIBLE_COLLECTIONS_PATH or Ansible's default."""
+    """fabtune's own collection, then the caller's ANSIBLE_COLLECTIONS_PATH or Ansible's default."""
     rest = os.environ.get("ANSIBLE_COLLECTIONS_PATH") or os.pathsep.join(DEFAULT_COLLECTIONS_PATH)
     return os.pathsep.join([str(COLLECTIONS), rest])
 
@@ -130,7 +133,6 @@ def _envvars() -> dict[str, str]:
     return {
         "ANSIBLE_SSH_ARGS": SSH_ARGS,
         "ANSIBLE_SSH_RETRIES": "3",
-        "ANSIBLE_ROLES_PATH": str(ROLES),
         "ANSIBLE_TASK_TIMEOUT": os.environ.get("ANSIBLE_TASK_TIMEOUT") or str(TASK_TIMEOUT_S),
         "ANSIBLE_COLLECTIONS_PATH": _collections_path(),
         "ANSIBLE_HOST_KEY_CHECKING": "True",

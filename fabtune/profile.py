@@ -32,7 +32,7 @@ from typing import Any
 
 import yaml
 
-from fabtune.ansible import MODULE_UTILS
+from fabtune.ansible import MODULE_UTILS, PROFILES
 from fabtune.errors import ConfigError
 from fabtune.inventory import InventoryInfo
 from fabtune.knobs import GROUP_NAMES, fabrics_of
@@ -250,11 +250,22 @@ def _section_problems(doc: object, need: str) -> list[str]:
     return problems
 
 
+def packaged(path: Path) -> Path:
+    """``path``, or the profile fabtune ships under that bare name (``roce``, ``ib``) when no such file
+    exists: the example profiles travel inside the installed package, wherever it is."""
+    name = str(path)
+    shipped = PROFILES / f"{name}.yml"
+    if not path.exists() and "/" not in name and name.isidentifier() and shipped.is_file():
+        return shipped
+    return path
+
+
 def load_profile(path: Path, need: str = "fabric_desired") -> Profile:
     """Load and validate a profile file: every section it holds, and the one the verb ``need``s.
 
     Args:
-        path: a YAML file with ``fabric_desired`` and/or ``fabtune_tune``.
+        path: a YAML file with ``fabric_desired`` and/or ``fabtune_tune``, or the bare name of a
+            profile fabtune ships (``roce``, ``ib``).
         need: the section the verb reads (refused when absent).
 
     Returns:
@@ -264,6 +275,7 @@ def load_profile(path: Path, need: str = "fabric_desired") -> Profile:
         ConfigError: the file cannot be read or parsed, is not a mapping, has an unknown section,
             lacks ``need``, or a section is invalid (every problem, each naming field and value).
     """
+    path = packaged(path)
     source = f"profile {path}"
     doc = _read(path, source)
     problems = _section_problems(doc, need)

@@ -5,9 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 .venv/bin/ruff check fabtune tests
 .venv/bin/mypy
-if [ -d roles ] && compgen -G "roles/*/tasks" >/dev/null; then
-    .venv/bin/ansible-lint --profile production roles playbooks
-fi
+COLLECTION=fabtune/content/ansible_collections/fabtune/fabric
+.venv/bin/ansible-lint --profile production "$COLLECTION/roles" "$COLLECTION/playbooks"
 # Three workers (integration and fault tests mostly wait on SSH, Ansible and timers; a fourth made
 # applies outlast 60 s revert deadlines), one test file each.
 .venv/bin/pytest -q -n 3 --dist loadfile --durations=15 "$@"

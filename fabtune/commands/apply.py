@@ -38,7 +38,7 @@ def _show(value: Any) -> str:
               type=click.Path(exists=True, dir_okay=False, path_type=Path), callback=absolute_path,
               help="Ansible inventory of the hosts.")
 @click.option("--profile", "profile_path", required=True, type=click.Path(path_type=Path),
-              help="Profile (YAML with fabric_desired), e.g. inventory/profiles/roce.yml.")
+              help="Profile (YAML with fabric_desired), or a shipped one by name: roce, ib.")
 @click.option("--check", is_flag=True, help="Change nothing: show what would change (drift).")
 @click.option("--limit", default=None, help="Only these hosts (an Ansible host pattern).")
 def apply(inventory: Path, profile_path: Path, check: bool, limit: str | None) -> None:

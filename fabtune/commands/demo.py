@@ -13,7 +13,7 @@ from fabtune.testbed import build
 from fabtune.testbed.spec import load_spec
 from fabtune.tune import run as tune_run
 
-DEMO_SPEC = Path(__file__).resolve().parents[2] / "inventory" / "testbed" / "demo.yml"
+DEMO_SPEC = Path(__file__).resolve().parents[1] / "testbed" / "specs" / "demo.yml"
 
 
 @click.command("demo")

@@ -72,7 +72,7 @@ def _schema() -> ModuleType:
     The path is ``fabtune.ansible.MODULE_UTILS``'s, spelled out: this daemon does not import
     ansible-runner.
     """
-    path = (Path(__file__).resolve().parents[2] / "collections" / "ansible_collections" / "fabtune"
+    path = (Path(__file__).resolve().parents[1] / "content" / "ansible_collections" / "fabtune"
             / "fabric" / "plugins" / "module_utils" / "fabric_desired.py")
     spec = importlib.util.spec_from_file_location("fabtune_fabric_desired_sm", path)
     if spec is None or spec.loader is None:  # pragma: no cover - the file ships with fabtune

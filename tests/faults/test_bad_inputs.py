@@ -99,7 +99,7 @@ ROWS = [
     P("nccl value a list", "fabric_desired:\n  nccl:\n    NCCL_IB_TC: [1, 2]\n", ("NCCL_IB_TC",)),
     Bad(
         "InfiniBand profile on a RoCE rack",
-        ("apply", "-i", "{inv}", "--profile", "{repo}/inventory/profiles/ib.yml", "--check"),
+        ("apply", "-i", "{inv}", "--profile", "ib", "--check"),
         CONFIG,
         ("NCCL_IB_ADAPTIVE_ROUTING", "RoCE"),
     ),

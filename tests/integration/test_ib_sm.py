@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from fabtune import ansible
+from fabtune.ansible import PROFILES
 from fabtune.sim import observe
 from fabtune.sim.model.config import SmConfig
 from fabtune.testbed import layout
@@ -37,8 +38,8 @@ MASTER = re.compile(r"^sminfo: sm lid 17 sm guid 0xb83fd20300000100, activity co
 
 
 def ib_profile() -> dict[str, Any]:
-    """inventory/profiles/ib.yml with the MLNX adaptive-routing engine instead of ftree."""
-    desired = copy.deepcopy(yaml.safe_load((REPO / "inventory/profiles/ib.yml").read_text())
+    """The shipped ib profile with the MLNX adaptive-routing engine instead of ftree."""
+    desired = copy.deepcopy(yaml.safe_load((PROFILES / "ib.yml").read_text())
                             ["fabric_desired"])
     desired["sm"].update({"sm_flavor": "mlnx", "routing_engine": "ar_updn", "ar_enable": True})
     return dict(desired)

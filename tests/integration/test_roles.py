@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from fabtune import ansible
+from fabtune.ansible import PROFILES
 from fabtune.bench.parsers import mlnx_qos
 from fabtune.testbed import layout
 from fabtune.testbed.access import ssh_argv
@@ -25,7 +26,7 @@ from tests.integration.conftest import make_testbed
 pytestmark = pytest.mark.testbed
 
 REPO = Path(__file__).resolve().parents[2]
-PROFILE = yaml.safe_load((REPO / "inventory/profiles/roce.yml").read_text())["fabric_desired"]
+PROFILE = yaml.safe_load((PROFILES / "roce.yml").read_text())["fabric_desired"]
 HOSTS = ("h01", "h02")
 NIC = "enp25s0np0"
 

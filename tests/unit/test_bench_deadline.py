@@ -9,12 +9,11 @@ import pytest
 import yaml
 
 from fabtune import ansible
+from fabtune.ansible import PLAYBOOKS
 from fabtune.bench import deadline, pairs
 from fabtune.bench.argv import NcclOptions, PerftestOptions
 from fabtune.errors import ConfigError
 from fabtune.inventory import bench_timeout
-
-PLAYBOOKS = Path(__file__).resolve().parents[2] / "playbooks"
 
 
 def test_an_nccl_deadline_grows_with_the_sweep_the_iterations_and_the_hosts() -> None:

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from fabtune import ansible
+from fabtune.ansible import PROFILES
 from fabtune.cli import main
 from fabtune.errors import ConfigError, ExitStatus
 from fabtune.inventory import read_inventory
@@ -71,7 +72,7 @@ def test_relative_inventory_reaches_ansible_as_the_absolute_real_file(
                                config=SimpleNamespace(artifact_dir=str(tmp_path)))
 
     monkeypatch.setattr(ansible.ansible_runner, "run", fake_run)
-    profile = REPO / "inventory" / "profiles" / "roce.yml"
+    profile = PROFILES / "roce.yml"
     assert main(["apply", "-i", "in/inv.yml", "--profile", str(profile)]) == ExitStatus.OK
     assert seen["inventory"] == str(inv)
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from fabtune.ansible import PROFILES
 from fabtune.cli import main
 from fabtune.errors import ConfigError, ExitStatus
 from fabtune.inventory import InventoryInfo, read_inventory
@@ -21,8 +22,8 @@ from fabtune.journal import Journal
 from fabtune.profile import MAX_BYTES, check_against_rack, load_profile
 
 REPO = Path(__file__).resolve().parents[2]
-IB_PROFILE = REPO / "inventory" / "profiles" / "ib.yml"
-ROCE_PROFILE = REPO / "inventory" / "profiles" / "roce.yml"
+IB_PROFILE = PROFILES / "ib.yml"
+ROCE_PROFILE = PROFILES / "roce.yml"
 SHADOW = "root:$y$j9T$Qz1secrethash:19700:0:99999:7:::\ndaemon:*:19700:0:99999:7:::\n"
 
 HOSTS = """  hosts:

@@ -226,8 +226,8 @@ def bootstrap_run_journal(
     monkeypatch.setattr(b, "preflight", preflight)
     monkeypatch.setattr(b, "apply_profile", apply_profile)
     monkeypatch.setattr(b, "acceptance", acceptance)
-    run_id = journal.open_run("bootstrap", "rack1", str(info.path), "inventory/profiles/roce.yml")
-    profile = Profile(Path("inventory/profiles/roce.yml"), {}, {})
+    run_id = journal.open_run("bootstrap", "rack1", str(info.path), "roce.yml")
+    profile = Profile(Path("roce.yml"), {}, {})
     rep = b.run_bootstrap(info.path, info, profile, journal=journal, run_id=run_id)
     journal.close_run(
         run_id,

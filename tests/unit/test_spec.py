@@ -10,7 +10,7 @@ from fabtune.errors import ConfigError
 from fabtune.testbed import layout
 from fabtune.testbed.spec import build_spec, load_spec, spec_to_doc
 
-EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "inventory/testbed").glob("*.yml"))
+EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "fabtune" / "testbed" / "specs").glob("*.yml"))
 
 
 def test_defaults_build_a_small_roce_rack() -> None:

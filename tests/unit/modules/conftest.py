@@ -1,7 +1,7 @@
 """Make the collection fabtune.fabric importable the way Ansible ships its modules to a host.
 
 Modules import ``ansible_collections.fabtune.fabric.plugins.module_utils.fabric_*``; Ansible
-resolves that from the collections path (``collections/`` of this repository). Here that directory
+resolves that from the collections path (``fabtune/content/`` of this repository). Here that directory
 goes on ``sys.path``, so ``ansible_collections`` (a namespace package: ansible-core ships none of
 its own) imports the same files under the same names, and the modules are imported as
 ``ansible_collections.fabtune.fabric.plugins.modules.<name>``: the tests run without hosts.
@@ -22,7 +22,7 @@ from ansible.module_utils import basic
 from ansible.module_utils.common.text.converters import to_bytes
 
 REPO = Path(__file__).resolve().parents[3]
-COLLECTIONS = REPO / "collections"
+COLLECTIONS = REPO / "fabtune" / "content"
 COLLECTION = "ansible_collections.fabtune.fabric"
 MODULE_UTILS = f"{COLLECTION}.plugins.module_utils"
 

@@ -20,9 +20,10 @@ import jinja2
 import pytest
 import yaml
 
-from tests.unit.modules.conftest import COLLECTIONS, REPO
+from fabtune.ansible import ROLES
+from tests.unit.modules.conftest import COLLECTIONS
 
-ROLE = REPO / "roles" / "fabric_revert"
+ROLE = ROLES / "fabric_revert"
 MODULE_UTILS = COLLECTIONS / "ansible_collections" / "fabtune" / "fabric" / "plugins" / "module_utils"
 
 
