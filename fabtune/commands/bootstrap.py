@@ -110,7 +110,7 @@ def bootstrap(
     check_against_rack(profile, info)
     console = Console(stderr=True)
     journal = Journal()
-    run_id = journal.open_run("bootstrap", info.name, str(inventory), str(profile_path))
+    run_id = journal.open_run("bootstrap", info.name, str(inventory), str(profile.path))
     state = "failed"
     try:
         with fabric_lock(info.name, "bootstrap"), Progress(console=console).status("bootstrap") as say:
@@ -140,7 +140,7 @@ def bootstrap(
         journal.close()
     _print(report, Console())
     if written:
-        Console().print(f"report: {written['html']}", highlight=False)
+        Console().print(f"report: {written['html']}", soft_wrap=True, highlight=False)
     write_json(json_file, {"kind": "bootstrap", "run_id": run_id, "passed": report.passed, "report": report})
     if not report.passed:
         raise lib.BootstrapFailed(

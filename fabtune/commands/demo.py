@@ -35,7 +35,8 @@ def demo(spec_file: Path, keep: bool) -> None:
     with console.status(f"building testbed {spec.name!r} ({len(spec.hosts)} hosts)"):
         tb_dir = build.up(spec)
     inventory = tb_dir / "inventory.yml"
-    console.print(f"testbed {spec.name!r} is up: {len(spec.hosts)} hosts; inventory {inventory}")
+    console.print(f"testbed {spec.name!r} is up: {len(spec.hosts)} hosts; inventory {inventory}",
+                  soft_wrap=True, highlight=False)
     try:
         result, report = tune_run.tune(inventory, None, Progress(), oracle=tune_run.testbed_oracle)
         _finish(result, report)

@@ -16,6 +16,7 @@ from fabtune.errors import ExitStatus
 from fabtune.inventory import read_inventory
 from fabtune.journal import Journal
 from fabtune.lock import fabric_lock
+from fabtune.profile import packaged
 
 
 def _print(result: lib.DriftResult, console: Console) -> None:
@@ -134,7 +135,7 @@ def drift(
             lib.desired_for(read_inventory(inventory), profile_path)
         units = lib.render_units(
             inventory.resolve(),
-            profile=profile_path.resolve() if profile_path else None,
+            profile=packaged(profile_path).resolve() if profile_path else None,
             remediate=True,
             textfile=textfile or lib.DEFAULT_TEXTFILE,
             executable=lib.fabtune_executable(),
@@ -215,7 +216,7 @@ def _finish(
     written = reports.write_quietly(journal, run_id)
     journal.close()
     if written:
-        Console(stderr=True).print(f"report: {written['html']}", highlight=False)
+        Console(stderr=True).print(f"report: {written['html']}", soft_wrap=True, highlight=False)
     if textfile is not None:
         lib.write_textfile(textfile, lib.prometheus_text(result))
     write_json(

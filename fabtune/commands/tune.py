@@ -49,7 +49,7 @@ def _finish(result: TuneResult, report: Path) -> None:
         f"all_reduce bus bandwidth: {base:.1f} -> {final:.1f} GB/s ({final / base - 1:+.1%}); "
         f"noise floor {result.noise_floor:.1%}"
     )
-    console.print(f"report: {report}")
+    console.print(f"report: {report}", soft_wrap=True, highlight=False)
 
 
 @click.command("tune")

@@ -87,6 +87,23 @@ def _bind_emulation(host_dir: Path, merged: Path) -> None:
         _mount("--bind", str(source), str(target))
 
 
+# Mounts a host gets fresh (tmpfs, its own /run): anything of the real machine's under them is hidden.
+FRESH_MOUNTS = (Path("/tmp"), Path("/run"), Path("/dev/shm"))
+
+
+def _bind_emulator(merged: Path) -> None:
+    """Let the host run the emulated tools: their launchers name this Python (``sys.executable``) and
+    import fabtune from where it is installed. A virtualenv under /tmp (a wheel installed in a test's
+    temporary directory) would be hidden by the host's own /tmp, so it is bound at the same path."""
+    import fabtune
+
+    for path in sorted({Path(sys.prefix).resolve(), Path(fabtune.__file__).resolve().parent.parent}):
+        if any(path.is_relative_to(fresh) for fresh in FRESH_MOUNTS):
+            target = merged / path.relative_to("/")
+            target.mkdir(parents=True, exist_ok=True)
+            _mount("--bind", str(path), str(target))
+
+
 def _enter(merged: Path) -> None:
     os.chdir(merged)
     subprocess.run(["pivot_root", ".", "run/fabtune-oldroot"], check=True)
@@ -118,6 +135,7 @@ def main(argv: list[str]) -> None:
     daemons = json.loads(daemons_file.read_text()) if daemons_file.is_file() else []
     merged = _mount_root(host_dir)
     _bind_emulation(host_dir, merged)
+    _bind_emulator(merged)
     _enter(merged)
     _start_daemons(daemons)
     sys.stdout.flush()

@@ -273,3 +273,22 @@ def test_cli_refuses_bad_profile_before_anything_starts(
     assert "Traceback" not in err
     _nothing_started(home)
     assert not (tmp_path / "units").exists()
+
+
+def test_a_bare_name_takes_the_shipped_profile_from_any_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert load_profile(Path("roce")).path == ROCE_PROFILE
+    assert load_profile(Path("ib")).path == IB_PROFILE
+    with pytest.raises(ConfigError, match="profile nosuch"):
+        load_profile(Path("nosuch"))
+
+
+def test_a_local_file_wins_over_a_shipped_profile_of_the_same_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "roce").write_text("fabtune_tune: {max_runs: 8}\n")
+    profile = load_profile(Path("roce"), need="fabtune_tune")
+    assert profile.path == Path("roce") and not profile.desired

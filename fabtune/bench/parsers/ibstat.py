@@ -61,6 +61,8 @@ class IbPort:
     state: str | None = None
     physical_state: str | None = None
     rate: str | None = None
+    # The same field as ibstatus's (``IbStatusPort.rate_gbps``): a number in --json, not a string.
+    rate_gbps: float | None = None
     effective_speed: str | None = None
     base_lid: int | None = None
     lmc: int | None = None
@@ -68,14 +70,6 @@ class IbPort:
     capability_mask: str | None = None
     port_guid: str | None = None
     link_layer: str | None = None
-
-    @property
-    def rate_gbps(self) -> float | None:
-        """The ``Rate:`` figure as a number (Gb/s), without a ``(FDR10)`` suffix."""
-        if self.rate is None:
-            return None
-        match = _RATE_RE.match(self.rate)
-        return None if match is None else float(match["gbps"])
 
     @property
     def active(self) -> bool:
@@ -181,6 +175,12 @@ def _ca(builder: _CaBuilder) -> IbCa:
     )
 
 
+def _rate_gbps(rate: str | None) -> float | None:
+    """The ``Rate:`` figure as a number (Gb/s), without a ``(FDR10)`` suffix."""
+    match = _RATE_RE.match(rate or "")
+    return None if match is None else to_float(TOOL, match["gbps"], "rate")
+
+
 def _port(number: int, fields: dict[str, str | None]) -> IbPort:
     ints = {k: (None if v is None else to_int(TOOL, v, k)) for k, v in fields.items()
             if k in _PORT_INTS}
@@ -189,6 +189,7 @@ def _port(number: int, fields: dict[str, str | None]) -> IbPort:
         state=fields.get("state"),
         physical_state=fields.get("physical_state"),
         rate=fields.get("rate"),
+        rate_gbps=_rate_gbps(fields.get("rate")),
         effective_speed=fields.get("effective_speed"),
         base_lid=ints.get("base_lid"),
         lmc=ints.get("lmc"),

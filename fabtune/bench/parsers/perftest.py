@@ -135,11 +135,15 @@ _BOOL_FIELDS = frozenset(
     {"dual_port", "using_srq", "pcie_relax_order", "lock_free", "ibv_wr_api", "enhanced_reorder",
      "rdma_cm"}
 )
+# perftest built without relaxed ordering (HAVE_RO) or the thread-domain API (HAVE_TD_API) prints
+# "Unsupported" for these two (ctx_print_test_info() in src/perftest_parameters.c): parsed as None.
+_MAY_BE_UNSUPPORTED = frozenset({"pcie_relax_order", "lock_free"})
 
 
 @dataclass(frozen=True)
 class PerftestHeader:
-    """The header block printed by ``ctx_print_test_info()``; absent fields are None."""
+    """The header block printed by ``ctx_print_test_info()``; absent fields are None, and so are the
+    two features a perftest build may lack (``Unsupported``: ``pcie_relax_order``, ``lock_free``)."""
 
     test: str | None = None
     dual_port: bool | None = None
@@ -488,9 +492,11 @@ def _header(raw: dict[str, str], title: str | None) -> PerftestHeader:
     return PerftestHeader(**values)
 
 
-def _header_value(name: str, value: str) -> int | bool | str:
+def _header_value(name: str, value: str) -> int | bool | str | None:
     if name in _INT_FIELDS:
         return to_int(TOOL, value.removesuffix("[B]"), name)
+    if name in _MAY_BE_UNSUPPORTED and value == "Unsupported":
+        return None
     if name in _BOOL_FIELDS:
         if value not in ("ON", "OFF"):
             fail(TOOL, f"{name} should be ON or OFF, got {value!r}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from fabtune.bench.parsers import ibstat
 from fabtune.commands.parse import PARSERS, parse
 from fabtune.errors import ConfigError, ParseError
 
@@ -88,3 +90,16 @@ def test_missing_file_raises_config_error(tmp_path: Path) -> None:
 def test_unknown_tool_is_a_usage_error() -> None:
     result = CliRunner().invoke(parse, ["iperf", "-"], input="")
     assert result.exit_code == 2
+
+
+def test_json_ibstat_rate_is_a_number_as_in_ibstatus(sample: Loader) -> None:
+    """One type per field: ``rate`` is the text as printed, ``rate_gbps`` a number, in both parsers."""
+    text = sample("ibstat__mlx4_ddr_two_ports_active_polling__archwiki.txt")
+    result = CliRunner().invoke(parse, ["ibstat", "-", "--json"], input=text)
+    assert result.exit_code == 0, result.output
+    port1, port2 = json.loads(result.output)["cas"][0]["ports"]
+    assert (port1["rate"], port1["rate_gbps"]) == ("20", 20.0)
+    assert (port2["rate"], port2["rate_gbps"]) == ("10", 10.0)
+    status = dataclasses.asdict(ibstat.parse_ibstatus("Infiniband device 'mlx5_0' port 1 status:\n"
+                                                      "\trate:\t\t 400 Gb/sec (4X NDR)\n")[0])
+    assert isinstance(status["rate_gbps"], float) and isinstance(status["rate"], str)

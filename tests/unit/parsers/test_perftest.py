@@ -298,3 +298,34 @@ def test_to_gbps_units() -> None:
     assert perftest.to_gbps(1000.0, "MiB/sec") == pytest.approx(8.388608)
     with pytest.raises(ParseError, match="unknown bandwidth unit"):
         perftest.to_gbps(1.0, "usec")
+
+
+# ctx_print_test_info() in perftest's src/perftest_parameters.c prints "Unsupported" for PCIe relax
+# order without HAVE_RO and for Lock-free without HAVE_TD_API (the last variant with a tab before ':').
+UNSUPPORTED_HEADERS = (
+    " PCIe relax order: ON\t\tLock-free      : Unsupported\n",
+    " PCIe relax order: Unsupported\t\tLock-free      : OFF\n",
+    " PCIe relax order: Unsupported\t\tLock-free\t: Unsupported\n",
+)
+
+
+@pytest.mark.parametrize("line", UNSUPPORTED_HEADERS)
+def test_unsupported_features_parse_as_none(line: str) -> None:
+    text = (
+        "                    RDMA_Write BW Test\n"
+        " Dual-port       : OFF\t\tDevice         : mlx5_0\n"
+        f"{line}"
+        " ibv_wr* API     : ON\t\tUsing Enhanced Reorder      : OFF\n"
+        " #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]\n"
+        " 65536      5000             97.50              97.41                 0.185802\n"
+    )
+    header = perftest.parse(text).header
+    expected = {"ON": True, "OFF": False, "Unsupported": None}
+    relax, lock = (part.split(":")[1].strip() for part in line.strip().split("\t\t"))
+    assert (header.pcie_relax_order, header.lock_free) == (expected[relax], expected[lock])
+    assert header.device == "mlx5_0" and header.ibv_wr_api is True
+
+
+def test_unsupported_is_refused_where_perftest_never_prints_it() -> None:
+    with pytest.raises(ParseError, match="dual_port should be ON or OFF"):
+        perftest.parse(" Dual-port       : Unsupported\n #bytes #iterations BW peak[Gb/sec] x\n 2 5 1.0 1.0 1.0\n")
