@@ -328,4 +328,6 @@ def test_unsupported_features_parse_as_none(line: str) -> None:
 
 def test_unsupported_is_refused_where_perftest_never_prints_it() -> None:
     with pytest.raises(ParseError, match="dual_port should be ON or OFF"):
-        perftest.parse(" Dual-port       : Unsupported\n #bytes #iterations BW peak[Gb/sec] x\n 2 5 1.0 1.0 1.0\n")
+        perftest.parse(
+            " Dual-port       : Unsupported\n #bytes #iterations BW peak[Gb/sec] x\n 2 5 1.0 1.0 1.0\n"
+        )
