@@ -81,3 +81,18 @@ def test_roce_v1_costs_header_bytes() -> None:
     v2 = nic(rate=40.0, mtu=1500)
     v1 = dataclasses.replace(v2, roce_mode=1)
     assert ceiling_gbps(v1) < ceiling_gbps(v2)
+
+
+def test_saturated_runs_scatter_below_the_ceiling_instead_of_sitting_on_it() -> None:
+    """Issue 13.6: 10 noisy runs at 8 QPs, 1 MiB gave 392.15 five times (clipped at the ceiling).
+    Real saturated runs scatter just under it (nccl#2409: 391.8 / 391.8 / 391.5 Gb/s)."""
+    port = nic()
+    fab = rack(2, port, nics=1)
+    runs = [p2p(fab, [Flow(0, 1, msg_size=MIB, qps=8, tclass=106)], run).results[0].goodput_gbps
+            for run in range(10)]
+    ceiling = ceiling_gbps(port)
+    printed = [round(r, 2) for r in runs]  # perftest prints two decimals
+    assert round(ceiling, 2) not in printed, printed
+    assert len(set(printed)) >= 8, printed
+    assert max(runs) <= ceiling
+    assert sum(r >= 0.99 * ceiling for r in runs) >= 8, printed

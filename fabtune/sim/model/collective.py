@@ -241,7 +241,7 @@ def latency_floor_us(n: int) -> float:
 def _row(p: Plan, op: CollectiveOp, size: int, n: int, factor: float) -> SizeResult:
     """Return one nccl-tests row: noisy bandwidth term, plus latency, then algbw and busbw."""
     bf = bus_factor(op, n) or 1.0
-    bw = min(busbw_at(p.peak, size) * factor, p.peak)
+    bw = noise.below(busbw_at(p.peak, size) * factor, p.peak)
     t_us = (size / (bw / bf * 1e9) * 1e6 if bw > 0 else math.inf) + latency_floor_us(n)
     algbw = size / (t_us * 1e-6) / 1e9
     return SizeResult(size, t_us, algbw, algbw * bf)

@@ -24,6 +24,18 @@ def factor(rng: np.random.Generator, cv: float) -> float:
     return jitter
 
 
+def below(value: float, ceiling: float) -> float:
+    """Return a noisy ``value`` that may not pass a physical ``ceiling``, reflected below it.
+
+    A run cannot beat the link, but real runs at saturation still scatter just under it
+    (ib_write_bw 391.8 / 391.8 / 391.5 Gb/s across sizes at 8 QPs, nccl#2409, cal section 7):
+    clipping instead would put every upward draw exactly on the ceiling, half the runs identical.
+    The excess is mirrored in log space (ceiling^2 / value), so the scatter keeps its width and
+    its seed, and no run lands above the ceiling.
+    """
+    return value if value <= ceiling else ceiling * ceiling / value
+
+
 def cv_for_size(size: int) -> float:
     """Return the busbw CV for a message size: larger for 1-64 MiB (cal §7)."""
     mid = 2**20 <= size <= 64 * 2**20

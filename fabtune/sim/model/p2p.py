@@ -219,11 +219,11 @@ def _apply_cc(ok: Sequence[_Prepared], share: list[float], rho: list[float]) -> 
 
 
 def _result(fabric: FabricConfig, p: _Prepared, rate: float, run_index: int | None) -> P2PResult:
-    """Add noise (capped at the flow's idle-fabric rate; none without a run) and latency."""
+    """Add noise (reflected below the flow's idle-fabric rate; none without a run) and latency."""
     jitter = 1.0
     if run_index is not None:
         jitter = noise.factor(noise.rng_for(fabric.seed, run_index, p.index), params.CV_P2P)
-    goodput = min(rate * jitter, p.demand)
+    goodput = noise.below(rate * jitter, p.demand)
     sw = fabric.switch
     hops = 1 if leaf_of(sw, p.flow.src_host) == leaf_of(sw, p.flow.dst_host) else 3
     return P2PResult(goodput, link.latency_us(p.flow.msg_size, max(goodput, 1e-9), hops))
