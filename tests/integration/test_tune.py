@@ -29,8 +29,10 @@ def test_tune_reaches_the_oracle_and_verifies_rollbacks(
     result, report = tune_run.tune(inventory(rack), FAST, oracle=tune_run.testbed_oracle)
     doc = json.loads(report.read_text())
     assert doc["oracle"]["share_of_best"] >= 0.99, doc["oracle"]
+    # The outcome, not one seed's path to it (issue 13.9): which moves get kept depends on the
+    # model's calibration; that the rack ends at the oracle's best with no unconfident keep does not.
     kept = [m for m in result.moves if m.outcome == "kept"]
-    assert [m.name for m in kept] == ["lossless priority 4", "MTU 4200"]
+    assert kept, [(m.name, m.outcome) for m in result.moves]
     for move in kept:  # every kept move improved a bandwidth with confidence
         assert "keep" in (move.decision["all_reduce"]["verdict"], move.decision["alltoall"]["verdict"])
     assert result.final[len(result.final) // 2] > result.baseline[len(result.baseline) // 2]
