@@ -27,7 +27,7 @@ GOOD: dict[str, Any] = {
         },
     },
     "nccl": {"NCCL_IB_TC": 106, "NCCL_IB_GID_INDEX": 3, "NCCL_IB_HCA": "=mlx5_0"},
-    "sm": {"routing_engine": "ftree,minhop", "qos": True, "lmc": 0, "sm_priority": 14, "max_op_vls": 8},
+    "sm": {"routing_engine": "ftree,minhop", "qos": True, "lmc": 0, "sm_priority": 14, "max_op_vls": 4},
 }
 
 
@@ -104,7 +104,9 @@ BAD = [
     ("sm.sm_priority", 16, "sm.sm_priority: 16"),
     ("sm.qos_sl2vl", "0,1,2", "must be 16 comma-separated VLs"),
     ("sm.adaptive_routing", True, "sm.adaptive_routing: True is not a key opensm knows"),
-    ("sm.qos_max_vls", 15, "sm.qos_max_vls: 15 exceeds max_op_vls 8"),
+    ("sm.qos_max_vls", 15, "sm.qos_max_vls: 15 exceeds the 8 VLs of max_op_vls 4 (VL0-7)"),
+    # Issue 13.2: an encoding (opensm/osm_port.c caps the encoded op_vls), 8 limits nothing.
+    ("sm.max_op_vls", 8, "sm.max_op_vls: 8 must be an integer in 1..5"),
     ("switches", {}, "switches: {} is not a known section"),
 ]
 
@@ -162,3 +164,11 @@ def test_opensm_keys_are_those_real_opensm_knows(tmp_path: Path) -> None:
     lines = conf.read_text().splitlines()
     keys = {line.split()[0] for line in lines if line.strip() and not line.startswith("#")}
     assert keys == set(OPENSM_KEYS)
+
+
+def test_max_op_vls_4_allows_eight_qos_vls() -> None:
+    """Issue 13.2: ``max_op_vls: 4`` (VL0-7) with ``qos_max_vls: 8`` is the correct pair, not an error."""
+    state = changed("sm.max_op_vls", 4)
+    state["sm"]["qos_max_vls"] = 8
+    problems, _ = validate(state)
+    assert problems == []

@@ -108,7 +108,12 @@ MLNX_AR_KEYS = frozenset(("ar_enable", "adaptive_routing_enable", "ar_sl_mask",
 SM_RESTART_KEYS = frozenset(("guid", "lmc", "lmc_esp0", "max_op_vls", "routing_engine", "qos",
                              "qos_policy_file", "sm_priority", "daemon", "log_file",
                              "single_thread", "subnet_prefix", "sm_key", "m_key"))
-SM_INT_RANGES = {"lmc": (0, 7), "sm_priority": (0, 15), "max_op_vls": (1, 15),
+# max_op_vls is PortInfo's OperationalVLs encoding, not a count: 1 VL0, 2 VL0-1, 3 VL0-3, 4 VL0-7,
+# 5 VL0-14 (opensm's default, OSM_DEFAULT_MAX_OP_VLS in include/opensm/osm_base.h). opensm caps a
+# port's encoded op_vls with it (osm_physp_calc_link_op_vls, opensm/osm_port.c), so a larger number
+# limits nothing. qos_max_vls (opensm/osm_qos.c) is a count of VLs.
+OP_VLS_COUNT = {1: 1, 2: 2, 3: 4, 4: 8, 5: 15}
+SM_INT_RANGES = {"lmc": (0, 7), "sm_priority": (0, 15), "max_op_vls": (1, 5),
                  "qos_max_vls": (0, 15), "qos_high_limit": (0, 255), "sm_sl": (0, 15),
                  "sweep_interval": (0, 3600)}
 SM_BOOL_KEYS = ("qos", "reassign_lids", "force_heavy_sweep", "sweep_on_trap", "congestion_control",
@@ -426,8 +431,9 @@ def _sm(p, value):
         if checked is not None:
             out[key] = checked
     qos_vls, op_vls = as_int(out.get("qos_max_vls")), as_int(out.get("max_op_vls"))
-    if qos_vls and op_vls and qos_vls > op_vls:
-        p.add("sm.qos_max_vls", qos_vls, "exceeds max_op_vls %d" % op_vls)
+    if qos_vls and op_vls in OP_VLS_COUNT and qos_vls > OP_VLS_COUNT[op_vls]:
+        p.add("sm.qos_max_vls", qos_vls, "exceeds the %d VLs of max_op_vls %d (VL0-%d)"
+              % (OP_VLS_COUNT[op_vls], op_vls, OP_VLS_COUNT[op_vls] - 1))
     return out
 
 
