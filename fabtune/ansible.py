@@ -7,7 +7,9 @@ runner status, stats and events, never from stdout text.
 
 from __future__ import annotations
 
+import json
 import os
+import shlex
 import sys
 import time
 import uuid
@@ -187,14 +189,37 @@ def _absolute(inventory: Path) -> str:
 def _run(kind: str, on_task: TaskCallback | None, timeout_s: int, **kwargs: Any) -> RunOutcome:
     private, ident = _private_dir(kind)
     collector = _Collector(on_task)
-    runner = ansible_runner.run(
-        private_data_dir=str(private), ident=ident, quiet=True, rotate_artifacts=200,
-        envvars=_envvars(), event_handler=collector, suppress_env_files=True, timeout=timeout_s, **kwargs,
-    )
+    extravars = kwargs.pop("extravars", None)
+    varfile = _extravars_file(private, ident, extravars) if extravars else None
+    if varfile is not None:
+        flags = [f"-e @{shlex.quote(str(varfile))}", kwargs.get("cmdline")]
+        kwargs["cmdline"] = " ".join(f for f in flags if f)
+    try:
+        runner = ansible_runner.run(
+            private_data_dir=str(private), ident=ident, quiet=True, rotate_artifacts=200,
+            envvars=_envvars(), event_handler=collector, suppress_env_files=True, timeout=timeout_s,
+            **kwargs,
+        )
+    finally:
+        if varfile is not None:
+            varfile.unlink(missing_ok=True)
     return RunOutcome(
         status=str(runner.status), rc=int(runner.rc), stats=runner.stats or {},
         tasks=tuple(collector.tasks), artifact_dir=Path(runner.config.artifact_dir),
     )
+
+
+def _extravars_file(private: Path, ident: str, extravars: Mapping[str, Any]) -> Path:
+    """Write a run's extra vars to a private file for ``-e @FILE``.
+
+    On the command line (ansible-runner's way with ``extravars=``) the desired state of a large
+    rack is megabytes, past the kernel's argument limit, and readable by every user in ``ps``.
+    """
+    path = private_dir(private / "extravars") / f"{ident}.json"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as out:
+        json.dump(extravars, out)
+    return path
 
 
 def run_playbook(
@@ -215,7 +240,8 @@ def run_playbook(
     Args:
         playbook: ``facts.yml`` style name in the project's playbooks, or a path.
         inventory: the inventory file (an absolute path).
-        extravars: variables passed with ``-e`` (the desired state, typically).
+        extravars: variables passed with ``-e @FILE`` (the desired state, typically): a private
+            file for the run's duration, never the command line.
         limit: a host pattern to restrict the run.
         check: run in check mode.
         diff: report diffs.
