@@ -21,6 +21,8 @@ from typing import Any
 
 from rich.console import Console
 
+from fabtune.commands import _console
+
 ROUND = re.compile(r"round (\d+)/(\d+)(?:, about (\d+) s left)?")
 STYLE = {
     "decision": "bold",
@@ -36,7 +38,7 @@ class Progress:
     """An event sink for the tuning loop and other long runs (``(kind, message, data)``)."""
 
     def __init__(self, jsonl: bool = False, console: Console | None = None) -> None:
-        self.console = console or Console(stderr=True, soft_wrap=True)  # a progress line is never cut
+        self.console = console or _console.err()  # a progress line is never cut
         self.jsonl = jsonl
         self.start = time.monotonic()
         self._status: Any = None

@@ -12,6 +12,7 @@ from fabtune.bench import nccl, pairs
 from fabtune.bench.argv import NCCL_TESTS, PERFTEST_VERBS, NcclOptions, PerftestOptions
 from fabtune.bench.fabric import read_hosts
 from fabtune.bench.schedule import all_pairs_rounds, incast_stage, rail_pairs
+from fabtune.commands import _console
 from fabtune.commands._common import INVENTORY_OPTION, JSON_OPTION, OOB_OPTION, require_file, write_json
 from fabtune.errors import BenchmarkError
 from fabtune.inventory import read_inventory
@@ -74,7 +75,7 @@ def pairs_cmd(
 ) -> None:
     """All host pairs in N-1 concurrent rounds, NIC i to NIC i."""
     require_file(inventory, "inventory")
-    console = Console(stderr=True)
+    console = _console.err()
     views = read_hosts(inventory)
     hosts = sorted(views)
     count = min(len(v.rails) for v in views.values()) if rails is None else rails
@@ -90,7 +91,7 @@ def pairs_cmd(
             deadline_s=read_inventory(inventory).bench_timeout_s,
         )
     flat = [r for rnd in done for r in rnd]
-    _print_pairs(flat, Console())
+    _print_pairs(flat, _console.out())
     write_json(json_file, {"kind": "pairs", "rounds": done})
 
 
@@ -118,7 +119,7 @@ def incast_cmd(
     opts = PerftestOptions(verb, size, qps, duration, None, tclass)
     deadline = read_inventory(inventory).bench_timeout_s
     results = pairs.run_round(inventory, stage, views, opts, deadline_s=deadline)
-    _print_pairs(results, Console())
+    _print_pairs(results, _console.out())
     write_json(json_file, {"kind": "incast", "fan_in": len(stage), "results": results})
 
 
@@ -168,8 +169,8 @@ def nccl_cmd(
             f"{row.in_place.busbw_gbps:.2f}",
             str(row.out_of_place.wrong),
         )
-    Console().print(table)
-    Console().print(
+    _console.out().print(table)
+    _console.out().print(
         f"Avg bus bandwidth per GPU: {run.result.avg_busbw_gbps} GB/s over {len(hosts)} hosts x "
         f"{per_host} GPUs"
     )

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from fabtune import bootstrap as lib
 from fabtune import report as reports
+from fabtune.commands import _console
 from fabtune.commands._common import absolute_path, require_file, write_json
 from fabtune.commands._progress import Progress
 from fabtune.inventory import read_inventory
@@ -108,7 +109,7 @@ def bootstrap(
     profile = load_profile(profile_path, need="fabric_desired")  # validated before anything runs
     info = read_inventory(inventory)
     check_against_rack(profile, info)
-    console = Console(stderr=True)
+    console = _console.err()
     journal = Journal()
     run_id = journal.open_run("bootstrap", info.name, str(inventory), str(profile.path))
     state = "failed"
@@ -138,9 +139,9 @@ def bootstrap(
         raise
     finally:
         journal.close()
-    _print(report, Console())
+    _print(report, _console.out())
     if written:
-        Console().print(f"report: {written['html']}", soft_wrap=True, highlight=False)
+        _console.out().print(f"report: {written['html']}", soft_wrap=True, highlight=False)
     write_json(json_file, {"kind": "bootstrap", "run_id": run_id, "passed": report.passed, "report": report})
     if not report.passed:
         raise lib.BootstrapFailed(

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
-from rich.console import Console
 from rich.table import Table
 
 from fabtune.bench.checkrun import run_checks
+from fabtune.commands import _console
 from fabtune.commands._common import INVENTORY_OPTION, JSON_OPTION, OOB_OPTION, require_file, write_json
 from fabtune.errors import ExitStatus
 
@@ -29,12 +29,12 @@ def check(
     Exits 7 when any check fails.
     """
     require_file(inventory, "inventory")
-    with Console(stderr=True).status("checking the fabric"):
+    with _console.err().status("checking the fabric"):
         results = run_checks(inventory, with_nccl=not no_nccl, oob_interface=oob_interface)
     table = Table("check", "host", "verdict", "summary", "evidence", show_lines=False)
     for r in results:
         table.add_row(r.check, r.host, f"[{STYLE[r.verdict]}]{r.verdict}[/]", r.summary, r.evidence)
-    Console().print(table)
+    _console.out().print(table)
     write_json(json_file, {"kind": "check", "results": results})
     if any(r.verdict == "fail" for r in results):
         ctx.exit(int(ExitStatus.CHECK_FAILED))

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
-from rich.console import Console
 
+from fabtune.commands import _console
 from fabtune.commands._progress import Progress
 from fabtune.commands.tune import _finish
 from fabtune.testbed import build
@@ -30,7 +30,7 @@ DEMO_SPEC = Path(__file__).resolve().parents[1] / "testbed" / "specs" / "demo.ym
 )
 def demo(spec_file: Path, keep: bool) -> None:
     """Build a small misconfigured RoCE rack, tune it, and say where the report is."""
-    console = Console(stderr=True)
+    console = _console.err()
     spec = load_spec(spec_file, {})
     with console.status(f"building testbed {spec.name!r} ({len(spec.hosts)} hosts)"):
         tb_dir = build.up(spec)

@@ -6,10 +6,13 @@ from pathlib import Path
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from fabtune import drift as lib
 from fabtune import report as reports
+from fabtune.commands import _console
 from fabtune.commands._common import absolute_path, write_json
 from fabtune.commands._progress import Progress
 from fabtune.errors import ExitStatus
@@ -24,10 +27,12 @@ def _print(result: lib.DriftResult, console: Console) -> None:
     if report.items:
         table = Table("host", "knob", "expected", "found", title=f"drift from the {result.source}")
         for item in report.items:
-            table.add_row(item.host, item.knob, lib.show(item.expected), lib.show(item.found))
+            # Text cells: a value such as "[ets, ets]" is data, never rich markup.
+            cells = (item.host, item.knob, lib.show(item.expected), lib.show(item.found))
+            table.add_row(*(Text(v) for v in cells))
         console.print(table)
     for host, why in sorted(report.failed.items()):
-        console.print(f"[bold red]{host}: not checked[/]: {why}", highlight=False)
+        console.print(f"[bold red]{escape(host)}: not checked[/]: {escape(why)}", highlight=False)
     summary = ", ".join(f"{h}: {report.count(h)}" for h in report.hosts)
     console.print(
         f"{len(report.items)} knob(s) drifted on {len(report.drifted_hosts)} host(s) ({summary})",
@@ -151,7 +156,7 @@ def drift(
         return
     info = read_inventory(inventory)
     source = lib.desired_for(info, profile_path)
-    console = Console(stderr=True)
+    console = _console.err()
     journal = Journal()
     run_id = journal.open_run("drift", info.name, str(inventory), str(profile_path) if profile_path else None)
     result = lib.DriftResult(info.name, source.source, lib.DriftReport(info.hosts, ()))
@@ -182,7 +187,7 @@ def drift(
         _finish(journal, run_id, result, textfile, json_file)
         raise
     _finish(journal, run_id, result, textfile, json_file)
-    _print(result, Console())
+    _print(result, _console.out())
     status = result.exit_status
     if status == ExitStatus.DRIFT_FOUND:
         hosts = sorted({*result.report.drifted_hosts, *result.report.failed})
@@ -216,7 +221,7 @@ def _finish(
     written = reports.write_quietly(journal, run_id)
     journal.close()
     if written:
-        Console(stderr=True).print(f"report: {written['html']}", soft_wrap=True, highlight=False)
+        _console.err().print(f"report: {written['html']}", soft_wrap=True, highlight=False)
     if textfile is not None:
         lib.write_textfile(textfile, lib.prometheus_text(result))
     write_json(

@@ -7,9 +7,9 @@ import sys
 from pathlib import Path
 
 import click
-from rich.console import Console
 from rich.table import Table
 
+from fabtune.commands import _console
 from fabtune.errors import ExitStatus, TestbedError
 from fabtune.testbed import build, layout
 from fabtune.testbed.access import ssh_argv
@@ -41,7 +41,7 @@ def testbed() -> None:
 def up(hosts: int | None, fabric: str | None, spec_file: Path | None, name: str | None) -> None:
     """Build a rack (recovering a stale one of the same name)."""
     spec = load_spec(spec_file, {"hosts": hosts, "fabric": fabric, "name": name})
-    console = Console(stderr=True)
+    console = _console.err()
     with console.status(f"building testbed {spec.name!r}") as shown:
         path = build.up(spec, lambda step: shown.update(f"testbed {spec.name!r}: {step}"))
     console.print(f"testbed {spec.name!r}: {len(spec.hosts)} {spec.fabric} hosts up")
@@ -53,7 +53,7 @@ def up(hosts: int | None, fabric: str | None, spec_file: Path | None, name: str 
 def down(name: str) -> None:
     """Remove a rack: processes, namespaces, links, mounts and files."""
     build.down(name)
-    Console(stderr=True).print(f"testbed {name!r} removed")
+    _console.err().print(f"testbed {name!r} removed")
 
 
 @testbed.command("status")
@@ -69,7 +69,7 @@ def status(ctx: click.Context, name: str) -> None:
         table.add_row(
             row.name, row.mgmt_ip, *("yes" if v else "NO" for v in (row.netns, row.running, row.ssh))
         )
-    Console().print(table)
+    _console.out().print(table)
     if not all(r.netns and r.running and r.ssh for r in rows):
         ctx.exit(int(ExitStatus.TESTBED))
 

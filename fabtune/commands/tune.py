@@ -6,9 +6,9 @@ import time
 from pathlib import Path
 
 import click
-from rich.console import Console
 from rich.table import Table
 
+from fabtune.commands import _console
 from fabtune.commands._common import INVENTORY_OPTION, absolute_path, require_file
 from fabtune.commands._progress import Progress
 from fabtune.journal import Journal
@@ -41,7 +41,7 @@ def summary_table(result: TuneResult) -> Table:
 
 
 def _finish(result: TuneResult, report: Path) -> None:
-    console = Console()
+    console = _console.out()
     console.print(summary_table(result))
     base = sorted(result.baseline)[len(result.baseline) // 2]
     final = sorted(result.final)[len(result.final) // 2]
@@ -79,7 +79,7 @@ def runs(limit: int) -> None:
     for r in Journal().runs(limit):
         started = time.strftime("%Y-%m-%d %H:%M", time.localtime(r.started))
         table.add_row(r.id, r.kind, r.fabric, r.state, started, str(r.summary.get("report", "")))
-    Console().print(table)
+    _console.out().print(table)
 
 
 @click.command("show")
@@ -88,12 +88,12 @@ def show(run_id: str) -> None:
     """Every journaled step of a run."""
     journal = Journal()
     run = journal.run(run_id)
-    Console().print(f"run {run.id}: {run.kind} on {run.fabric} ({run.inventory}), {run.state}")
+    _console.out().print(f"run {run.id}: {run.kind} on {run.fabric} ({run.inventory}), {run.state}")
     table = Table("#", "kind", "name", "state", "detail")
     for s in journal.steps(run_id):
         detail = s.payload.get("reason") or s.payload.get("why") or ""
         table.add_row(str(s.seq), s.kind, s.name, s.state, str(detail))
-    Console().print(table)
+    _console.out().print(table)
 
 
 @click.command("rollback")
@@ -121,7 +121,7 @@ def rollback(run_id: str, inventory: Path | None, from_hosts: bool) -> None:
     if inventory is not None:
         require_file(inventory, "inventory")
     hosts = tune_run.rollback(run_id, Progress(), inventory=inventory, from_hosts=from_hosts)
-    Console().print(f"restored {len(hosts)} hosts to their state before {run_id}: {', '.join(hosts)}")
+    _console.out().print(f"restored {len(hosts)} hosts to their state before {run_id}: {', '.join(hosts)}")
 
 
 @click.command("resume")
