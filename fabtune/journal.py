@@ -56,6 +56,8 @@ SELECT_RUNS = (
 )
 # The shape of a run id (open_run makes them): checked before any lookup.
 RUN_ID_RE = re.compile(r"^\d{8}-\d{6}-[0-9a-f]{6}$")
+# The start of a run id (what an operator types from `fabtune runs`): date, then time, then suffix.
+RUN_PREFIX_RE = re.compile(r"^\d{1,8}(?:-\d{0,6}(?:-[0-9a-f]{0,6})?)?$")
 RUN_ID_EXAMPLE = "20261201-140000-a1b2c3"
 BACKUPS_KEPT = 10
 
@@ -352,6 +354,28 @@ class Journal:
             return False
         with self._guard("reading a run"):
             return self._db.execute("SELECT 1 FROM runs WHERE id=?", (run_id,)).fetchone() is not None
+
+    def resolve(self, text: str) -> str:
+        """The run id that ``text`` (a whole id or any unique start of one) names.
+
+        Raises:
+            UnknownRun: no run, or several, start with ``text`` (they are named).
+        """
+        if RUN_ID_RE.match(text):
+            return text
+        if not RUN_PREFIX_RE.match(text):
+            check_run_id(text, self.path)
+        with self._guard("finding a run"):
+            rows = self._db.execute(
+                "SELECT id FROM runs WHERE substr(id, 1, ?) = ? ORDER BY id LIMIT 6", (len(text), text)
+            ).fetchall()
+        ids = [str(r[0]) for r in rows]
+        if len(ids) == 1:
+            return ids[0]
+        if not ids:
+            raise UnknownRun(f"no run starting with {text!r} in {self.path} (`fabtune runs` lists the runs)")
+        listed = ", ".join(ids[:5]) + (", ..." if len(ids) > 5 else "")
+        raise UnknownRun(f"run id {text!r} is ambiguous: it starts {listed}; give more of it")
 
     def run(self, run_id: str) -> Run:
         check_run_id(run_id, self.path)

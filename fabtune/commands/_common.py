@@ -10,12 +10,24 @@ from typing import Any
 import click
 
 from fabtune.errors import ConfigError
+from fabtune.journal import RUN_ID_RE, Journal
 
 
 def absolute_path(_ctx: click.Context, _param: click.Parameter, value: Path | None) -> Path | None:
     """Click callback: the path made absolute against the current directory, before it goes anywhere
     (ansible-runner takes a relative inventory path for inline inventory text)."""
     return None if value is None else value.absolute()
+
+
+def run_id_of(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    """Click callback: a run id, or any unique start of one, made whole. A whole id is taken as it
+    is, without opening the journal (a rollback from the hosts' records works with none)."""
+    if value is None or RUN_ID_RE.match(value):
+        return value
+    return Journal().resolve(value)
+
+
+RUN_ID_ARGUMENT = click.argument("run_id", callback=run_id_of)
 
 
 INVENTORY_OPTION = click.option(

@@ -7,12 +7,13 @@ from pathlib import Path
 import click
 
 from fabtune import report as lib
+from fabtune.commands._common import RUN_ID_ARGUMENT
 from fabtune.errors import ConfigError
 from fabtune.journal import Journal
 
 
 @click.command("report")
-@click.argument("run_id")
+@RUN_ID_ARGUMENT
 @click.option(
     "--format",
     "fmt",

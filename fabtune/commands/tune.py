@@ -9,7 +9,7 @@ import click
 from rich.table import Table
 
 from fabtune.commands import _console
-from fabtune.commands._common import INVENTORY_OPTION, absolute_path, require_file
+from fabtune.commands._common import INVENTORY_OPTION, RUN_ID_ARGUMENT, absolute_path, require_file
 from fabtune.commands._progress import Progress
 from fabtune.journal import Journal
 from fabtune.profile import Profile, load_profile
@@ -83,7 +83,7 @@ def runs(limit: int) -> None:
 
 
 @click.command("show")
-@click.argument("run_id")
+@RUN_ID_ARGUMENT
 def show(run_id: str) -> None:
     """Every journaled step of a run."""
     journal = Journal()
@@ -97,7 +97,7 @@ def show(run_id: str) -> None:
 
 
 @click.command("rollback")
-@click.argument("run_id")
+@RUN_ID_ARGUMENT
 @click.option(
     "-i",
     "--inventory",
@@ -125,7 +125,7 @@ def rollback(run_id: str, inventory: Path | None, from_hosts: bool) -> None:
 
 
 @click.command("resume")
-@click.argument("run_id")
+@RUN_ID_ARGUMENT
 @click.option(
     "--profile",
     type=click.Path(path_type=Path),
