@@ -201,10 +201,15 @@ def parse_stream(stream: TextIO, *, allow_partial: bool = False) -> NcclTestsRes
     return _parse_lines(stream_lines(stream), allow_partial)
 
 
+# Launcher labels in front of each line: Open MPI's --tag-output ("[1,0]<stdout>:", jobid,rank)
+# and Slurm's srun --label ("0: ", the task id). Real nccl-tests lines never start with either.
+_LABEL_RE = re.compile(r"^(?:\[\d+,\d+\]<std(?:out|err)>:|\s*\d+: )")
+
+
 def _parse_lines(lines: Iterable[str], allow_partial: bool) -> NcclTestsResult:
     builder = _Builder()
     for number, line in enumerate(lines, start=1):
-        _scan_line(builder, number, line)
+        _scan_line(builder, number, _LABEL_RE.sub("", line, count=1))
         if len(builder.rows) + len(builder.devices) + len(builder.failures) > MAX_RECORDS:
             fail(TOOL, f"more than {MAX_RECORDS} result rows, rank lines and failures by line {number}: "
                        "not the output of one nccl-tests run")

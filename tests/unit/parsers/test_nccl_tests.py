@@ -262,3 +262,12 @@ def test_current_format_version_and_collective() -> None:
 def test_garbled_input_raises(text: str, message: str) -> None:
     with pytest.raises(ParseError, match=message):
         nccl_tests.parse(text)
+
+
+# Launcher labels (issue 14): Open MPI `mpirun --tag-output` puts "[jobid,rank]<stdout>:" before
+# each line (mpirun(1)); Slurm `srun --label` puts the task id and ": " (srun(1)).
+@pytest.mark.parametrize("label", ["[1,0]<stdout>:", "0: ", " 12: "])
+def test_launcher_labelled_log_parses_as_the_plain_one(sample: Loader, label: str) -> None:
+    text = sample("nccl-tests__allreduce_perf_8xA100_single_node__superbenchmark.txt")
+    labelled = "".join(f"{label}{line}\n" for line in text.splitlines())
+    assert nccl_tests.parse(labelled) == nccl_tests.parse(text)
