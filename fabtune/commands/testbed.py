@@ -21,8 +21,20 @@ def _testbed_name(_ctx: click.Context, _param: click.Parameter, value: str | Non
     return None if value is None else check_testbed_name(value, "--name")
 
 
+def _one_testbed(ctx: click.Context, param: click.Parameter, value: str | None) -> str:
+    """Click callback: the named testbed, or the only one there is; otherwise say which exist."""
+    if value is not None:
+        return check_testbed_name(value, "--name")
+    names = build.existing()
+    if len(names) == 1:
+        return names[0]
+    if not names:
+        raise TestbedError("no testbed is up here (run 'fabtune testbed up')")
+    raise TestbedError(f"several testbeds are up, name one with --name: {', '.join(names)}")
+
+
 NAME_OPTION = click.option(
-    "--name", default="fab", show_default=True, callback=_testbed_name, help="Testbed name."
+    "--name", default=None, callback=_one_testbed, help="Testbed name (default: the only one up)."
 )
 
 
@@ -57,13 +69,19 @@ def down(name: str) -> None:
 
 
 @testbed.command("status")
-@NAME_OPTION
+@click.option("--name", default=None, callback=_testbed_name, help="Testbed name (default: list them all).")
 @click.pass_context
-def status(ctx: click.Context, name: str) -> None:
-    """Show each host's namespace, init process and sshd; exit non-zero unless all are up."""
+def status(ctx: click.Context, name: str | None) -> None:
+    """Show each host's namespace, init process and sshd; exit non-zero unless all are up.
+
+    Without --name, list every testbed here with its fabric and hosts."""
+    if name is None:
+        _list_testbeds()
+        return
     rows = build.status(name)
     if not rows:
-        raise TestbedError(f"no testbed named {name!r}")
+        known = ", ".join(build.existing()) or "none"
+        raise TestbedError(f"no testbed named {name!r} (testbeds here: {known})")
     table = Table("host", "address", "netns", "running", "ssh")
     for row in rows:
         table.add_row(
@@ -72,6 +90,16 @@ def status(ctx: click.Context, name: str) -> None:
     _console.out().print(table)
     if not all(r.netns and r.running and r.ssh for r in rows):
         ctx.exit(int(ExitStatus.TESTBED))
+
+
+def _list_testbeds() -> None:
+    table = Table("testbed", "fabric", "hosts", "inventory")
+    for name in build.existing():
+        state = build.load_state(name) or {}
+        spec = state.get("spec", {})
+        table.add_row(name, str(spec.get("fabric", "?")), str(spec.get("hosts", "?")),
+                      str(layout.testbed_dir(name) / "inventory.yml"))
+    _console.out().print(table if table.row_count else "no testbed is up here (run 'fabtune testbed up')")
 
 
 @testbed.command("inventory")

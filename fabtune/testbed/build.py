@@ -21,7 +21,7 @@ from fabtune.errors import ConfigError, TestbedError
 from fabtune.paths import private_dir
 from fabtune.testbed import files, layout, system
 from fabtune.testbed.layout import Names
-from fabtune.testbed.spec import HostSpec, TestbedSpec, build_spec, spec_to_doc
+from fabtune.testbed.spec import HostSpec, TestbedSpec, build_spec, is_testbed_name, spec_to_doc
 
 Progress = Callable[[str], None]
 REQUIRED = ("ip", "unshare", "mount", "pivot_root", "ssh-keygen", "ssh", "/usr/sbin/sshd")
@@ -71,6 +71,13 @@ def load_state(name: str) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return data
+
+
+def existing() -> list[str]:
+    """The names of the testbeds built under this FABTUNE_HOME, sorted."""
+    root = layout.fabtune_home() / "testbeds"
+    names = sorted(p.parent.name for p in root.glob("*/state.json")) if root.is_dir() else []
+    return [n for n in names if is_testbed_name(n)]
 
 
 def load_spec_of(name: str) -> TestbedSpec:
