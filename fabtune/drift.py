@@ -576,7 +576,7 @@ def drift_argv(
     inventory: Path,
     *,
     profile: Path | None = None,
-    remediate: bool = True,
+    remediate: bool = False,
     textfile: Path | None = DEFAULT_TEXTFILE,
     executable: str = "/usr/local/bin/fabtune",
 ) -> list[str]:
@@ -595,21 +595,27 @@ def render_units(
     inventory: Path = DEFAULT_INVENTORY,
     *,
     profile: Path | None = None,
-    remediate: bool = True,
+    remediate: bool = False,
     textfile: Path | None = DEFAULT_TEXTFILE,
     executable: str = "/usr/local/bin/fabtune",
     on_calendar: str = "hourly",
+    home: Path = Path("/var/lib/fabtune"),
 ) -> dict[str, str]:
-    """The systemd service and timer of periodic drift runs, by file name."""
+    """The systemd service and timer of periodic drift runs, by file name.
+
+    The service runs ``executable`` (``fabtune drift --install-timer`` passes the fabtune that runs
+    it) with ``home`` as FABTUNE_HOME (the caller's), and remediates only when asked to.
+    """
     argv = drift_argv(
         inventory, profile=profile, remediate=remediate, textfile=textfile, executable=executable
     )
+    what = "check and remediation" if remediate else "check"
     service = f"""\
-# Periodic fabric drift check and remediation (fabtune drift). Exit codes: 0 clean or remediated,
+# Periodic fabric drift {what} (fabtune drift). Exit codes: 0 clean or remediated,
 # 8 drift found or remediation rolled back (reported through the textfile, not a unit failure),
 # 9 another fabtune run holds the fabric's lock, anything else a failure.
 [Unit]
-Description=fabtune fabric drift check and remediation
+Description=fabtune fabric drift {what}
 Documentation=https://github.com/fabtune/fabtune/blob/main/docs/operations.md
 Wants=network-online.target
 After=network-online.target
@@ -618,7 +624,7 @@ After=network-online.target
 Type=oneshot
 ExecStart={shlex.join(argv)}
 SuccessExitStatus=8 9
-Environment=FABTUNE_HOME=/var/lib/fabtune
+Environment={shlex.quote(f"FABTUNE_HOME={home}").replace("%", "%%")}
 Nice=10
 TimeoutStartSec=1h
 """
@@ -639,9 +645,15 @@ WantedBy=timers.target
     return {SERVICE: service, TIMER: timer}
 
 
-def cron_line(inventory: Path = DEFAULT_INVENTORY, *, executable: str = "/usr/local/bin/fabtune") -> str:
+def cron_line(
+    inventory: Path = DEFAULT_INVENTORY,
+    *,
+    executable: str = "/usr/local/bin/fabtune",
+    remediate: bool = False,
+) -> str:
     """The ``/etc/cron.d`` line equivalent to the timer (hourly at minute 17)."""
-    return f"17 * * * * root {shlex.join(drift_argv(inventory, executable=executable))} >/dev/null 2>&1\n"
+    argv = drift_argv(inventory, executable=executable, remediate=remediate)
+    return f"17 * * * * root {shlex.join(argv)} >/dev/null 2>&1\n"
 
 
 def install_units(units: Mapping[str, str], directory: Path = UNIT_DIR) -> list[Path]:

@@ -19,6 +19,7 @@ from fabtune.errors import ExitStatus
 from fabtune.inventory import read_inventory
 from fabtune.journal import Journal
 from fabtune.lock import fabric_lock
+from fabtune.paths import fabtune_home
 from fabtune.profile import packaged
 
 
@@ -141,10 +142,11 @@ def drift(
         units = lib.render_units(
             inventory.resolve(),
             profile=packaged(profile_path).resolve() if profile_path else None,
-            remediate=True,
+            remediate=remediate,
             textfile=textfile or lib.DEFAULT_TEXTFILE,
             executable=lib.fabtune_executable(),
             on_calendar=on_calendar,
+            home=fabtune_home(),
         )
         for path in lib.install_units(units, unit_dir):
             click.echo(f"wrote {path}")

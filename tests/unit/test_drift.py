@@ -13,6 +13,7 @@ import pytest
 from fabtune import drift
 from fabtune.ansible import RunOutcome, TaskResult
 from fabtune.bench.pairs import PairResult
+from fabtune.cli import main
 from fabtune.errors import ConfigError, ExitStatus
 from fabtune.inventory import InventoryInfo
 
@@ -346,8 +347,10 @@ def test_units_render_and_match_contrib(tmp_path: Path) -> None:
         drift.render_units(
             Path("/srv/inv.yml"),
             profile=Path("/srv/p.yml"),
+            remediate=True,
             executable="/opt/ft/bin/fabtune",
             on_calendar="*:0/30",
+            home=Path("/srv/fabtune home"),
         ),
         tmp_path,
     )
@@ -358,9 +361,22 @@ def test_units_render_and_match_contrib(tmp_path: Path) -> None:
         "--textfile /var/lib/node_exporter/textfile_collector/fabtune.prom"
     ) in service
     assert "SuccessExitStatus=8 9" in service and "Type=oneshot" in service
+    assert "Environment='FABTUNE_HOME=/srv/fabtune home'" in service  # the caller's home, not a default
     timer = (tmp_path / "fabtune-drift.timer").read_text()
     assert "OnCalendar=*:0/30" in timer and "Unit=fabtune-drift.service" in timer
     assert "WantedBy=timers.target" in timer
+
+
+def test_the_timer_remediates_only_when_asked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 14: --install-timer added --remediate unasked and pinned FABTUNE_HOME=/var/lib/fabtune."""
+    monkeypatch.setenv("FABTUNE_HOME", str(tmp_path / "home"))
+    inventory = tmp_path / "inv.yml"
+    inventory.write_text("all:\n  hosts:\n    h01: {ansible_host: 127.0.0.1, ansible_port: 9}\n")
+    units = tmp_path / "units"
+    assert main(["drift", "-i", str(inventory), "--install-timer", "--unit-dir", str(units)]) == 0
+    service = (units / "fabtune-drift.service").read_text()
+    assert "--remediate" not in service
+    assert f"Environment=FABTUNE_HOME={tmp_path / 'home'}" in service
 
 
 def test_install_timer_option_writes_units(tmp_path: Path) -> None:
@@ -381,8 +397,9 @@ def test_install_timer_option_writes_units(tmp_path: Path) -> None:
 def test_cron_line() -> None:
     line = drift.cron_line()
     assert line.startswith(
-        "17 * * * * root /usr/local/bin/fabtune drift -i /etc/fabtune/inventory.yml --remediate"
+        "17 * * * * root /usr/local/bin/fabtune drift -i /etc/fabtune/inventory.yml --textfile"
     )
+    assert "--remediate" in drift.cron_line(remediate=True)
     assert line.endswith("\n")
 
 
