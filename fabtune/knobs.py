@@ -89,8 +89,8 @@ KNOBS: tuple[Knob, ...] = (
     Knob("NCCL_IB_SL", "nccl", "NCCL_IB_SL", "nccl_env", ("ib",), "0-15, an SL the SM maps to a data VL"),
     Knob("NCCL_IB_FIFO_TC", "nccl", "NCCL_IB_FIFO_TC", "nccl_env", ("roce",), "0-255, like NCCL_IB_TC"),
     Knob("NCCL_IB_ROCE_VERSION_NUM", "nccl", "NCCL_IB_ROCE_VERSION_NUM", "nccl_env", ("roce",), "1 | 2"),
-    Knob("routing_engine", "sm", "routing_engine", "ib_sm", ("ib",), "opensm routing engines"),
-    Knob("ar_enable", "sm", "ar_enable", "ib_sm", ("ib",), "TRUE | FALSE (MLNX OpenSM)"),
+    Knob("routing_engine", "sm", "routing_engine", "ib_sm", ("ib",),
+         "opensm routing engines; the NVIDIA SM's ar_* engines route adaptively"),
 )
 KNOB_BY_NAME = {k.name: k for k in KNOBS}
 SECTION_FABRICS: Mapping[str, tuple[Fabric, ...]] = {"nics": ("roce",), "sm": ("ib",)}
@@ -243,7 +243,7 @@ def _routing(view: View) -> list[Candidate]:
             "routing",
             "ar_updn + adaptive routing",
             Change(
-                sm={"sm_flavor": "mlnx", "routing_engine": "ar_updn", "ar_enable": True},
+                sm={"sm_flavor": "mlnx", "routing_engine": "ar_updn"},
                 nccl={"NCCL_IB_ADAPTIVE_ROUTING": "1"},
             ),
             "adaptive routing spreads flows over all spines",

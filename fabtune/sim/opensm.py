@@ -151,8 +151,9 @@ def _engines(problems: list[str], value: str) -> str:
 def settings(conf: Mapping[str, str]) -> SmSettings:
     """Validate parsed opensm.conf keys and return what the SM applies.
 
-    Adaptive routing is on when ``ar_enable`` or ``adaptive_routing_enable`` (MLNX OpenSM) is
-    ``TRUE``; whether it takes effect also depends on the engine (the fabric model's concern).
+    Adaptive routing is on when the first routing engine is one of the NVIDIA SM's ``ar_*``
+    engines, where AR is on by default (NVIDIA's AR bring-up procedure, formats.md 7.2): there is
+    no separate on/off key.
 
     Raises:
         ConfError: on an unknown key or a value opensm would not take.
@@ -168,12 +169,9 @@ def settings(conf: Mapping[str, str]) -> SmSettings:
         if key in conf:
             _int(problems, key, conf[key], bounds, 0)
     engine = _engines(problems, conf.get("routing_engine", UNSET))
-    ar = any(_bool(problems, k, conf.get(k, UNSET), False)
-             for k in ("ar_enable", "adaptive_routing_enable"))
     result = SmSettings(
         routing_engine=engine,
-        adaptive_routing=ar,
-        ar_sl_mask=_int(problems, "ar_sl_mask", conf.get("ar_sl_mask", UNSET), (0, 0xFFFF), 0xFFFF),
+        adaptive_routing=engine.split(",")[0] in schema.AR_ENGINES,
         qos=_bool(problems, "qos", conf.get("qos", UNSET), False),
         lmc=_int(problems, "lmc", conf.get("lmc", UNSET), ranges["lmc"], 0),
         sm_priority=_int(problems, "sm_priority", conf.get("sm_priority", UNSET),

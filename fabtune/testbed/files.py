@@ -139,11 +139,8 @@ def set_conf_key(text: str, key: str, value: str) -> str:
 
 
 def opensm_conf(spec: TestbedSpec) -> str:
-    """The SM host's /etc/opensm/opensm.conf: the real ``opensm --create-config`` plus the spec.
-
-    ``adaptive_routing: true`` adds the MLNX OpenSM keys the ib_sm role writes for
-    ``sm_flavor: mlnx`` (``ar_enable``, ``adaptive_routing_enable``).
-    """
+    """The SM host's /etc/opensm/opensm.conf: the real ``opensm --create-config`` plus the spec's
+    routing engine (an ``ar_*`` engine is adaptive routing; there is no separate key)."""
     if spec.sm is None:
         raise TestbedError("opensm.conf requested for a testbed without a subnet manager")
     with tempfile.TemporaryDirectory(prefix="fabtune-opensm-") as tmp:
@@ -152,11 +149,7 @@ def opensm_conf(spec: TestbedSpec) -> str:
         if proc.returncode != 0 or not path.is_file():
             raise TestbedError(f"{OPENSM} --create-config failed (rc {proc.returncode}): install opensm")
         text = path.read_text()
-    text = set_conf_key(text, "routing_engine", spec.sm.routing_engine)
-    if spec.sm.adaptive_routing:
-        text = set_conf_key(text, "ar_enable", "TRUE")
-        text = set_conf_key(text, "adaptive_routing_enable", "TRUE")
-    return text
+    return set_conf_key(text, "routing_engine", spec.sm.routing_engine)
 
 
 def _subnet_manager(spec: TestbedSpec, host_dir: Path, upper: Path) -> None:

@@ -262,10 +262,14 @@ def _build_sm(c: _Checker, fabric: str, raw: object, hosts: list[str]) -> SmSpec
         return None
     host = c.choice("sm.host", data.get("host", hosts[0] if hosts else "h01"), tuple(hosts) or ("h01",))
     engine = c.choice("sm.routing_engine", data.get("routing_engine", "minhop"), ROUTING_ENGINES)
-    ar = data.get("adaptive_routing", False)
-    if not isinstance(ar, bool):
-        c.add("sm.adaptive_routing", ar, "must be true or false")
-        ar = False
+    # Adaptive routing is the NVIDIA SM's ar_* engines (on by default there, formats.md 7.2): the
+    # optional flag only states it and must agree with the engine.
+    ar = engine.startswith("ar_")
+    given = data.get("adaptive_routing", ar)
+    if given is not ar:
+        c.add("sm.adaptive_routing", given,
+              f"adaptive routing comes with the NVIDIA SM's ar_* engines; routing_engine {engine} "
+              f"{'is' if ar else 'is not'} one")
     return SmSpec(host=host, routing_engine=engine, adaptive_routing=ar)
 
 

@@ -41,7 +41,7 @@ def ib_profile() -> dict[str, Any]:
     """The shipped ib profile with the MLNX adaptive-routing engine instead of ftree."""
     desired = copy.deepcopy(yaml.safe_load((PROFILES / "ib.yml").read_text())
                             ["fabric_desired"])
-    desired["sm"].update({"sm_flavor": "mlnx", "routing_engine": "ar_updn", "ar_enable": True})
+    desired["sm"].update({"sm_flavor": "mlnx", "routing_engine": "ar_updn"})
     return dict(desired)
 
 
@@ -109,7 +109,7 @@ def test_ib_profile_changes_the_sm_and_is_idempotent(rack: TestbedSpec) -> None:
     verified = first.results("Check that a master subnet manager answers")
     assert "h01" in verified and not verified["h01"].get("skipped")
     conf = on_host(rack, "h01", "cat /etc/opensm/opensm.conf")
-    assert "\nrouting_engine ar_updn\n" in conf and "\nar_enable TRUE\n" in conf
+    assert "\nrouting_engine ar_updn\n" in conf and "ar_enable" not in conf
     wait_for(lambda: fabric_sm(rack).routing_engine == "ar_updn")
     sm = fabric_sm(rack)
     assert (sm.adaptive_routing, sm.qos, sm.lmc) == (True, True, 0)

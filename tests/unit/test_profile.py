@@ -243,7 +243,7 @@ CLI = {
         "no subnet_managers group",
     ),
     "resume: tune options a list": (
-        ["resume", "20260101-000000-abcd"],
+        ["resume", "20260101-000000-abcdef"],
         None,
         "fabtune_tune: [1]\n",
         "must be a mapping",

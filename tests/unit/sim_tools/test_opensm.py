@@ -47,13 +47,18 @@ def test_defaults_when_unset() -> None:
     assert opensm.settings(opensm.parse_conf(CONF)) == opensm.SmSettings()
 
 
-def test_mlnx_adaptive_routing_keys() -> None:
-    text = CONF + "routing_engine ar_ftree,minhop\nar_enable TRUE\nar_sl_mask 0x00FF\n" \
-        "sm_priority 14\nqos TRUE\nlmc 2\n"
+def test_adaptive_routing_is_the_ar_engine_not_a_flag() -> None:
+    """Issue 13.1: AR comes with the NVIDIA SM's ar_* engines (formats.md 7.2); no source names an
+    ar_enable key, so the SM no longer reads one."""
+    text = CONF + "routing_engine ar_ftree,minhop\nsm_priority 14\nqos TRUE\nlmc 2\n"
     got = opensm.settings(opensm.parse_conf(text))
     assert got == opensm.SmSettings(routing_engine="ar_ftree,minhop", adaptive_routing=True,
-                                    ar_sl_mask=0xFF, qos=True, lmc=2, sm_priority=14)
+                                    qos=True, lmc=2, sm_priority=14)
     assert observe.sm_config(got.to_json()).adaptive_routing
+    plain = opensm.settings(opensm.parse_conf(CONF + "routing_engine ftree,minhop\n"))
+    assert not plain.adaptive_routing
+    with pytest.raises(opensm.ConfError, match="ar_enable: not an opensm option"):
+        opensm.settings(opensm.parse_conf(CONF + "routing_engine ftree\nar_enable TRUE\n"))
 
 
 @pytest.mark.parametrize(("line", "why"), [
@@ -77,7 +82,7 @@ def test_missing_file_means_defaults(tmp_path: Path) -> None:
 def test_real_create_config_is_valid_and_spec_keys_apply() -> None:
     text = files.opensm_conf(ib_spec())  # type: ignore[arg-type]
     assert text.startswith("#") and "\nrouting_engine ar_updn\n" in text
-    assert "\nar_enable TRUE\n" in text and "\nadaptive_routing_enable TRUE\n" in text
+    assert "ar_enable" not in text and "adaptive_routing_enable" not in text
     got = opensm.settings(opensm.parse_conf(text))
     assert (got.routing_engine, got.adaptive_routing) == ("ar_updn", True)
     plain = opensm.settings(opensm.parse_conf(files.opensm_conf(ib_spec("ftree", False))))  # type: ignore[arg-type]
@@ -98,8 +103,7 @@ def _daemon(ib: NodeState, tmp_path: Path, text: str) -> tuple[opensm.OpenSM, Pa
 
 
 def test_sweeps_publish_routing_and_master(ib: NodeState, tmp_path: Path) -> None:
-    sm, _, fabric = _daemon(ib, tmp_path, CONF + "routing_engine ar_updn\nar_enable TRUE\n"
-                            "sm_priority 15\n")
+    sm, _, fabric = _daemon(ib, tmp_path, CONF + "routing_engine ar_updn\nsm_priority 15\n")
     sm.reread()
     sm.sweep()
     assert json.loads((fabric / "sm.json").read_text()) == {
@@ -160,7 +164,7 @@ def test_run_applies_changes_and_withdraws_on_stop(ib: NodeState, tmp_path: Path
         _wait(lambda: opensm.master(fabric) is not None)
         first = opensm.master(fabric)["activity"]  # type: ignore[index]
         _wait(lambda: opensm.master(fabric)["activity"] > first)  # type: ignore[index]
-        conf.write_text(CONF + "routing_engine ar_updn\nadaptive_routing_enable TRUE\n")
+        conf.write_text(CONF + "routing_engine ar_updn\n")
         _wait(lambda: json.loads((fabric / "sm.json").read_text())["routing_engine"] == "ar_updn")
         assert observe.sm_config(json.loads((fabric / "sm.json").read_text())).adaptive_routing
     finally:

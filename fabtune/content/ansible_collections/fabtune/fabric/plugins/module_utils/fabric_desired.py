@@ -99,10 +99,12 @@ cc_ca_cong_setting_trigger_threshold cc_ca_cong_setting_ccti_min cc_cct prefix_r
 consolidate_ipv6_snm_req log_prefix
 """.split())
 
-# Keys NVIDIA's MLNX OpenSM adds for adaptive routing (not in upstream opensm; written only when
-# ``sm_flavor`` is ``mlnx``): AR on/off and the SLs it applies to (formats.md 7.2).
-MLNX_AR_KEYS = frozenset(("ar_enable", "adaptive_routing_enable", "ar_sl_mask",
-                          "adaptive_timeout_sl_mask"))
+# Keys only NVIDIA's MLNX OpenSM knows (written only when ``sm_flavor`` is ``mlnx``):
+# adaptive_timeout_sl_mask, new in MLNXSM 5.10 (release notes, formats.md 7.2). Adaptive routing
+# itself has no on/off key: it comes with the ar_* routing engines and is on by default there
+# (NVIDIA "InfiniBand Cluster Bring-up Procedure - Adaptive Routing", formats.md 7.2). No public
+# source names an "ar_enable" or "adaptive_routing_enable" key, so none is written.
+MLNX_AR_KEYS = frozenset(("adaptive_timeout_sl_mask",))
 
 # opensm reads these only at start: a change needs a restart (the rest are re-read on SIGHUP).
 SM_RESTART_KEYS = frozenset(("guid", "lmc", "lmc_esp0", "max_op_vls", "routing_engine", "qos",
@@ -117,7 +119,7 @@ SM_INT_RANGES = {"lmc": (0, 7), "sm_priority": (0, 15), "max_op_vls": (1, 5),
                  "qos_max_vls": (0, 15), "qos_high_limit": (0, 255), "sm_sl": (0, 15),
                  "sweep_interval": (0, 3600)}
 SM_BOOL_KEYS = ("qos", "reassign_lids", "force_heavy_sweep", "sweep_on_trap", "congestion_control",
-                "use_ucast_cache", "ar_enable", "adaptive_routing_enable")
+                "use_ucast_cache")
 SM_FLAVORS = ("upstream", "mlnx")
 
 

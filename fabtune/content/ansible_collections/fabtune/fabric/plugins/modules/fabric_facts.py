@@ -97,8 +97,7 @@ from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_qos_backend 
 )
 
 SM_FACT_KEYS = tuple(sorted(set(SM_INT_RANGES) | set(SM_BOOL_KEYS) | set((
-    "routing_engine", "qos_sl2vl", "qos_vlarb_high", "qos_vlarb_low", "ar_sl_mask",
-    "adaptive_timeout_sl_mask"))))
+    "routing_engine", "qos_sl2vl", "qos_vlarb_high", "qos_vlarb_low", "adaptive_timeout_sl_mask"))))
 
 
 def get_argument_spec():
