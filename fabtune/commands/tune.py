@@ -49,7 +49,8 @@ def _finish(result: TuneResult, report: Path) -> None:
         f"all_reduce bus bandwidth: {base:.1f} -> {final:.1f} GB/s ({final / base - 1:+.1%}); "
         f"noise floor {result.noise_floor:.1%}"
     )
-    console.print(f"report: {report}", soft_wrap=True, highlight=False)
+    html = report.with_suffix(".html")  # what a person opens; the JSON beside it is for scripts
+    console.print(f"report: {html if html.is_file() else report}", soft_wrap=True, highlight=False)
 
 
 @click.command("tune")
