@@ -174,8 +174,9 @@ class Tuner:
         self.options = options or TuneOptions()
         self.emit: Event = on_event or (lambda kind, message, data: None)
         self.current: dict[str, dict[str, Any]] = {}
+        # The kept state's measurements, refreshed after each keep: every guard compares with them.
         self.reference: list[Sample] = []
-        self.pause_rate = 0.0
+        self.pause_rate = 0.0  # pause frames per repetition in the kept state
         self._intents: dict[int, dict[str, Any]] = {}  # a move's intent payload, kept in its outcome
         self.runs = 0
 
@@ -284,10 +285,15 @@ class Tuner:
         except BenchmarkFailed as err:
             return self._failed_move(seq, record, err, desired)
         record.all_reduce, record.alltoall = _ar(judged.samples), _aa(judged.samples)
-        record.decision = {"all_reduce": judged.all_reduce.__dict__, "alltoall": judged.alltoall.__dict__}
+        record.decision = {
+            "all_reduce": judged.all_reduce.__dict__,
+            "alltoall": judged.alltoall.__dict__,
+            "pause_rate": judged.pause_frames / max(len(judged.samples), 1),
+            "reference_pause_rate": self.pause_rate,
+        }
         record.pause_frames = judged.pause_frames
         if judged.verdict == "keep":
-            return self._keep(seq, record, judged.reason, desired, judged.samples)
+            return self._keep(seq, record, judged, desired)
         return self._undo(seq, record, judged.reason, desired)
 
     def judge(self) -> Judgement:
@@ -327,26 +333,26 @@ class Tuner:
             return "rollback", f"all_reduce {ar.reason}"
         if self._collapsed(aa):
             return "rollback", f"guard: alltoall (incast) {aa.reason}"
+        # The kept state's pause rate: a flood an earlier keep caused (PFC on) is the reference now.
         flood = pause_rate > max(self.options.pause_guard * self.pause_rate, 1000.0)
         if flood and aa.verdict != "keep":
             return (
                 "rollback",
-                f"guard: pause frames x{pause_rate / max(self.pause_rate, 1):.0f} with no incast gain",
+                f"guard: pause frames {pause_rate:.0f} per run against {self.pause_rate:.0f} in the kept "
+                f"state (over x{self.options.pause_guard:g}) with no incast gain",
             )
         if ar.verdict == "keep":
             return "keep", f"all_reduce {ar.reason}"
         if aa.verdict == "keep":
-            return "keep", f"alltoall {aa.reason}; all_reduce unchanged ({ar.ratio - 1:+.1%})"
+            bounds = f"bounds {ar.ci_low - 1:+.1%}..{ar.ci_high - 1:+.1%}"
+            alone = f"all_reduce {ar.ratio - 1:+.1%} ({bounds}) not decisive alone"
+            return "keep", f"alltoall {aa.reason}; {alone}"
         return "rollback", f"all_reduce {ar.reason}"
 
     def _keep(
-        self,
-        seq: int,
-        record: MoveRecord,
-        reason: str,
-        desired: dict[str, dict[str, Any]],
-        samples: list[Sample],
+        self, seq: int, record: MoveRecord, judged: Judgement, desired: dict[str, dict[str, Any]]
     ) -> MoveRecord:
+        reason = judged.reason
         confirmed = self.backend.confirm(self.run_id)
         fired = reverted_hosts(confirmed)
         if fired:
@@ -356,7 +362,7 @@ class Tuner:
         record.outcome, record.reason = "kept", reason
         self.journal.finish_step(self.run_id, seq, "kept", {"reason": reason, **self._outcome(seq, record)})
         self.emit("decision", f"kept {record.name}: {reason}", {"outcome": "kept"})
-        self.reference = self._topped_up(samples)
+        self._refresh_reference(judged)
         return record
 
     def _revert_fired(self, seq: int, record: MoveRecord, hosts: list[str]) -> None:
@@ -386,12 +392,17 @@ class Tuner:
             raise BenchmarkFailed(again.failures, f"after rolling back {record.name} (verified): ") from again
         return undone
 
-    def _topped_up(self, samples: list[Sample]) -> list[Sample]:
-        """The kept state's samples, measured up to ``baseline_runs``: the next move's reference."""
+    def _refresh_reference(self, judged: Judgement) -> None:
+        """The kept state becomes every guard's reference: its samples (measured up to
+        ``baseline_runs``) and its pause rate, so a later move is judged on what it changes itself."""
+        samples, pauses = list(judged.samples), judged.pause_frames
         missing = self.options.baseline_runs - len(samples)
-        if missing <= 0:
-            return samples
-        return samples + list(self._measure(missing).samples)
+        if missing > 0:
+            more = self._measure(missing)
+            samples += more.samples
+            pauses += more.pause_frames
+        self.reference = samples
+        self.pause_rate = pauses / max(len(samples), 1)
 
     def _undo(
         self, seq: int, record: MoveRecord, reason: str, desired: dict[str, dict[str, Any]]
