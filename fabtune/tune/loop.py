@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 from fabtune import ansible
 from fabtune.bench.checks import CheckResult
+from fabtune.bench.diagnose import Diagnosis
 from fabtune.errors import BenchmarkError, ExitStatus, FabtuneError
 from fabtune.journal import Journal
 from fabtune.knobs import LADDERS, Candidate, plan
@@ -31,11 +32,13 @@ from fabtune.tune.stats import Decision, DecisionPolicy, decide, noise_floor
 
 
 class PreflightFailed(FabtuneError):
-    """Measuring would be pointless: the evidence says why."""
+    """Measuring would be pointless: a check failed on the hosts named, with the evidence."""
+
+    code = ExitStatus.CHECK_FAILED
 
     def __init__(self, results: Sequence[CheckResult]) -> None:
         self.results = list(results)
-        lines = "; ".join(f"{r.host}: {r.summary} [{r.evidence}]" for r in results)
+        lines = "; ".join(f"{r.host}: {r.check}: {r.summary} [{r.evidence}]" for r in results)
         super().__init__(f"preflight failed, nothing was changed: {lines}")
 
 
@@ -59,10 +62,14 @@ def reverted_hosts(outcome: ansible.RunOutcome) -> list[str]:
 
 
 class BenchmarkFailed(BenchmarkError):
-    """Benchmark launches failed, and so did their retry: there is nothing to measure with."""
+    """Benchmark launches failed, and so did their retry: there is nothing to measure with.
 
-    def __init__(self, failures: Sequence[FailedRun], context: str = "") -> None:
+    ``log`` is the failed launches' output (NCCL lines by host), what the failure is diagnosed from.
+    """
+
+    def __init__(self, failures: Sequence[FailedRun], context: str = "", *, log: str = "") -> None:
         self.failures = list(failures)
+        self.log = log
         why = "; ".join(dict.fromkeys(f.summary for f in self.failures))
         first = self.failures[0]
         super().__init__(
@@ -90,6 +97,8 @@ class Backend(Protocol):
     def confirm(self, run_id: str) -> ansible.RunOutcome: ...
 
     def measure(self, repetitions: int) -> Batch: ...
+
+    def diagnose(self, log: str, why: str) -> Diagnosis: ...
 
 
 Event = Callable[[str, str, Mapping[str, Any]], None]
@@ -196,7 +205,7 @@ class Tuner:
         retry = self.backend.measure(missing)
         if retry.failures:
             self._journal_failures(retry.failures, "no retry left")
-            raise BenchmarkFailed([*batch.failures, *retry.failures])
+            raise BenchmarkFailed([*batch.failures, *retry.failures], log=retry.log or batch.log)
         return Batch(
             batch.samples + retry.samples,
             batch.pause_frames + retry.pause_frames,
@@ -229,8 +238,12 @@ class Tuner:
             batch = self._measure(self.options.baseline_runs)
         except BenchmarkFailed as err:
             errors = [str(f) for f in err.failures]
-            self.journal.finish_step(self.run_id, seq, "failed", {"errors": errors})
-            raise BenchmarkFailed(err.failures, "baseline: nothing was changed; ") from err
+            found = self._diagnose(err)
+            checks = [dataclasses.asdict(c) for c in found.results] if found else []
+            self.journal.finish_step(self.run_id, seq, "failed", {"errors": errors, "checks": checks})
+            if found and found.at_fault:
+                raise PreflightFailed([r for r in found.results if r.verdict == "fail"]) from err
+            raise BenchmarkFailed(err.failures, "baseline: nothing was changed; ", log=err.log) from err
         failed = [r for r in batch.transport if r.verdict == "fail"]
         if failed:
             self.journal.finish_step(self.run_id, seq, "failed", {"errors": [r.summary for r in failed]})
@@ -257,6 +270,20 @@ class Tuner:
             {"samples": _ar(self.reference)},
         )
         return list(batch.transport)
+
+    def _diagnose(self, err: BenchmarkFailed) -> Diagnosis | None:
+        """The failed baseline judged by host (the transport check's code path); None if unreadable."""
+        why = "; ".join(dict.fromkeys(f.summary for f in err.failures))[:300]
+        try:
+            found = self.backend.diagnose(err.log, why)
+        except FabtuneError as problem:
+            self.emit("preflight", f"the failure could not be diagnosed by host: {problem}", {})
+            return None
+        for result in found.results:
+            if result.verdict != "pass":
+                self.emit("preflight", f"{result.host}: {result.check}: {result.summary}", {
+                    "evidence": result.evidence})
+        return found
 
     # -- one move -------------------------------------------------------------------------
 

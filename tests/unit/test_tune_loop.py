@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from fabtune.ansible import RunOutcome, TaskResult
+from fabtune.bench.diagnose import Diagnosis
 from fabtune.journal import Journal
 from fabtune.knobs import View, lossless_change, plan
 from fabtune.tune.loop import RevertFired, RollbackFailed, TuneOptions, Tuner
@@ -58,6 +59,7 @@ class FakeRack:
         self.applied: list[dict[str, Any]] = []
         self.confirms = 0
         self.break_rollback = break_rollback
+        self.diagnosed: list[str] = []
 
     def facts(self) -> dict[str, dict[str, Any]]:
         return {h: {**copy.deepcopy(s), "hardware": self.hardware} for h, s in self.state.items()}
@@ -96,6 +98,11 @@ class FakeRack:
         qps = {"4": 1.1, "8": 1.2, "16": 1.2}.get(str((self.state["h01"].get("nccl") or {}).get(
             "NCCL_IB_QPS_PER_CONNECTION")), 1.0)
         return 100 * mtu * qps * (1.05 if lossless else 1.0), 100 * (1.0 if lossless else 0.3)
+
+    def diagnose(self, log: str, why: str) -> Diagnosis:
+        """A failure no host is at fault for (a test rack overrides this)."""
+        self.diagnosed.append(why)
+        return Diagnosis([], [])
 
     def measure(self, repetitions: int) -> Batch:
         ar, aa = self._busbw()
