@@ -56,11 +56,10 @@ def affinity(
 
 def transport(host: str, summary: NcclDebugSummary, raw: str, *, expect_gdr: bool = True) -> CheckResult:
     """NCCL must use NET/IB (RoCE or IB), with GPUDirect RDMA where expected, and never NET/Socket."""
-    # a channel's transport is "NET/IB", "NET/Socket", "P2P/CUMEM", ... (parsers.nccl_debug)
-    socket_lines = [c for c in summary.channels if c.transport == "NET/Socket"]
+    socket_lines = [c for c in summary.channels if c.transport.startswith("Socket")]
     if summary.ib_no_device or "Socket" in summary.networks or socket_lines:
         return _fallback(host, summary, raw)
-    ib = [c for c in summary.channels if c.transport.startswith("NET/IB")]
+    ib = [c for c in summary.channels if c.transport.startswith("IB")]
     if not ib and "IB" not in summary.networks:
         return CheckResult(
             "transport",

