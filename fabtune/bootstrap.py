@@ -39,10 +39,11 @@ from pathlib import Path
 from typing import Any
 
 from fabtune import ansible
-from fabtune.bench import checks, nccl, pairs
+from fabtune.bench import checks, diagnose, nccl, pairs
 from fabtune.bench.argv import NcclOptions, PerftestOptions
 from fabtune.bench.checkrun import static_checks
 from fabtune.bench.checks import CheckResult
+from fabtune.bench.deadline import timed_out
 from fabtune.bench.fabric import HostView, read_hosts
 from fabtune.bench.parsers.ibstat import IbStat
 from fabtune.bench.schedule import Pair, all_pairs_rounds, rail_pairs
@@ -538,14 +539,10 @@ def acceptance(inventory: Path, info: InventoryInfo, report: BootstrapReport, sa
             evidence if rows else f"rc {run.rc}: {run.error or tail}",
         )
     )
-    for host in hosts:
-        log = run.per_host_log.get(host, "")
-        if not log:
-            report.checks.append(
-                CheckResult("transport", host, "fail", f"no NCCL log from this host (rc {run.rc})", tail)
-            )
-        else:
-            report.checks.append(checks.transport(host, run.debug(host), log))
+    why = str(run.error) if timed_out(run.rc) else diagnose.failure_line(run.rc, run.output)
+    report.checks += diagnose.transport_results(
+        hosts, run.output, failed=not rows, why=why, gids=diagnose.gid_tables(views)
+    )
 
 
 def _matrix_rounds(hosts: Sequence[str], rails: int) -> list[list[Pair]]:

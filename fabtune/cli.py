@@ -11,6 +11,7 @@ from types import FrameType
 
 import click
 from rich.console import Console
+from rich.markup import escape
 
 from fabtune import __version__
 from fabtune.commands import COMMANDS
@@ -38,7 +39,7 @@ def _report(err: FabtuneError, console: Console) -> None:
         for problem in err.problems:
             console.print(f"  - {problem}", highlight=False, markup=False)
         return
-    console.print(f"[bold red]error:[/] {err}", highlight=False)
+    console.print(f"[bold red]error:[/] {escape(str(err))}", highlight=False)  # "[evidence]" is text
 
 
 def _terminate(signum: int, _frame: FrameType | None) -> None:

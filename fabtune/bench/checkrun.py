@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from fabtune.bench import checks, nccl
+from fabtune.bench import checks, diagnose, nccl
 from fabtune.bench.argv import NcclOptions
 from fabtune.bench.checks import CheckResult
 from fabtune.bench.deadline import timed_out
@@ -56,9 +56,19 @@ def static_checks(views: Mapping[str, HostView]) -> list[CheckResult]:
 
 
 def transport_checks(
-    inventory: Path, hosts: Sequence[str], gpus: int, oob_interface: str | None, deadline_s: int | None = None
+    inventory: Path,
+    hosts: Sequence[str],
+    gpus: int,
+    oob_interface: str | None,
+    deadline_s: int | None = None,
+    *,
+    views: Mapping[str, HostView] | None = None,
 ) -> list[CheckResult]:
-    """A short all_reduce with NCCL_DEBUG=INFO; each host's log says which transport it used."""
+    """A short all_reduce with NCCL_DEBUG=INFO, judged by host (``fabtune.bench.diagnose``).
+
+    The same judgement as the tuning run's preflight: a failed job fails the hosts at fault, named
+    with the evidence (the NCCL log line, the ``show_gids`` row).
+    """
     run = nccl.run(
         inventory,
         hosts,
@@ -67,26 +77,11 @@ def transport_checks(
         oob_interface=oob_interface,
         deadline_s=deadline_s,
     )
-    results = []
-    for host in hosts:
-        log = run.per_host_log.get(host, "")
-        if not log:
-            results.append(
-                CheckResult(
-                    "transport",
-                    host,
-                    "fail",
-                    f"no NCCL log from this host (rc {run.rc})",
-                    str(run.error) if timed_out(run.rc) else _last_line(run.output),
-                )
-            )
-            continue
-        results.append(checks.transport(host, run.debug(host), log))
-    return results
-
-
-def _last_line(output: str) -> str:
-    return output.strip().splitlines()[-1] if output.strip() else ""
+    failed = run.rc != 0 or run.result is None
+    why = str(run.error) if timed_out(run.rc) else diagnose.failure_line(run.rc, run.output)
+    return diagnose.transport_results(
+        hosts, run.output, failed=failed, why=why, gids=diagnose.gid_tables(views or {})
+    )
 
 
 def run_checks(
@@ -99,5 +94,5 @@ def run_checks(
         first = next(iter(views.values()))
         gpus = len([c for c in first.topo.columns if c.startswith("GPU")]) if first.topo else 1
         deadline = read_inventory(inventory).bench_timeout_s
-        results += transport_checks(inventory, sorted(views), gpus, oob_interface, deadline)
+        results += transport_checks(inventory, sorted(views), gpus, oob_interface, deadline, views=views)
     return results

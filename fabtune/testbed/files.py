@@ -172,6 +172,8 @@ def populate_host(spec: TestbedSpec, host: HostSpec, tb_dir: Path, keys: Keys) -
     _write(upper / "etc/ssh/sshd_config", SSHD_CONFIG)
     _root_ssh(upper, spec, keys)
     _install_tools(upper)
+    if host.nccl_conf:
+        _write(upper / "etc/nccl.conf", "".join(f"{k}={v}\n" for k, v in host.nccl_conf))
     node = layout.node_description(spec, host)
     if spec.sm is not None:  # every port's SM lid is the master SM's port LID (as sminfo says)
         sm_host = next(h for h in spec.hosts if h.name == spec.sm.host)

@@ -67,6 +67,7 @@ class HostSpec:
     gpu_numa: tuple[int, ...]
     initial: dict[str, Any] = field(hash=False, compare=False)
     gid_layout: str = "standard"
+    nccl_conf: tuple[tuple[str, str], ...] = ()  # the host's /etc/nccl.conf at build (KEY=value lines)
 
 
 @dataclass(frozen=True)
@@ -176,7 +177,11 @@ TOP_KEYS = (
     "sm",
 )
 INITIAL_KEYS = tuple(DEFAULT_INITIAL)
-OVERRIDE_KEYS = ("nic_numa", "initial", "gid_layout")
+OVERRIDE_KEYS = ("nic_numa", "initial", "gid_layout", "nccl_conf")
+# A host's own /etc/nccl.conf (e.g. one host whose NCCL_IB_GID_INDEX names its RoCEv1 GID): NCCL
+# reads the file's KEY=value lines as if set in the environment (docs: env.rst, "NCCL_CONF_FILE").
+NCCL_KEY_RE = re.compile(r"NCCL_[A-Z0-9_]{1,60}")
+NCCL_VALUE_RE = re.compile(r"[A-Za-z0-9_.,:^=/+-]{0,200}")
 # How a host's RoCE GID tables are filled (fabtune.sim.node.roce_gids): "standard" puts the
 # RoCEv2 IPv4 GID at index 3; "ipv6-first" models a host whose RoCE netdevs also carry a global
 # IPv6 address, so that address's GIDs come first and the RoCEv2 IPv4 GID lands at index 5.
@@ -207,6 +212,25 @@ def _check_initial(c: _Checker, path: str, raw: object, base: dict[str, Any]) ->
     return out
 
 
+def _check_nccl_conf(c: _Checker, path: str, raw: object) -> tuple[tuple[str, str], ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, dict):
+        c.add(path, raw, "must be a mapping of NCCL_* variables to values")
+        return ()
+    out = []
+    for key, value in raw.items():
+        if not isinstance(key, str) or not NCCL_KEY_RE.fullmatch(key):
+            c.add(f"{path}.{key}", value, "is not an NCCL variable name (NCCL_ then capitals, digits, _)")
+        elif isinstance(value, bool) or not isinstance(value, (int, str)):
+            c.add(f"{path}.{key}", value, "must be an integer or a string")
+        elif not NCCL_VALUE_RE.fullmatch(str(value)):
+            c.add(f"{path}.{key}", value, "must be letters, digits and _.,:^=/+- only (one line)")
+        else:
+            out.append((key, str(value)))
+    return tuple(sorted(out))
+
+
 def _check_hosts(c: _Checker, doc: dict[str, Any]) -> list[str]:
     count = c.int_in("hosts", doc.get("hosts"), 2, MAX_HOSTS)
     return [f"h{i:02d}" for i in range(1, count + 1)]
@@ -232,7 +256,8 @@ def _build_host(c: _Checker, doc: dict[str, Any], name: str, index: int) -> Host
         nic_numa[int(dev.split("_")[1])] = c.int_in(f"overrides.{name}.nic_numa.{dev}", numa, 0, sockets - 1)
     gpu_numa = tuple(_numa_of(i, gpus, sockets) for i in range(gpus))
     gid_layout = c.choice(f"overrides.{name}.gid_layout", own.get("gid_layout", "standard"), GID_LAYOUTS)
-    return HostSpec(name, index, gpus, sockets, tuple(nic_numa), gpu_numa, initial, gid_layout)
+    nccl_conf = _check_nccl_conf(c, f"overrides.{name}.nccl_conf", own.get("nccl_conf"))
+    return HostSpec(name, index, gpus, sockets, tuple(nic_numa), gpu_numa, initial, gid_layout, nccl_conf)
 
 
 def _build_switch(c: _Checker, raw: object) -> SwitchSpec:
@@ -365,6 +390,7 @@ def spec_to_doc(spec: TestbedSpec) -> dict[str, Any]:
                 "initial": h.initial,
                 "nic_numa": {f"mlx5_{i}": n for i, n in enumerate(h.nic_numa)},
                 **({"gid_layout": h.gid_layout} if h.gid_layout != "standard" else {}),
+                **({"nccl_conf": dict(h.nccl_conf)} if h.nccl_conf else {}),
             }
             for h in spec.hosts
         },

@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from fabtune import ansible
+from fabtune.bench import diagnose
+from fabtune.bench.fabric import read_hosts
 from fabtune.errors import PlaybookFailed
 from fabtune.inventory import InventoryInfo
 from fabtune.tune.measure import Batch, MeasureSpec, busbw_ceilings, measure
@@ -105,6 +107,17 @@ class AnsibleBackend:
                     f"{task.host}: {prerun_record_path(run_id)} is not a pre-run record: {err}"
                 ) from err
         return found
+
+    def diagnose(self, log: str, why: str) -> diagnose.Diagnosis:
+        """A failed job judged by host: its NCCL log with each host's GID table (``show_gids``).
+
+        Raises:
+            PlaybookFailed: a host could not be read.
+        """
+        views = read_hosts(self.inventory)
+        return diagnose.diagnose_job(
+            self.info.hosts, log, failed=True, why=why, gids=diagnose.gid_tables(views)
+        )
 
     def measure(self, repetitions: int) -> Batch:
         spec = MeasureSpec(

@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 from fabtune import ansible
 from fabtune.bench.checks import CheckResult
+from fabtune.bench.diagnose import Diagnosis
 from fabtune.errors import BenchmarkError, ExitStatus, FabtuneError
 from fabtune.journal import Journal
 from fabtune.knobs import LADDERS, Candidate, plan
@@ -31,11 +32,13 @@ from fabtune.tune.stats import Decision, DecisionPolicy, decide, noise_floor
 
 
 class PreflightFailed(FabtuneError):
-    """Measuring would be pointless: the evidence says why."""
+    """Measuring would be pointless: a check failed on the hosts named, with the evidence."""
+
+    code = ExitStatus.CHECK_FAILED
 
     def __init__(self, results: Sequence[CheckResult]) -> None:
         self.results = list(results)
-        lines = "; ".join(f"{r.host}: {r.summary} [{r.evidence}]" for r in results)
+        lines = "; ".join(f"{r.host}: {r.check}: {r.summary} [{r.evidence}]" for r in results)
         super().__init__(f"preflight failed, nothing was changed: {lines}")
 
 
@@ -59,10 +62,14 @@ def reverted_hosts(outcome: ansible.RunOutcome) -> list[str]:
 
 
 class BenchmarkFailed(BenchmarkError):
-    """Benchmark launches failed, and so did their retry: there is nothing to measure with."""
+    """Benchmark launches failed, and so did their retry: there is nothing to measure with.
 
-    def __init__(self, failures: Sequence[FailedRun], context: str = "") -> None:
+    ``log`` is the failed launches' output (NCCL lines by host), what the failure is diagnosed from.
+    """
+
+    def __init__(self, failures: Sequence[FailedRun], context: str = "", *, log: str = "") -> None:
         self.failures = list(failures)
+        self.log = log
         why = "; ".join(dict.fromkeys(f.summary for f in self.failures))
         first = self.failures[0]
         super().__init__(
@@ -90,6 +97,8 @@ class Backend(Protocol):
     def confirm(self, run_id: str) -> ansible.RunOutcome: ...
 
     def measure(self, repetitions: int) -> Batch: ...
+
+    def diagnose(self, log: str, why: str) -> Diagnosis: ...
 
 
 Event = Callable[[str, str, Mapping[str, Any]], None]
@@ -174,8 +183,9 @@ class Tuner:
         self.options = options or TuneOptions()
         self.emit: Event = on_event or (lambda kind, message, data: None)
         self.current: dict[str, dict[str, Any]] = {}
+        # The kept state's measurements, refreshed after each keep: every guard compares with them.
         self.reference: list[Sample] = []
-        self.pause_rate = 0.0
+        self.pause_rate = 0.0  # pause frames per repetition in the kept state
         self._intents: dict[int, dict[str, Any]] = {}  # a move's intent payload, kept in its outcome
         self.runs = 0
 
@@ -195,7 +205,7 @@ class Tuner:
         retry = self.backend.measure(missing)
         if retry.failures:
             self._journal_failures(retry.failures, "no retry left")
-            raise BenchmarkFailed([*batch.failures, *retry.failures])
+            raise BenchmarkFailed([*batch.failures, *retry.failures], log=retry.log or batch.log)
         return Batch(
             batch.samples + retry.samples,
             batch.pause_frames + retry.pause_frames,
@@ -228,8 +238,12 @@ class Tuner:
             batch = self._measure(self.options.baseline_runs)
         except BenchmarkFailed as err:
             errors = [str(f) for f in err.failures]
-            self.journal.finish_step(self.run_id, seq, "failed", {"errors": errors})
-            raise BenchmarkFailed(err.failures, "baseline: nothing was changed; ") from err
+            found = self._diagnose(err)
+            checks = [dataclasses.asdict(c) for c in found.results] if found else []
+            self.journal.finish_step(self.run_id, seq, "failed", {"errors": errors, "checks": checks})
+            if found and found.at_fault:
+                raise PreflightFailed([r for r in found.results if r.verdict == "fail"]) from err
+            raise BenchmarkFailed(err.failures, "baseline: nothing was changed; ", log=err.log) from err
         failed = [r for r in batch.transport if r.verdict == "fail"]
         if failed:
             self.journal.finish_step(self.run_id, seq, "failed", {"errors": [r.summary for r in failed]})
@@ -256,6 +270,20 @@ class Tuner:
             {"samples": _ar(self.reference)},
         )
         return list(batch.transport)
+
+    def _diagnose(self, err: BenchmarkFailed) -> Diagnosis | None:
+        """The failed baseline judged by host (the transport check's code path); None if unreadable."""
+        why = "; ".join(dict.fromkeys(f.summary for f in err.failures))[:300]
+        try:
+            found = self.backend.diagnose(err.log, why)
+        except FabtuneError as problem:
+            self.emit("preflight", f"the failure could not be diagnosed by host: {problem}", {})
+            return None
+        for result in found.results:
+            if result.verdict != "pass":
+                self.emit("preflight", f"{result.host}: {result.check}: {result.summary}", {
+                    "evidence": result.evidence})
+        return found
 
     # -- one move -------------------------------------------------------------------------
 
@@ -284,10 +312,15 @@ class Tuner:
         except BenchmarkFailed as err:
             return self._failed_move(seq, record, err, desired)
         record.all_reduce, record.alltoall = _ar(judged.samples), _aa(judged.samples)
-        record.decision = {"all_reduce": judged.all_reduce.__dict__, "alltoall": judged.alltoall.__dict__}
+        record.decision = {
+            "all_reduce": judged.all_reduce.__dict__,
+            "alltoall": judged.alltoall.__dict__,
+            "pause_rate": judged.pause_frames / max(len(judged.samples), 1),
+            "reference_pause_rate": self.pause_rate,
+        }
         record.pause_frames = judged.pause_frames
         if judged.verdict == "keep":
-            return self._keep(seq, record, judged.reason, desired, judged.samples)
+            return self._keep(seq, record, judged, desired)
         return self._undo(seq, record, judged.reason, desired)
 
     def judge(self) -> Judgement:
@@ -327,26 +360,26 @@ class Tuner:
             return "rollback", f"all_reduce {ar.reason}"
         if self._collapsed(aa):
             return "rollback", f"guard: alltoall (incast) {aa.reason}"
+        # The kept state's pause rate: a flood an earlier keep caused (PFC on) is the reference now.
         flood = pause_rate > max(self.options.pause_guard * self.pause_rate, 1000.0)
         if flood and aa.verdict != "keep":
             return (
                 "rollback",
-                f"guard: pause frames x{pause_rate / max(self.pause_rate, 1):.0f} with no incast gain",
+                f"guard: pause frames {pause_rate:.0f} per run against {self.pause_rate:.0f} in the kept "
+                f"state (over x{self.options.pause_guard:g}) with no incast gain",
             )
         if ar.verdict == "keep":
             return "keep", f"all_reduce {ar.reason}"
         if aa.verdict == "keep":
-            return "keep", f"alltoall {aa.reason}; all_reduce unchanged ({ar.ratio - 1:+.1%})"
+            bounds = f"bounds {ar.ci_low - 1:+.1%}..{ar.ci_high - 1:+.1%}"
+            alone = f"all_reduce {ar.ratio - 1:+.1%} ({bounds}) not decisive alone"
+            return "keep", f"alltoall {aa.reason}; {alone}"
         return "rollback", f"all_reduce {ar.reason}"
 
     def _keep(
-        self,
-        seq: int,
-        record: MoveRecord,
-        reason: str,
-        desired: dict[str, dict[str, Any]],
-        samples: list[Sample],
+        self, seq: int, record: MoveRecord, judged: Judgement, desired: dict[str, dict[str, Any]]
     ) -> MoveRecord:
+        reason = judged.reason
         confirmed = self.backend.confirm(self.run_id)
         fired = reverted_hosts(confirmed)
         if fired:
@@ -356,7 +389,7 @@ class Tuner:
         record.outcome, record.reason = "kept", reason
         self.journal.finish_step(self.run_id, seq, "kept", {"reason": reason, **self._outcome(seq, record)})
         self.emit("decision", f"kept {record.name}: {reason}", {"outcome": "kept"})
-        self.reference = self._topped_up(samples)
+        self._refresh_reference(judged)
         return record
 
     def _revert_fired(self, seq: int, record: MoveRecord, hosts: list[str]) -> None:
@@ -386,12 +419,17 @@ class Tuner:
             raise BenchmarkFailed(again.failures, f"after rolling back {record.name} (verified): ") from again
         return undone
 
-    def _topped_up(self, samples: list[Sample]) -> list[Sample]:
-        """The kept state's samples, measured up to ``baseline_runs``: the next move's reference."""
+    def _refresh_reference(self, judged: Judgement) -> None:
+        """The kept state becomes every guard's reference: its samples (measured up to
+        ``baseline_runs``) and its pause rate, so a later move is judged on what it changes itself."""
+        samples, pauses = list(judged.samples), judged.pause_frames
         missing = self.options.baseline_runs - len(samples)
-        if missing <= 0:
-            return samples
-        return samples + list(self._measure(missing).samples)
+        if missing > 0:
+            more = self._measure(missing)
+            samples += more.samples
+            pauses += more.pause_frames
+        self.reference = samples
+        self.pause_rate = pauses / max(len(samples), 1)
 
     def _undo(
         self, seq: int, record: MoveRecord, reason: str, desired: dict[str, dict[str, Any]]

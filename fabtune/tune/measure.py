@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from fabtune import ansible
-from fabtune.bench import checks, nccl
+from fabtune.bench import diagnose, nccl
 from fabtune.bench.argv import NcclOptions
 from fabtune.bench.checks import CheckResult
 from fabtune.bench.deadline import nccl_deadline_s, run_timeout_s, timed_out
@@ -65,12 +65,14 @@ class FailedRun:
 
 @dataclass(frozen=True)
 class Batch:
-    """A batch's good repetitions, its failed launches, the pause frames, the first run's NCCL log."""
+    """A batch's good repetitions, its failed launches, the pause frames, the transport checks from
+    the first run's NCCL log, and that log (what a failed batch is diagnosed from)."""
 
     samples: tuple[Sample, ...]
     pause_frames: int
     transport: tuple[CheckResult, ...] = field(default=())
     failures: tuple[FailedRun, ...] = field(default=())
+    log: str = field(default="", repr=False)
 
 
 @dataclass(frozen=True)
@@ -149,7 +151,7 @@ def _busbw(spec: MeasureSpec, test: str, res: Mapping[str, Any]) -> tuple[float 
     if rc is None:
         return None, f"did not run: {str(res.get('msg') or 'no exit status')[:300]}", output
     if int(rc) != 0:
-        return None, f"exit {rc}: {_tail(output, 1) or 'no output'}", output
+        return None, diagnose.failure_line(int(rc), output), output
     try:
         parsed = nccl_tests.parse(output)
     except ParseError as err:
@@ -190,12 +192,12 @@ def _transport(spec: MeasureSpec, output: str, *, failed_only: bool = False) -> 
     found = []
     for host in spec.hosts:
         try:
-            summary = nccl_debug.parse(logs.get(host, ""))
+            nccl_debug.parse(logs.get(host, ""))
         except ParseError:
             if failed_only:
                 continue
             raise
-        found.append(checks.transport(host, summary, logs.get(host, "")))
+        found.append(diagnose.host_result(host, logs.get(host, ""), failed=failed_only)[0])
     return tuple(found)
 
 
@@ -265,4 +267,4 @@ def measure(spec: MeasureSpec, repetitions: int) -> Batch:
         for i in range(len(runs), len(runs) + missing)
     ]
     transport = _transport(spec, first, failed_only=not samples) if first else ()
-    return Batch(tuple(samples), _pause_delta(outcome), transport, tuple(failures))
+    return Batch(tuple(samples), _pause_delta(outcome), transport, tuple(failures), first)

@@ -42,3 +42,16 @@ def test_an_unusable_home_is_one_error_naming_the_path(
     assert main(["runs"]) == ExitStatus.ERROR
     err = capsys.readouterr().err
     assert str(blocker / "home") in err and "Traceback" not in err
+
+
+def test_an_errors_bracketed_evidence_is_printed_as_text() -> None:
+    import io
+
+    from rich.console import Console
+
+    from fabtune.cli import _report
+    from fabtune.errors import FabtuneError
+
+    buffer = io.StringIO()
+    _report(FabtuneError("h02: transport: RoCEv1 GID [mlx5_0 1 2 0000:ffff v1 eth2]"), Console(file=buffer))
+    assert buffer.getvalue() == "error: h02: transport: RoCEv1 GID [mlx5_0 1 2 0000:ffff v1 eth2]\n"

@@ -94,3 +94,23 @@ def test_a_testbed_owns_only_its_own_links() -> None:
     # another testbed whose name starts like this one's: its bridges and veths are not ours
     assert not any(itcc.owns(n) for n in ("ftitcc2m", "ftitcc2r0", "ftitcc201m", "ftitcc202r1", "ftitccx"))
     assert Names("itcc2").owns("ftitcc201m")
+
+
+def test_a_host_can_carry_its_own_nccl_conf_and_it_round_trips() -> None:
+    spec = build_spec({"hosts": 3, "overrides": {"h02": {"nccl_conf": {"NCCL_IB_GID_INDEX": 2}}}})
+    assert spec.host("h02").nccl_conf == (("NCCL_IB_GID_INDEX", "2"),)
+    assert spec.host("h01").nccl_conf == ()
+    assert build_spec(spec_to_doc(spec)).host("h02").nccl_conf == (("NCCL_IB_GID_INDEX", "2"),)
+
+
+def test_a_bad_nccl_conf_names_each_field_and_value() -> None:
+    doc = {"hosts": 2, "overrides": {"h02": {"nccl_conf": {
+        "IB_GID_INDEX": 2, "NCCL_IB_HCA": "mlx5_0\nNCCL_IB_DISABLE=1", "NCCL_IB_TC": [106]}}}}
+    with pytest.raises(ConfigError) as err:
+        build_spec(doc)
+    problems = "\n".join(err.value.problems)
+    assert "overrides.h02.nccl_conf.IB_GID_INDEX: 2 is not an NCCL variable name" in problems
+    assert "overrides.h02.nccl_conf.NCCL_IB_HCA: 'mlx5_0\\nNCCL_IB_DISABLE=1' must be" in problems
+    assert "overrides.h02.nccl_conf.NCCL_IB_TC: [106] must be an integer or a string" in problems
+    with pytest.raises(ConfigError, match=r"overrides\.h01\.nccl_conf: 'x' must be a mapping"):
+        build_spec({"hosts": 2, "overrides": {"h01": {"nccl_conf": "x"}}})

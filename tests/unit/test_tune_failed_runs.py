@@ -8,9 +8,11 @@ from typing import Any
 
 import pytest
 
+from fabtune.bench.checks import CheckResult
+from fabtune.bench.diagnose import Diagnosis
 from fabtune.journal import Journal
 from fabtune.knobs import Candidate, plan
-from fabtune.tune.loop import BenchmarkFailed, TuneOptions, Tuner
+from fabtune.tune.loop import BenchmarkFailed, PreflightFailed, TuneOptions, Tuner
 from fabtune.tune.measure import Batch, FailedRun, MeasureSpec, Sample, busbw_ceilings, judge_runs
 from fabtune.tune.state import view_of
 from fabtune.tune.stats import ImpossibleSample, decide, impossible
@@ -203,3 +205,31 @@ def test_launches_that_all_printed_garbage_are_failed_runs_not_a_transport_crash
     assert _transport(SPEC, first, failed_only=True) == ()  # the failed runs carry the evidence
     with pytest.raises(ParseError):  # a good run whose hosts printed no NCCL log is still an error
         _transport(SPEC, first)
+
+
+class BadHostRack(FailingRack):
+    """Every launch fails; the diagnosis finds h02 at fault (its GID index names a RoCEv1 GID)."""
+
+    def diagnose(self, log: str, why: str) -> Diagnosis:
+        self.diagnosed.append(why)
+        row = "mlx5_0 1 2 0000:0000:0000:0000:0000:ffff:0afe:0102 10.254.1.2 v1 eth2"
+        return Diagnosis([
+            CheckResult("transport", "h01", "warn", "failed through h02: NCCL error: ...", ""),
+            CheckResult("transport", "h02", "fail", "NCCL_IB_GID_INDEX=2 names mlx5_0's RoCEv1 GID", row),
+        ], ["h02"])
+
+
+def test_a_baseline_failed_by_one_hosts_fault_names_it_and_exits_7(tmp_path: Path) -> None:
+    rack = BadHostRack(stuck=True)
+    tuner = run_on(rack, tmp_path)
+    with pytest.raises(PreflightFailed) as err:
+        tuner.run()
+    assert err.value.code == 7
+    assert str(err.value) == (
+        "preflight failed, nothing was changed: h02: transport: NCCL_IB_GID_INDEX=2 names mlx5_0's RoCEv1 "
+        "GID [mlx5_0 1 2 0000:0000:0000:0000:0000:ffff:0afe:0102 10.254.1.2 v1 eth2]"
+    )
+    assert rack.diagnosed == ["alltoall_perf on h01: missed its deadline of 30 s and was killed"]
+    baseline = next(s for s in tuner.journal.steps(tuner.run_id) if s.name == "baseline")
+    assert baseline.state == "failed" and [c["host"] for c in baseline.payload["checks"]] == ["h01", "h02"]
+    assert rack.applied == []  # nothing was changed

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from fabtune.ansible import RunOutcome, TaskResult
+from fabtune.bench.diagnose import Diagnosis
 from fabtune.journal import Journal
 from fabtune.knobs import View, lossless_change, plan
 from fabtune.tune.loop import RevertFired, RollbackFailed, TuneOptions, Tuner
@@ -58,6 +59,7 @@ class FakeRack:
         self.applied: list[dict[str, Any]] = []
         self.confirms = 0
         self.break_rollback = break_rollback
+        self.diagnosed: list[str] = []
 
     def facts(self) -> dict[str, dict[str, Any]]:
         return {h: {**copy.deepcopy(s), "hardware": self.hardware} for h, s in self.state.items()}
@@ -96,6 +98,11 @@ class FakeRack:
         qps = {"4": 1.1, "8": 1.2, "16": 1.2}.get(str((self.state["h01"].get("nccl") or {}).get(
             "NCCL_IB_QPS_PER_CONNECTION")), 1.0)
         return 100 * mtu * qps * (1.05 if lossless else 1.0), 100 * (1.0 if lossless else 0.3)
+
+    def diagnose(self, log: str, why: str) -> Diagnosis:
+        """A failure no host is at fault for (a test rack overrides this)."""
+        self.diagnosed.append(why)
+        return Diagnosis([], [])
 
     def measure(self, repetitions: int) -> Batch:
         ar, aa = self._busbw()
@@ -215,3 +222,55 @@ def test_a_move_reverted_by_a_host_before_its_decision_is_discarded_undone_and_s
     (move,) = [s for s in run.journal.steps(run.run_id) if s.kind == "move"]
     assert move.state == "rolled_back" and move.payload["reverted_by_host"] == ["h02"]
     assert "discarded" in move.payload["reason"] and move.payload["verified"]
+
+
+class PausingRack(FakeRack):
+    """The lossless class sends thousands of pause frames per run; ``mtu_floods``: MTU 4200 adds more."""
+
+    def __init__(self, *, mtu_floods: bool = False) -> None:
+        super().__init__()
+        self.mtu_floods = mtu_floods
+
+    def measure(self, repetitions: int) -> Batch:
+        batch = super().measure(repetitions)
+        nic = self.state["h01"]["nics"]["eth2"]
+        per_run = 5000 if nic.get("pfc") else 0
+        if self.mtu_floods and nic.get("mtu") == 4200:
+            per_run *= 40
+        return Batch(batch.samples, per_run * repetitions)
+
+
+def _events(rack: FakeRack, tmp_path: Path) -> tuple[Tuner, list[str]]:
+    journal = Journal(tmp_path / "j.sqlite")
+    run_id = journal.open_run("tune", "rack", "inv.yml", None)
+    said: list[str] = []
+    run = Tuner(rack, journal, run_id, "roce", options=TuneOptions(skip_groups=("qps", "gdr")),
+                on_event=lambda kind, message, data: said.append(message) if kind == "decision" else None)
+    return run, said
+
+
+def test_guards_compare_with_the_kept_state_not_the_baseline(tmp_path: Path) -> None:
+    """PFC kept (pause frames 0 -> thousands), then MTU's all_reduce gain is kept, not blamed on PFC."""
+    run, said = _events(PausingRack(), tmp_path)
+    result = run.run()
+    assert [(m.name, m.outcome) for m in result.moves] == [
+        ("lossless priority 3", "kept"), ("MTU 4200", "kept")]
+    assert result.moves[0].pause_frames > 0 and run.pause_rate == 5000
+    mtu = result.moves[1]
+    assert mtu.decision["reference_pause_rate"] == 5000 and mtu.reason.startswith("all_reduce +")
+    assert said[-1] == f"kept MTU 4200: {mtu.reason}"
+    (step,) = [s for s in run.journal.steps(run.run_id) if s.name == "MTU 4200"]
+    assert step.payload["reason"] == mtu.reason
+
+
+def test_a_move_that_itself_floods_pause_frames_without_incast_gain_is_rolled_back(tmp_path: Path) -> None:
+    run, said = _events(PausingRack(mtu_floods=True), tmp_path)
+    result = run.run()
+    assert [(m.name, m.outcome) for m in result.moves] == [
+        ("lossless priority 3", "kept"), ("MTU 4200", "rolled_back")]
+    reason = result.moves[1].reason
+    assert reason.startswith("guard: pause frames 200000 per run against 5000 in the kept state")
+    assert reason.endswith("with no incast gain")
+    assert said[-1] == f"rolled back MTU 4200: {reason} (verified)"
+    (step,) = [s for s in run.journal.steps(run.run_id) if s.name == "MTU 4200"]
+    assert step.payload["reason"] == reason

@@ -218,6 +218,24 @@ def plan(fabric: FabricConfig, op: CollectiveOp) -> Plan:
     return Plan(transport, gdr, chans, _peak(fabric, op, net), rails, rho, tuple(classes))
 
 
+def failed_hops(fabric: FabricConfig) -> list[tuple[NicRef, NicRef, Failure]]:
+    """Return every ring hop (sender NIC, receiver NIC) whose connection cannot come up, and why.
+
+    The sender of such a hop is the rank whose work requests complete in error (nccl#1814: "Got
+    completion from peer ... status=12 ... (Send)"); a host with a wrong GID fails its own sends
+    and its ring predecessor's sends to it.
+    """
+    rails = _rails(fabric)
+    if rails == 0 or len(fabric.hosts) < 2:
+        return []
+    out = []
+    for a, b in _ring_pairs(fabric, rails):
+        _, failure = _connect(fabric, a, b)
+        if failure is not None:
+            out.append((a, b, failure))
+    return out
+
+
 def _local_plan(fabric: FabricConfig, op: CollectiveOp) -> Plan:
     """Return the plan of a single-node run (NVLink only, no network)."""
     transport: Transport = "IB" if fabric.hosts and fabric.hosts[0].nics else "Socket"

@@ -28,6 +28,7 @@ from typing import Any
 
 from fabtune.sim import observe
 from fabtune.sim.model import FabricConfig, HostConfig, SizeResult, collective
+from fabtune.sim.model.collective import failed_hops
 from fabtune.sim.model.config import CollectiveOp
 from fabtune.sim.model.results import CollectiveResult
 from fabtune.sim.model.transport import usable_hcas
@@ -223,7 +224,8 @@ def rank_record(state: NodeState, job: Job, args: TestArgs, environ: Mapping[str
     """What one rank publishes: host, pid, GPUs and the host's model config."""
     host = observe.host_config(state, observe.nccl_env(observe.read_nccl_conf(conf), environ))
     return {"rank": job.rank, "host": state.node.hostname, "pid": os.getpid(),
-            "devices": my_devices(state, job, args), "config": observe.to_json(host)}
+            "devices": my_devices(state, job, args), "config": observe.to_json(host),
+            "rail_ipv4": [n.ipv4 for n in state.node.nics]}
 
 
 def _gather(jdir: Path, job: Job) -> list[dict[str, Any]] | None:
@@ -277,7 +279,25 @@ def compute(records: list[dict[str, Any]], op: CollectiveOp, args: TestArgs,
     swept = sizes(args)
     res = collective(fabric, op, swept, run_index, iters=2 * args.iters * args.agg)
     in_place = collective(fabric, op, swept, run_index + 1_000_003, iters=args.iters)
-    return _result_doc(res, in_place, names, records)
+    doc = _result_doc(res, in_place, names, records)
+    if res.failure is not None:
+        doc["failed_sends"] = _failed_sends(fabric, names, records)
+    return doc
+
+
+def _failed_sends(fabric: FabricConfig, names: list[str], records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per sending host, the ring hops whose sends complete in error: NICs, peer, peer address, GIDs."""
+    ipv4 = {str(r["host"]): list(r.get("rail_ipv4") or []) for r in records}
+    out: dict[str, list[dict[str, Any]]] = {}
+    for (src, nic), (dst, peer_nic), failure in failed_hops(fabric):
+        host, peer = names[src], names[dst]
+        local = ipv4[host][nic] if nic < len(ipv4[host]) else None
+        remote = ipv4[peer][peer_nic] if peer_nic < len(ipv4[peer]) else None
+        out.setdefault(host, []).append({
+            "nic": fabric.hosts[src].nics[nic].name, "peer": peer, "failure": failure,
+            "local_ipv4": local, "remote_ipv4": remote,
+        })
+    return out
 
 
 # --------------------------------------------------------------------------- printing
@@ -430,12 +450,56 @@ def _apply_counters(env: Env, job: Job, doc: dict[str, Any], host: str) -> None:
         _counters.apply(env.state, nics[int(nic)].netdev, {str(k): int(v) for k, v in deltas.items()})
 
 
+def _peer_address(env: Env, peer: str) -> str:
+    try:
+        return observe.fabric_view(env.fabric_dir).addresses.get(peer, "127.0.0.1")
+    except OSError:
+        return "127.0.0.1"
+
+
+def warn_lines(env: Env, doc: dict[str, Any], mine: list[dict[str, Any]]) -> list[str]:
+    """This host's NCCL WARN lines for sends that cannot complete (only the lowest rank on the host).
+
+    A RoCE QP whose GIDs do not pair (RoCEv1 against v2: the receiver drops the packets) exhausts
+    its retries: the sender's proxy reports the work completion in error and NCCL returns
+    ncclRemoteError. Format of NCCL 2.2x ``src/transport/net_ib.cc`` (ncclIbTest), as in
+    NVIDIA/nccl#1814: ``NET/IB : Got completion from peer <addr><port> with status=12 opcode=1
+    len=0 vendor err 129 (Send) localGid ::ffff:a.b.c.d remoteGids::ffff:e.f.g.h``, plus
+    `` hca <dev>``. A GID index outside the table fails earlier, at the QP's RTR transition
+    (formats.md §3: ``Call to ibv_modify_qp failed with error Invalid argument``).
+    """
+    if not mine:
+        return []
+    host, dev = str(mine[0]["host"]), int(mine[0]["dev"])
+    if any(int(d["rank"]) < int(mine[0]["rank"]) for d in doc["devices"] if d["host"] == host):
+        return []
+    prefix = f"{host}:{os.getpid()}:{threading.get_native_id()} [{dev}] "
+    lines = []
+    for send in doc.get("failed_sends", {}).get(host, []):
+        if send["failure"] == "invalid_gid":
+            lines.append(prefix + "misc/ibvwrap.cc:221 NCCL WARN Call to ibv_modify_qp failed with error "
+                         "Invalid argument")
+            continue
+        port = 40000 + zlib.crc32(f"{send['peer']}{send['nic']}".encode()) % 20000
+        gids = ""
+        if send["local_ipv4"] and send["remote_ipv4"]:
+            gids = f" localGid ::ffff:{send['local_ipv4']} remoteGids::ffff:{send['remote_ipv4']}"
+        lines.append(prefix + f"transport/net_ib.cc:2326 NCCL WARN NET/IB : Got completion from peer "
+                     f"{_peer_address(env, str(send['peer']))}<{port}> with status=12 opcode=1 len=0 "
+                     f"vendor err 129 (Send){gids} hca {send['nic']}")
+    return lines
+
+
 def _finish_rank(prog: str, env: Env, job: Job, doc: dict[str, Any], record: dict[str, Any]) -> int:
     """Print this rank's INFO lines, failure or nothing; add counters."""
     host = observe.host_from_json(record["config"])
     mine = [dict(d, host=record["host"]) for d in record["devices"]]
-    if (env.environ.get("NCCL_DEBUG") or "").upper() in ("INFO", "TRACE"):
+    level = (env.environ.get("NCCL_DEBUG") or "").upper()
+    if level in ("INFO", "TRACE"):
         for line in info_lines(job, doc, mine, host, _oob(env, str(record["host"]))):
+            out(line)
+    if doc["failure"] is not None and level in ("WARN", "INFO", "TRACE"):
+        for line in warn_lines(env, doc, mine):
             out(line)
     if doc["failure"] is not None:
         for line in _failure_lines(str(record["host"]), str(doc["failure"])):

@@ -102,3 +102,18 @@ def test_ib_disabled_in_nccl_conf_falls_back_to_sockets(rack: Path) -> None:
     assert "NCCL INFO NCCL_IB_DISABLE set by environment to 1." in rank1[1]
     debug = nccl_debug.parse(rank0[1] + rank1[1])
     assert debug.socket_fallback and "NET/Socket" in debug.transports
+
+
+def test_a_host_whose_gid_index_names_its_roce_v1_gid_fails_with_completion_errors(rack: Path) -> None:
+    """Index 2 is the RoCEv1 IPv4 GID (standard layout): its QPs never pair with the v2 peer's."""
+    (rack / "h02" / "nccl.conf").write_text("NCCL_IB_GID_INDEX=2\n")
+    (rank0, rank1) = job(rack, ["-b", "1M", "-e", "1M", "-g", "2"], {"NCCL_DEBUG": "INFO"})
+    assert rank0[0] == 3 and rank1[0] == 3
+    assert "NCCL INFO NCCL_IB_GID_INDEX set by environment to 2." in rank1[1]
+    warns = [line for line in rank1[1].splitlines() if " NCCL WARN " in line]
+    assert warns and warns[0].startswith("h02:")
+    assert "with status=12 opcode=1 len=0 vendor err 129 (Send) localGid ::ffff:10.78.1.12 " \
+           "remoteGids::ffff:10.78.1.11 hca mlx5_0" in warns[0]
+    debug = nccl_debug.parse(rank1[1])
+    assert debug.gid_index == 2 and debug.warnings[0].startswith("NET/IB : Got completion from peer")
+    assert "Test NCCL failure" in rank0[1]
