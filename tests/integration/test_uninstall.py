@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import json
 import os
 import stat
 from collections.abc import Iterator
@@ -132,12 +133,33 @@ def test_uninstall_restore_leaves_the_hosts_as_before_the_first_run(rack: Testbe
     assert trees(rack) == before_tree
 
 
-def test_uninstall_without_restore_keeps_a_hand_written_nccl_conf(rack: TestbedSpec) -> None:
-    own = "# the site's own NCCL settings\nNCCL_DEBUG=WARN\n"
-    host = HOSTS[0]
-    on_host(rack, host, f"printf '{own}' > /etc/nccl.conf")
+def test_uninstall_without_restore_removes_only_the_nccl_conf_fabtune_wrote(rack: TestbedSpec) -> None:
+    own = "# our own NCCL settings\nNCCL_DEBUG=WARN\n"
+    written = "#\n# Ansible managed\n#\nNCCL_IB_TC=106\n"  # as the nccl_env role writes it
+    on_host(rack, HOSTS[0], f"printf '{own}' > /etc/nccl.conf")
+    on_host(rack, HOSTS[1], f"printf '{written}' > /etc/nccl.conf")
     try:
         assert main(["uninstall", "-i", str(inventory(rack))]) == ExitStatus.OK
-        assert on_host(rack, host, "cat /etc/nccl.conf") == own
+        assert on_host(rack, HOSTS[0], "cat /etc/nccl.conf") == own
+        assert on_host(rack, HOSTS[1], "test -e /etc/nccl.conf && echo yes || echo no").strip() == "no"
     finally:
-        on_host(rack, host, "rm -f /etc/nccl.conf")
+        on_host(rack, HOSTS[0], "rm -f /etc/nccl.conf")
+
+
+def test_check_names_the_missing_tool_its_host_and_package(rack: TestbedSpec, tmp_path: Path) -> None:
+    """perftest is taken off one host (moved aside inside that host's own root only)."""
+    host = HOSTS[1]
+    on_host(rack, host, "mv /usr/bin/ib_write_bw /root/ib_write_bw.aside")
+    report = tmp_path / "check.json"
+    try:
+        code = main(["check", "-i", str(inventory(rack)), "--no-nccl", "--json", str(report)])
+    finally:
+        on_host(rack, host, "mv /root/ib_write_bw.aside /usr/bin/ib_write_bw")
+    assert code == ExitStatus.CHECK_FAILED
+    tools = [r for r in json.loads(report.read_text())["results"] if r["check"] == "tools"]
+    failed = [r for r in tools if r["verdict"] == "fail"]
+    assert [(r["host"], r["summary"]) for r in failed] == [
+        (host, "ib_write_bw not found: install ib_write_bw (package perftest)")]
+    assert "Debian/Ubuntu" in failed[0]["evidence"]
+    assert [r["verdict"] for r in tools if r["host"] == HOSTS[0]] == ["pass"]
+    assert main(["check", "-i", str(inventory(rack)), "--no-nccl"]) == ExitStatus.OK
