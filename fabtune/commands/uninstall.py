@@ -35,7 +35,8 @@ def uninstall(inventory: Path, restore: str | None, check: bool) -> None:
         click.echo(f"restored {len(result.restored)} hosts to their state before {restore}: "
                    f"{', '.join(result.restored)}")
     verb = "would remove" if check else "removed"
-    for host in sorted(result.removed) or ["(every host)"]:
-        items = result.removed.get(host, [])
-        click.echo(f"{host}: {verb} {len(items)}" + (f": {', '.join(items)}" if items else ""))
+    if not result.removed:
+        click.echo("nothing of fabtune's is installed on the hosts")
+    for host, items in sorted(result.removed.items()):
+        click.echo(f"{host}: {verb} {len(items)}: {', '.join(items)}")
     click.echo(f"run {result.run_id}")
