@@ -92,7 +92,9 @@ def installed(rack: TestbedSpec, host: str) -> list[str]:
     return [p for p in INSTALLED if on_host(rack, host, f"test -e {p} && echo yes || true").strip() == "yes"]
 
 
-def test_uninstall_restore_leaves_the_hosts_as_before_the_first_run(rack: TestbedSpec) -> None:
+def test_uninstall_restore_leaves_the_hosts_as_before_the_first_run(
+    rack: TestbedSpec, capsys: pytest.CaptureFixture[str]
+) -> None:
     inv = str(inventory(rack))
     before_tree, before = trees(rack), facts(rack)
     assert all(installed(rack, h) == [] for h in HOSTS)
@@ -108,8 +110,13 @@ def test_uninstall_restore_leaves_the_hosts_as_before_the_first_run(rack: Testbe
         assert set(installed(rack, host)) >= {"/usr/local/sbin/fabtune-revert", "/etc/nccl.conf",
                                                "/etc/fabtune/rdma_cm.conf", "/usr/local/sbin/fabtune-rdma-cm"}
 
+    capsys.readouterr()
     assert main(["uninstall", "-i", inv, "--check"]) == ExitStatus.OK
     assert trees(rack) == changed_tree
+    said = capsys.readouterr().out
+    for host in HOSTS:  # check mode tells what would go
+        line = next(x for x in said.splitlines() if x.startswith(f"{host}: would remove"))
+        assert "/usr/local/sbin/fabtune-revert" in line and "/etc/fabtune" in line, said
 
     # A run armed and not confirmed stops the uninstall before anything changes.
     journal = Journal()
