@@ -2,8 +2,9 @@
 
 Phases (a failed phase stops the run; preflight changes nothing on any host):
 
-1. **preflight**: every host answers (Ansible ping); perftest (``ib_write_bw``), nccl-tests
-   (``all_reduce_perf``), rdma-core (``ibv_devinfo``, ``ibstat``) and the launcher are installed;
+1. **preflight**: every host answers (Ansible ping); every tool fabtune runs there is installed
+   (perftest, nccl-tests, infiniband-diags, the launcher...: ``fabtune.hostpackages``, which names
+   the package of a missing one for the host's distribution);
    ports Active/LinkUp at one rate; one firmware version per HCA model across the rack; every
    GPU beside its NIC (PIX/PXB); one RoCEv2 GID index on every host (RoCE); a master subnet
    manager (InfiniBand).
@@ -49,6 +50,7 @@ from fabtune.bench.parsers.ibstat import IbStat
 from fabtune.bench.schedule import Pair, all_pairs_rounds, rail_pairs
 from fabtune.changes import knob_changes
 from fabtune.errors import ExitStatus, FabtuneError
+from fabtune.hostpackages import check_tools
 from fabtune.inventory import InventoryInfo
 from fabtune.journal import Journal
 from fabtune.profile import Profile
@@ -60,11 +62,6 @@ class BootstrapFailed(FabtuneError):
     code = ExitStatus.CHECK_FAILED
 
 
-REQUIRED_TOOLS: Mapping[str, tuple[str, ...]] = {
-    "perftest": ("ib_write_bw",),
-    "nccl-tests": ("all_reduce_perf",),
-    "rdma-core": ("ibv_devinfo", "ibstat"),
-}
 VALIDATE_TASK = "Validate the desired fabric state"
 PAIR_SIZE = 1 << 20
 BUSBW_SIZE = "8G"
@@ -72,33 +69,6 @@ Progress = Callable[[str], None]
 
 
 # --------------------------------------------------------------------------- pure checks
-
-
-def tool_check(host: str, found_stdout: str, launcher: str = "mpirun") -> CheckResult:
-    """Which required tools ``which`` found on ``host`` (one path per line of its output)."""
-    found = {line.strip().rsplit("/", 1)[-1] for line in found_stdout.splitlines() if line.strip()}
-    wanted = {**REQUIRED_TOOLS, "launcher": (launcher,)}
-    missing = [f"{pkg} ({tool})" for pkg, tools in wanted.items() for tool in tools if tool not in found]
-    if missing:
-        return CheckResult(
-            "tools",
-            host,
-            "fail",
-            f"missing: {', '.join(missing)}",
-            f"which found: {', '.join(sorted(found)) or 'nothing'}",
-        )
-    return CheckResult(
-        "tools",
-        host,
-        "pass",
-        "perftest, nccl-tests, rdma-core and the launcher present",
-        ", ".join(sorted(found)),
-    )
-
-
-def tools_argv(launcher: str = "mpirun") -> list[str]:
-    """``which`` over every required tool (exit 1 when one is missing; stdout lists those found)."""
-    return ["which", *(t for tools in REQUIRED_TOOLS.values() for t in tools), launcher]
 
 
 def firmware_check(stats: Mapping[str, IbStat]) -> list[CheckResult]:
@@ -381,10 +351,6 @@ class BootstrapReport:
         return [c for c in self.checks if c.verdict == "fail"]
 
 
-def _host_stdout(outcome: ansible.RunOutcome) -> dict[str, str]:
-    return {t.host: str(t.result.get("stdout", "")) for t in outcome.tasks}
-
-
 @contextlib.contextmanager
 def _step(
     journal: Journal | None, run_id: str | None, name: str, payload: Mapping[str, Any]
@@ -422,9 +388,7 @@ def preflight(
         return None
     report.checks.append(CheckResult("reachable", "*", "pass", f"{len(info.hosts)} hosts answer"))
     say("preflight: tools")
-    which = ansible.run_module("ansible.builtin.command", " ".join(tools_argv(info.launcher)), inventory)
-    found = _host_stdout(which)
-    report.checks += [tool_check(h, found.get(h, ""), info.launcher) for h in info.hosts]
+    report.checks += check_tools(inventory, info)  # a missing tool named with its package
     say("preflight: links, firmware, affinity, GIDs, subnet manager")
     views = read_hosts(inventory)
     static = [r for r in static_checks(views) if r.check != "mtu"]  # the profile sets the MTU

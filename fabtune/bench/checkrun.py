@@ -11,6 +11,7 @@ from fabtune.bench.checks import CheckResult
 from fabtune.bench.deadline import timed_out
 from fabtune.bench.fabric import HostView, read_hosts
 from fabtune.errors import ParseError
+from fabtune.hostpackages import check_tools
 from fabtune.inventory import read_inventory
 
 
@@ -87,12 +88,19 @@ def transport_checks(
 def run_checks(
     inventory: Path, *, with_nccl: bool = True, oob_interface: str | None = None
 ) -> list[CheckResult]:
-    """Every check over the inventory's hosts."""
+    """Every check over the inventory's hosts: first that each host has the tools they run (a missing
+    one fails naming the host, the tool and its package); the others only when every tool is there."""
+    info = read_inventory(inventory)
+    tools = check_tools(inventory, info, with_nccl=with_nccl)
+    if any(r.verdict == "fail" for r in tools):
+        skipped = CheckResult("fabric", "*", "warn", "other checks not run: install the missing tools first")
+        return [*tools, skipped]
     views = read_hosts(inventory)
     results = static_checks(views)
     if with_nccl and views:
         first = next(iter(views.values()))
         gpus = len([c for c in first.topo.columns if c.startswith("GPU")]) if first.topo else 1
-        deadline = read_inventory(inventory).bench_timeout_s
-        results += transport_checks(inventory, sorted(views), gpus, oob_interface, deadline, views=views)
-    return results
+        results += transport_checks(
+            inventory, sorted(views), gpus, oob_interface, info.bench_timeout_s, views=views
+        )
+    return [*tools, *results]

@@ -14,6 +14,7 @@ from fabtune.commands.parse import parse
 from fabtune.commands.report import report
 from fabtune.commands.testbed import testbed
 from fabtune.commands.tune import resume, rollback, runs, show, tune
+from fabtune.commands.uninstall import uninstall
 
 COMMANDS: list[click.Command] = [
     demo,
@@ -30,4 +31,5 @@ COMMANDS: list[click.Command] = [
     resume,
     report,
     parse,
+    uninstall,
 ]

@@ -97,11 +97,11 @@ def bootstrap(
 ) -> None:
     """Preflight a new rack, apply its baseline profile and run the acceptance benchmarks.
 
-    Preflight (nothing changes if it fails): hosts reachable; perftest, nccl-tests, rdma-core and
-    the launcher installed; ports up at one rate; one firmware per HCA model; GPU-NIC affinity;
-    one RoCEv2 GID index; a subnet manager (InfiniBand). Then the profile, then ib_write_bw over
-    every pair (a suspect pair's hosts are re-tested against a known-good partner before one is
-    blamed), all_reduce_perf bus bandwidth and the NCCL transport.
+    Preflight (nothing changes if it fails): hosts reachable; the tools fabtune runs installed
+    (a missing one named with its package); ports up at one rate; one firmware per HCA model;
+    GPU-NIC affinity; one RoCEv2 GID index; a subnet manager (InfiniBand). Then the profile, then
+    ib_write_bw over every pair (a suspect pair's hosts are re-tested against a known-good partner
+    before one is blamed), all_reduce_perf bus bandwidth and the NCCL transport.
 
     Exits 0 when the rack is accepted, 7 when any check fails (the hosts at fault are named).
     """

@@ -10,7 +10,7 @@ from fabtune import report
 from fabtune.desired import save_tuned
 from fabtune.errors import ConfigError
 from fabtune.inventory import InventoryInfo, read_inventory
-from fabtune.journal import Journal, JournalError, Step, UnknownRun, check_run_id, default_path
+from fabtune.journal import Journal, JournalError, Run, Step, UnknownRun, check_run_id, default_path
 from fabtune.lock import fabric_lock
 from fabtune.paths import check_name, under_home
 from fabtune.profile import Profile, check_against_rack, tune_options
@@ -167,17 +167,35 @@ def rollback(
     info = read_inventory(inventory or Path(run.inventory))
     backend = AnsibleBackend(info)
     with fabric_lock(info.name, f"rollback {run_id}"):
-        seq = journal.step(run_id, "rollback", "restore pre-run state", {"hosts": sorted(snapshot)})
-        if on_event is not None:
-            on_event("rollback", f"restoring {len(snapshot)} hosts to their state before {run_id}", {})
-        try:
-            backend.confirm(run_id)
-            restore_and_verify(backend, snapshot)
-        except BaseException as err:
-            journal.finish_step(run_id, seq, "failed", {"hosts": sorted(snapshot), "error": describe(err)})
-            raise
-        journal.finish_step(run_id, seq, "done", {"verified": True})
-        journal.close_run(run_id, "rolled_back", {**run.summary, "rolled_back": True})
+        return restore_journaled(journal, run, snapshot, backend, on_event)
+
+
+def restore_journaled(
+    journal: Journal,
+    run: Run,
+    snapshot: Mapping[str, Mapping[str, Any]],
+    backend: AnsibleBackend,
+    on_event: Event | None = None,
+) -> list[str]:
+    """Cancel ``run``'s armed reverts, restore its pre-run ``snapshot`` (verified) and journal it in the run.
+
+    The body of :func:`rollback`, also run by ``fabtune uninstall --restore``: the caller holds the
+    fabric lock.
+
+    Returns:
+        The hosts restored.
+    """
+    seq = journal.step(run.id, "rollback", "restore pre-run state", {"hosts": sorted(snapshot)})
+    if on_event is not None:
+        on_event("rollback", f"restoring {len(snapshot)} hosts to their state before {run.id}", {})
+    try:
+        backend.confirm(run.id)
+        restore_and_verify(backend, snapshot)
+    except BaseException as err:
+        journal.finish_step(run.id, seq, "failed", {"hosts": sorted(snapshot), "error": describe(err)})
+        raise
+    journal.finish_step(run.id, seq, "done", {"verified": True})
+    journal.close_run(run.id, "rolled_back", {**run.summary, "rolled_back": True})
     return sorted(snapshot)
 
 

@@ -10,23 +10,6 @@ from fabtune.bench.parsers.ibstat import IbCa, IbStat
 from fabtune.errors import ExitStatus
 
 
-def test_tools_present_and_missing() -> None:
-    found = "\n".join(
-        [
-            "/usr/bin/ib_write_bw",
-            "/usr/local/bin/all_reduce_perf",
-            "/usr/bin/ibv_devinfo",
-            "/usr/sbin/ibstat",
-            "/usr/bin/mpirun",
-        ]
-    )
-    assert b.tool_check("h01", found).verdict == "pass"
-    missing = b.tool_check("h02", "/usr/bin/ib_write_bw\n/usr/bin/mpirun\n")
-    assert missing.verdict == "fail"
-    assert "nccl-tests (all_reduce_perf)" in missing.summary and "rdma-core (ibv_devinfo)" in missing.summary
-    assert b.tools_argv("srun")[0] == "which" and b.tools_argv("srun")[-1] == "srun"
-
-
 def _stat(fw: str) -> IbStat:
     return IbStat((IbCa("mlx5_0", "MT4129", 1, fw), IbCa("mlx5_1", "MT4129", 1, fw)))
 

@@ -140,14 +140,7 @@ def bootstrap_run_journal(
         inventory: Path, info: InventoryInfo, rep: b.BootstrapReport, say: Any
     ) -> dict[str, Any] | None:
         rep.checks.append(CheckResult("reachable", "*", "pass", "4 hosts answer"))
-        rep.checks += [
-            b.tool_check(
-                h,
-                "/usr/bin/ib_write_bw\n/usr/bin/all_reduce_perf\n/usr/bin/ibv_devinfo\n"
-                "/usr/sbin/ibstat\n/usr/bin/mpirun\n",
-            )
-            for h in HOSTS
-        ]
+        rep.checks += [CheckResult("tools", h, "pass", "19 tools found", "Debian/Ubuntu") for h in HOSTS]
         rep.checks.append(CheckResult("link", "*", "pass", "all ports Active at 400 Gb/s, MTU 1500"))
         rep.checks.append(
             CheckResult("firmware", "*", "pass", "one firmware per HCA model: MT4129 28.39.1002")
