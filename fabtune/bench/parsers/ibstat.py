@@ -22,8 +22,11 @@ from fabtune.bench.parsers._common import content_lines, fail, to_float, to_int
 TOOL = "ibstat"
 
 _CA_RE = re.compile(r"^CA '(?P<name>[^']+)'\s*$")
-_PORT_RE = re.compile(r"^\s+Port (?P<port>\d+):\s*$")
-_KV_RE = re.compile(r"^\s+(?P<key>[A-Za-z][A-Za-z _]*?):\s*(?P<value>.*?)\s*$")
+# ``ibstat CA PORT`` prints the node type and name, then that one port's block unindented
+# (ca_stat() and port_dump(..., alone=1) in rdma-core's infiniband-diags/ibstat.c).
+_ONE_PORT_CA_RE = re.compile(r"^(?:CA|Switch|Router): '(?P<name>[^']+)'\s*$")
+_PORT_RE = re.compile(r"^\s*Port (?P<port>\d+):\s*$")
+_KV_RE = re.compile(r"^\s*(?P<key>[A-Za-z][A-Za-z _]*?):\s*(?P<value>.*?)\s*$")
 # "ibpanic: [1323906] main: stat of IB device 'mlx5_8' failed: No such file or directory"
 _PANIC_RE = re.compile(r"^ibpanic: (?:\[\d+\] )?(?P<message>.*)$")
 # "Rate: 56", "Rate: 2.5", "Rate: 40 (FDR10)"
@@ -136,13 +139,13 @@ def parse(text: str) -> IbStat:
 
 
 def _scan_line(cas: list[_CaBuilder], errors: list[str], number: int, line: str) -> None:
-    if match := _CA_RE.match(line):
+    if match := _CA_RE.match(line) or _ONE_PORT_CA_RE.match(line):
         cas.append(_CaBuilder(match["name"]))
     elif match := _PANIC_RE.match(line):
         errors.append(match["message"])
     elif match := _PORT_RE.match(line):
         _current(cas, number).ports.append((int(match["port"]), {}))
-    elif match := _KV_RE.match(line):
+    elif (match := _KV_RE.match(line)) and (line[:1].isspace() or match["key"] in _PORT_KEYS):
         _store(_current(cas, number), match["key"], match["value"])
 
 

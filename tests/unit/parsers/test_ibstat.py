@@ -150,3 +150,19 @@ def test_ibstatus_format() -> None:
 def test_ibstatus_garbled(text: str, message: str) -> None:
     with pytest.raises(ParseError, match=message):
         ibstat.parse_ibstatus(text)
+
+
+def test_one_port_form_with_warnings_between() -> None:
+    """``ibstat mlx5_0 1`` (ca_stat() + port_dump(alone) in infiniband-diags/ibstat.c); stray
+    ``ibwarn:`` lines from stderr are not port attributes."""
+    text = (
+        "ibwarn: [77] ca_stat: CA: 'mlx5_9' has no port number 2 - max (1)\n"
+        "CA: 'mlx5_0'\nPort 1:\nState: Active\nPhysical state: LinkUp\nRate: 400\nBase lid: 5\n"
+        "LMC: 0\nSM lid: 1\nCapability mask: 0xa659e848\nPort GUID: 0x9c63c00300554000\n"
+        "Link layer: InfiniBand\n"
+    )
+    (ca,) = ibstat.parse(text).cas
+    (port,) = ca.ports
+    assert (ca.name, port.port, port.state) == ("mlx5_0", 1, "Active")
+    assert (port.rate_gbps, port.base_lid) == (400.0, 5)
+    assert port.link_layer == "InfiniBand"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from fabtune.bench.parsers.ibstat import parse as parse_ibstat
 from fabtune.sim.node import NodeState
 from fabtune.sim.tools import (
     TOOLS,
@@ -101,8 +102,14 @@ def test_ibstat_ib_and_errors(ib: NodeState, capsys: Capture) -> None:
     assert "\t\tPort GUID: 0x9c63c00300554000\n" in out
     _, out, _ = run(ibstat.main, ["-l"], ib, capsys)
     assert out == "mlx5_0\nmlx5_1\n"
+    # ibstat CA PORT: "CA: 'name'" then the port unindented (rdma-core infiniband-diags/ibstat.c)
     _, out, _ = run(ibstat.main, ["mlx5_1", "1"], ib, capsys)
-    assert out.splitlines()[:2] == ["Port 1:", "State: Active"]
+    assert out.splitlines()[:3] == ["CA: 'mlx5_1'", "Port 1:", "State: Active"]
+    parsed = parse_ibstat(out)
+    assert parsed.ca("mlx5_1").ports[0].state == "Active" and parsed.ca("mlx5_1").ports[0].lmc == 0
+    code, out, err = run(ibstat.main, ["mlx5_1", "2"], ib, capsys)
+    assert (code, out) == (0, "")  # ca_stat() only warns
+    assert "ca_stat: CA: 'mlx5_1' has no port number 2 - max (1)" in err
     code, _, err = run(ibstat.main, ["mlx5_8"], ib, capsys)
     assert code == 255
     assert err.startswith("ibpanic: [")
