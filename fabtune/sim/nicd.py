@@ -10,6 +10,8 @@ daemon runs as root inside the host and applies them, the way the hardware would
 Protocol (``/run/fabtune-nicd.sock``, a Unix stream socket anyone may connect to, as anyone may post
 work to an RDMA device): one JSON line ``{"netdev": IF, "deltas": {NAME: INT}}``, answered with
 ``ok`` or ``error REASON``. Only counter increments are accepted, nothing else of the NIC's state.
+Each applied post is logged (stdout, ``/var/log/fabtune-nicd.log``) with the poster's credentials
+(``SO_PEERCRED``) and command name: ``applied N counters to IF for uid=U pid=P (COMM)``.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import json
 import socket
 import socketserver
+import struct
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -44,7 +47,24 @@ class _Handler(socketserver.StreamRequestHandler):
         except (ValueError, KeyError, TypeError, LookupError, OSError) as exc:
             self.wfile.write(f"error {exc}\n".encode())
             return
+        pid, uid, _gid = _peer(self.request)
+        print(f"applied {len(deltas)} counters to {request['netdev']} for uid={uid} pid={pid} "
+              f"({_comm(pid)})", flush=True)
         self.wfile.write(b"ok\n")
+
+
+def _peer(sock: socket.socket) -> tuple[int, int, int]:
+    """``(pid, uid, gid)`` of the process at the other end (SO_PEERCRED)."""
+    raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    pid, uid, gid = struct.unpack("3i", raw)
+    return pid, uid, gid
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return "?"
 
 
 class _Server(socketserver.ThreadingUnixStreamServer):

@@ -113,7 +113,9 @@ def _start_daemons(daemons: list[dict[str, Any]]) -> None:
             )
 
 
-USERADD = ("useradd", "--create-home", "--shell", "/bin/bash", "--user-group")
+# No password ("*": none can match) rather than useradd's locked "!": sshd without PAM refuses
+# every login, keys included, to an account whose password is locked.
+USERADD = ("useradd", "--create-home", "--shell", "/bin/bash", "--user-group", "--password", "*")
 SSH_MODES = {"authorized_keys": 0o600, "id_ed25519": 0o600}
 
 
