@@ -14,6 +14,7 @@ import pwd
 import re
 import stat
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from fabtune.testbed import layout
 from fabtune.testbed.access import ssh_argv
 from fabtune.testbed.spec import TestbedSpec
 from fabtune.tune import run as tune_run
+from tests.integration.ccrack import HOSTS, NIC, apply_armed, armed_deadline, facts, on_host, wait_reverted
 from tests.integration.conftest import make_testbed
 from tests.integration.tunerack import FACTORY_NICS, current_state, inventory
 
@@ -121,3 +123,15 @@ def test_benchmarks_run_as_the_login_user(rack: TestbedSpec) -> None:
         posters = _posters(rack, host)
         assert (_uid(rack, host), "ib_write_bw") in posters, (host, posters)
         assert {uid for uid, _cmd in posters} == {_uid(rack, host)}, (host, posters)
+
+
+def test_a_revert_armed_through_sudo_fires_as_root(rack: TestbedSpec) -> None:
+    """Commit-confirmed as ops: the revert is installed and armed via sudo and, unconfirmed, fires."""
+    snapshot = facts(rack)
+    outcome = apply_armed(rack, {"nics": {"all": {"mtu": 9000}}}, "nr-revert", snapshot)
+    deadline = armed_deadline(outcome.raise_for_failure("apply"))
+    assert {h: s["nics"][NIC]["mtu"] for h, s in facts(rack).items()} == {"h01": 9000, "h02": 9000}
+    wait_reverted(rack, "nr-revert", deadline + 5 - time.time())
+    assert facts(rack) == snapshot
+    for host in HOSTS:
+        assert "nr-revert: reverted" in on_host(rack, host, "cat /var/log/fabtune-revert.log")
