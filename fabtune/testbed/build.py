@@ -6,6 +6,7 @@ import contextlib
 import ipaddress
 import json
 import os
+import pwd
 import shutil
 import signal
 import socket
@@ -103,6 +104,23 @@ def _check_subnet_free(spec: TestbedSpec) -> None:
                     "choose another (e.g. 10.124)"
                 ],
             )
+
+
+def _check_login_user(spec: TestbedSpec) -> None:
+    """A login user must be new to the hosts, whose /etc/passwd is an overlay of this machine's."""
+    if not spec.nonroot_login:
+        return
+    try:
+        pwd.getpwnam(spec.login_user)
+    except KeyError:
+        if shutil.which("useradd") is None:
+            raise TestbedError("missing command: useradd (package passwd), needed for login_user") from None
+        return
+    raise ConfigError(
+        "testbed spec",
+        [f"login_user: {spec.login_user!r} is already an account of this machine, whose /etc/passwd "
+         "the hosts share (their root is an overlay of /); choose a new name, e.g. 'ops'"],
+    )
 
 
 def _make_bridges(spec: TestbedSpec, names: Names) -> None:
@@ -257,6 +275,7 @@ def up(spec: TestbedSpec, progress: Progress = _quiet) -> Path:
         TestbedError: when something cannot be built; whatever was built is removed again.
     """
     preflight()
+    _check_login_user(spec)
     tb_dir = layout.testbed_dir(spec.name)
     state = load_state(spec.name)
     if state is not None and state.get("spec") == spec_to_doc(spec) and healthy(spec):

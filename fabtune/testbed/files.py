@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -125,6 +126,64 @@ def _root_ssh(upper: Path, spec: TestbedSpec, keys: Keys) -> None:
     _write(ssh / "known_hosts", known_hosts(spec, keys))
 
 
+SUDOERS_DIR = "etc/sudoers.d"
+LOGIN_FILE = "login.json"
+"""Per host: the login user hostinit creates inside the host (read before it pivots into the root)."""
+
+
+def sudoers_rule(user: str) -> str:
+    """The sudoers drop-in of the testbed's login user: passwordless sudo to any command.
+
+    Ansible's ``become`` runs ``sudo ... /bin/sh -c '... python3 ...'``, so the rule cannot be
+    narrowed to the commands the roles run (docs/operations.md, "Privileges").
+    """
+    return (f"# fabtune testbed login user (written by fabtune testbed up)\n"
+            f"{user} ALL=(ALL:ALL) NOPASSWD: ALL\n")
+
+
+def check_sudoers(text: str) -> None:
+    """Validate a sudoers drop-in with ``visudo -c`` when visudo is installed.
+
+    Raises:
+        TestbedError: when visudo refuses the text.
+    """
+    visudo = shutil.which("visudo") or ("/usr/sbin/visudo" if Path("/usr/sbin/visudo").exists() else None)
+    if visudo is None:
+        return
+    with tempfile.TemporaryDirectory(prefix="fabtune-sudoers-") as tmp:
+        path = Path(tmp) / "login"
+        path.write_text(text)
+        path.chmod(0o440)
+        proc = system.run([visudo, "-c", "-q", "-f", str(path)], check=False)
+    if proc.returncode != 0:
+        raise TestbedError(f"visudo refuses the login user's sudoers rule: {proc.stdout.strip()} "
+                           f"{proc.stderr.strip()}")
+
+
+def _login_user(spec: TestbedSpec, host_dir: Path, upper: Path, keys: Keys) -> None:
+    """Give the host its login user: the sudoers drop-in now, the account and its SSH files at boot.
+
+    The account is made inside the host by hostinit (``useradd`` in the host's own root, so only
+    the host's overlay changes, never this machine's /etc/passwd), from ``login.json``.
+    """
+    rule = sudoers_rule(spec.login_user)
+    check_sudoers(rule)
+    drop_in = upper / SUDOERS_DIR / f"fabtune-{spec.login_user}"
+    _write(drop_in, rule, 0o440)
+    login = {
+        "user": spec.login_user,
+        "ssh": {
+            "authorized_keys": keys.public + "\n",
+            "id_ed25519": keys.private.read_text(),
+            "id_ed25519.pub": keys.public + "\n",
+            "known_hosts": known_hosts(spec, keys),
+        },
+    }
+    path = host_dir / LOGIN_FILE
+    path.write_text(json.dumps(login, indent=2) + "\n")
+    path.chmod(0o600)
+
+
 OPENSM = "/usr/sbin/opensm"
 OPENSM_LOG = "/var/log/opensm.log"
 
@@ -152,11 +211,24 @@ def opensm_conf(spec: TestbedSpec) -> str:
     return set_conf_key(text, "routing_engine", spec.sm.routing_engine)
 
 
-def _subnet_manager(spec: TestbedSpec, host_dir: Path, upper: Path) -> None:
-    """Make the host the subnet manager: opensm.conf, and the emulated opensm started by hostinit."""
+NICD_LOG = "/var/log/fabtune-nicd.log"
+
+
+def _subnet_manager(spec: TestbedSpec, upper: Path) -> dict[str, object]:
+    """Make the host the subnet manager: opensm.conf, and the emulated opensm hostinit starts."""
     _write(upper / "etc/opensm/opensm.conf", opensm_conf(spec))
-    daemon = {"argv": [sys.executable, "-m", "fabtune.sim.opensm"], "log": OPENSM_LOG}
-    (host_dir / "daemons.json").write_text(json.dumps([daemon], indent=2) + "\n")
+    return {"argv": [sys.executable, "-m", "fabtune.sim.opensm"], "log": OPENSM_LOG}
+
+
+def _daemons(spec: TestbedSpec, host: HostSpec, host_dir: Path, upper: Path) -> None:
+    """``daemons.json``: what hostinit starts in the host. Every host runs the emulated NICs'
+    counter engine (fabtune.sim.nicd); the subnet manager host also runs opensm."""
+    daemons: list[dict[str, object]] = [
+        {"argv": [sys.executable, "-m", "fabtune.sim.nicd"], "log": NICD_LOG}
+    ]
+    if spec.sm is not None and spec.sm.host == host.name:
+        daemons.append(_subnet_manager(spec, upper))
+    (host_dir / "daemons.json").write_text(json.dumps(daemons, indent=2) + "\n")
 
 
 def populate_host(spec: TestbedSpec, host: HostSpec, tb_dir: Path, keys: Keys) -> None:
@@ -171,6 +243,8 @@ def populate_host(spec: TestbedSpec, host: HostSpec, tb_dir: Path, keys: Keys) -
     _write(upper / "etc/hosts", _etc_hosts(spec))
     _write(upper / "etc/ssh/sshd_config", SSHD_CONFIG)
     _root_ssh(upper, spec, keys)
+    if spec.nonroot_login:
+        _login_user(spec, host_dir, upper, keys)
     _install_tools(upper)
     if host.nccl_conf:
         _write(upper / "etc/nccl.conf", "".join(f"{k}={v}\n" for k, v in host.nccl_conf))
@@ -182,15 +256,21 @@ def populate_host(spec: TestbedSpec, host: HostSpec, tb_dir: Path, keys: Keys) -
             nic["sm_lid"] = sm_lid
     provision(host_dir, node, host.initial)
     (host_dir / "node.json").write_text(json.dumps(node, indent=2))
-    if spec.sm is not None and spec.sm.host == host.name:
-        _subnet_manager(spec, host_dir, upper)
+    _daemons(spec, host, host_dir, upper)
 
 
 def write_fabric(spec: TestbedSpec, tb_dir: Path) -> None:
     """The shared fabric directory (the switches): bound at /var/lib/fabtune-fabric in every host."""
     fabric = tb_dir / "fabric"
-    (fabric / "flows").mkdir(parents=True, exist_ok=True)
-    (fabric / "jobs").mkdir(parents=True, exist_ok=True)
+    # The switches are shared by every user of every host: the benchmarks run as whoever launches
+    # them (root or the login user), so the flow and job directories are sticky and world-writable
+    # like /tmp, and the run counter (updated in place under its lock) is writable by all.
+    for sub in ("flows", "jobs"):
+        (fabric / sub).mkdir(parents=True, exist_ok=True)
+        (fabric / sub).chmod(0o1777)
+    for name in ("run-counter", ".run-counter.lock"):
+        (fabric / name).touch()
+        (fabric / name).chmod(0o666)
     doc = {
         "testbed": spec.name, "fabric": spec.fabric, "seed": spec.seed, "hosts": len(spec.hosts),
         "switch": {
@@ -223,14 +303,16 @@ def inventory(spec: TestbedSpec, tb_dir: Path) -> dict[str, object]:
     return {
         "all": {
             "vars": {
-                "ansible_user": "root",
+                "ansible_user": spec.login_user,
                 "ansible_connection": "ssh",
                 "ansible_ssh_private_key_file": str(tb_dir / "ssh/id_ed25519"),
                 "ansible_ssh_common_args": ssh_args,
                 "ansible_python_interpreter": "/usr/bin/python3",
                 "fabtune_fabric": spec.fabric,
                 "fabtune_testbed": spec.name,
-            "fabtune_oob_interface": "eth0",
+                "fabtune_oob_interface": "eth0",
+                # the roles escalate per task (become: true) where they need root
+                **({"ansible_become_method": "sudo"} if spec.nonroot_login else {}),
             },
             "children": children,
         }

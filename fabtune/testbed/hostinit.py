@@ -6,13 +6,16 @@ Started by the testbed builder as
 fresh mount, UTS and PID namespaces. Exits by exec'ing ``sshd -D``, which stays PID 1 of the host,
 so killing it removes every process of the host. Before that it starts the host's daemons
 (``HOST_DIR/daemons.json``: ``[{"argv": [...], "log": "/var/log/..."}]``, e.g. the emulated
-opensm of a subnet-manager host), detached, inside the host's root.
+opensm of a subnet-manager host), detached, inside the host's root, and creates the testbed's
+login user when the spec names one (``HOST_DIR/login.json``), as cloud-init does at first boot:
+``useradd`` inside the host's root (only the host's overlay changes), then its ``~/.ssh``.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import pwd
 import socket
 import subprocess
 import sys
@@ -127,16 +130,44 @@ def _start_daemons(daemons: list[dict[str, Any]]) -> None:
             )
 
 
+# No password ("*": none can match) rather than useradd's locked "!": sshd without PAM refuses
+# every login, keys included, to an account whose password is locked.
+USERADD = ("useradd", "--create-home", "--shell", "/bin/bash", "--user-group", "--password", "*")
+SSH_MODES = {"authorized_keys": 0o600, "id_ed25519": 0o600}
+
+
+def _create_login(login: dict[str, Any]) -> None:
+    """Create the login user in this host's root (once: the overlay keeps it) and its SSH files."""
+    name = str(login["user"])
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        subprocess.run([*USERADD, name], check=True, timeout=60)
+    entry = pwd.getpwnam(name)
+    ssh = Path(entry.pw_dir) / ".ssh"
+    ssh.mkdir(mode=0o700, exist_ok=True)
+    os.chown(ssh, entry.pw_uid, entry.pw_gid)
+    for fname, text in dict(login["ssh"]).items():
+        path = ssh / str(fname)
+        path.write_text(str(text))
+        path.chmod(SSH_MODES.get(str(fname), 0o644))
+        os.chown(path, entry.pw_uid, entry.pw_gid)
+
+
 def main(argv: list[str]) -> None:
     """Build the host's root, then exec sshd as the host's PID 1."""
     host_dir, hostname = Path(argv[0]), argv[1]
     socket.sethostname(hostname)
     daemons_file = host_dir / "daemons.json"
     daemons = json.loads(daemons_file.read_text()) if daemons_file.is_file() else []
+    login_file = host_dir / "login.json"
+    login = json.loads(login_file.read_text()) if login_file.is_file() else None
     merged = _mount_root(host_dir)
     _bind_emulation(host_dir, merged)
     _bind_emulator(merged)
     _enter(merged)
+    if login is not None:
+        _create_login(login)
     _start_daemons(daemons)
     sys.stdout.flush()
     os.execv("/usr/sbin/sshd", ["/usr/sbin/sshd", "-D", "-e", "-f", "/etc/ssh/sshd_config"])

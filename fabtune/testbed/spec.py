@@ -20,6 +20,13 @@ FABRICS = ("roce", "ib")
 RATES_GBPS = (25, 50, 100, 200, 400, 800)
 MAX_HOSTS = 32
 PRIORITIES = 8
+# The SSH login of the testbed's inventory: root, or a normal user the testbed creates on every host
+# with passwordless sudo. A safe POSIX user name (Debian's adduser NAME_REGEX, at most 32
+# characters as useradd allows), never one that already names an account of this machine: the
+# hosts' /etc/passwd is an overlay of the machine's (checked when the testbed is built).
+LOGIN_USER_RE = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
+LOGIN_USER_RULE = "must be a user name: 1-32 of a-z 0-9 _ -, starting with a letter or _"
+DEFAULT_LOGIN_USER = "root"
 
 # A fresh mlx5 port: trust pcp, no PFC, every priority in TC0... (see docs/testbed.md)
 DEFAULT_INITIAL: dict[str, Any] = {
@@ -85,6 +92,12 @@ class TestbedSpec:
     hosts: tuple[HostSpec, ...]
     switch: SwitchSpec
     sm: SmSpec | None
+    login_user: str = DEFAULT_LOGIN_USER
+
+    @property
+    def nonroot_login(self) -> bool:
+        """Whether the inventory logs in as a user the testbed creates (with sudo) instead of root."""
+        return self.login_user != DEFAULT_LOGIN_USER
 
     def host(self, name: str) -> HostSpec:
         """Return the host called ``name`` (raises KeyError)."""
@@ -175,6 +188,7 @@ TOP_KEYS = (
     "overrides",
     "switch",
     "sm",
+    "login_user",
 )
 INITIAL_KEYS = tuple(DEFAULT_INITIAL)
 OVERRIDE_KEYS = ("nic_numa", "initial", "gid_layout", "nccl_conf")
@@ -310,6 +324,13 @@ def _check_subnet_base(c: _Checker, value: object) -> str:
     return text
 
 
+def _check_login_user(c: _Checker, value: object) -> str:
+    if not isinstance(value, str) or not LOGIN_USER_RE.fullmatch(value):
+        c.add("login_user", value, LOGIN_USER_RULE)
+        return DEFAULT_LOGIN_USER
+    return value
+
+
 def build_spec(doc: object, source: str = "testbed spec") -> TestbedSpec:
     """Validate a spec document and build the typed spec.
 
@@ -342,6 +363,7 @@ def build_spec(doc: object, source: str = "testbed spec") -> TestbedSpec:
         hosts=hosts,
         switch=_build_switch(c, data.get("switch")),
         sm=_build_sm(c, fabric, data.get("sm"), host_names),
+        login_user=_check_login_user(c, data.get("login_user", DEFAULT_LOGIN_USER)),
     )
     if c.problems:
         raise ConfigError(source, sorted(set(c.problems)))
@@ -395,6 +417,8 @@ def spec_to_doc(spec: TestbedSpec) -> dict[str, Any]:
             for h in spec.hosts
         },
     }
+    if spec.nonroot_login:
+        doc["login_user"] = spec.login_user
     if spec.sm is not None:
         doc["sm"] = {
             "host": spec.sm.host,

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+
+from fabtune.sim import nicd
 from fabtune.sim.model.results import Counters
 from fabtune.sim.node import NodeState
 
@@ -59,11 +62,19 @@ def traffic_deltas(direction: str, prio: int, nbytes: int, mtu: int) -> dict[str
 
 
 def apply(state: NodeState, netdev: str, deltas: dict[str, int]) -> None:
-    """Add deltas to one NIC's counters (names this NIC lacks are skipped, e.g. on IB)."""
+    """Add deltas to one NIC's counters (names this NIC lacks are skipped, e.g. on IB).
+
+    Root adds them itself; any other user posts them to the host's counter engine
+    (``fabtune.sim.nicd``), which applies them before it answers.
+    """
     known = set(state.read_counters(netdev))
     wanted = {k: v for k, v in deltas.items() if k in known and v}
-    if wanted:
+    if not wanted:
+        return
+    if os.geteuid() == 0:
         state.add_counters(netdev, wanted)
+    else:  # an ordinary user may not write NIC state: the host's counter engine counts for the "NIC"
+        nicd.post(netdev, wanted)
 
 
 def merge(*parts: dict[str, int]) -> dict[str, int]:

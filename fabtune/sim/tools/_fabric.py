@@ -43,8 +43,14 @@ def next_run_index(fabric_dir: Path = FABRIC_DIR) -> int:
     """Draw the next run index from the fabric's counter (atomic across hosts)."""
     counter = fabric_dir / "run-counter"
     with locked(fabric_dir / ".run-counter.lock"):
-        current = int(counter.read_text().strip() or 0) if counter.exists() else 0
-        atomic_write(counter, f"{current + 1}\n")
+        if not counter.exists():
+            atomic_write(counter, "0\n")
+        # in place (the lock serializes writers): any user may draw, whoever created the file
+        with counter.open("r+") as handle:
+            current = int(handle.read().strip() or 0)
+            handle.seek(0)
+            handle.write(f"{current + 1}\n")
+            handle.truncate()
     return current
 
 
@@ -65,7 +71,8 @@ def active_flows(now: float | None = None, fabric_dir: Path = FABRIC_DIR) -> lis
         except (OSError, ValueError):
             continue
         if float(record.get("until", 0)) + STALE_S < moment:
-            path.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # another user's stale flow (sticky directory)
+                path.unlink()
             continue
         if float(record["start"]) <= moment <= float(record["until"]):
             out.append(record)

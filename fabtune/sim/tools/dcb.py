@@ -3,7 +3,9 @@
 Grammar, prefix matching of keywords (``matches()``), messages and exit codes follow iproute2's
 ``dcb/*.c``: ``What is "X"?`` plus the object's help and exit 1 for unknown words, ``Command line
 is not complete. Try option "help"`` and exit 255 when an argument is missing, ``Attribute read:
-No such device`` for an interface that is not an emulated mlx5 port. Text lines end with a space
+No such device`` for an interface that is not an emulated mlx5 port; a change without
+CAP_NET_ADMIN (a non-root caller) is refused by the kernel: ``Error when attempting to set
+attribute: Operation not permitted``, exit 1. Text lines end with a space
 (every item is printed as ``"%s "``); ``-j`` prints one JSON object, ``-p`` indents it. The mlx5
 driver's limits are applied: APP entries other than DSCP are refused with EINVAL, and apptrust
 accepts only ``pcp`` or ``dscp pcp``.
@@ -11,12 +13,14 @@ accepts only ``pcp`` or ``dscp pcp``.
 
 from __future__ import annotations
 
+import errno
 import getopt
 import json
+import os
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, cast
 
 from fabtune.sim.node import (
     DCB_CAP_DCBX_HOST,
@@ -28,7 +32,7 @@ from fabtune.sim.node import (
     AppEntry,
     NodeState,
 )
-from fabtune.sim.tools._common import err, out, state_or_host
+from fabtune.sim.tools._common import NetlinkClient, err, out, state_or_host
 
 DSFIELD_NAMES = {
     0x20: "CS1", 0x40: "CS2", 0x60: "CS3", 0x80: "CS4", 0xA0: "CS5", 0xC0: "CS6", 0xE0: "CS7",
@@ -312,8 +316,14 @@ class Dcb:
         dev = self.device(args, obj)
         if obj == "rewr":
             raise _fail("Attribute read: Operation not supported")
+        if chosen != "show":  # every change is an RTM_SETDCB request: CAP_NET_ADMIN or EPERM
+            self.state = cast(NodeState, NetlinkClient(self.state))
         handler: Callable[[str, str, Args], None] = getattr(self, f"_{obj}")
-        handler(chosen, dev, args)
+        try:
+            handler(chosen, dev, args)
+        except PermissionError as e:  # dcb.c: "Error when attempting to set attribute: %s", strerror
+            raise _fail(f"Error when attempting to set attribute: {os.strerror(e.errno or errno.EPERM)}") \
+                from None
 
     def _show(self, emit_all: Callable[[Emit], None], items: dict[str, Callable[[Emit], None]],
               args: Args, obj: str) -> None:
@@ -620,6 +630,8 @@ class Dcb:
             order.append(sel)
         try:
             self.state.set_apptrust(dev, order)
+        except PermissionError:
+            raise
         except OSError:
             raise _fail("Error when attempting to set attribute: Operation not supported") \
                 from None

@@ -8,11 +8,21 @@ and rate limits from DCB netlink (the node state). The dscp2prio lines list DSCP
 order within a priority, as the netlink APP table returns them on a real host (fixtures).
 An interface that is not an emulated mlx5 port fails the way netlink does for it: every feature
 reports "not supported" and the command exits 1.
+
+Privileges, as in mlnx-tools since "mlnx_qos: added messages for privilege based errors" (2024):
+reading needs none (RTM_GETDCB and sysfs reads). A netlink change (DCBX, PFC, cable length, ETS)
+without CAP_NET_ADMIN gets EPERM and prints ``Netlink error: Operation not permitted (1)``, exit 1
+(the DCBX change is not caught by the script: a Python traceback, exit 1). A sysfs change (trust,
+dscp2prio, buffers) by a non-root user fails to open the root-owned 0644 file (EACCES) and takes the
+step's own message ("Priority trust state is not supported on your system", "dscp2prio command
+failed", "Buffers commands error"), exit 1; a rate limit that cannot be set is only reported.
 """
 
 from __future__ import annotations
 
+import errno
 import optparse
+import os
 from collections import defaultdict
 from dataclasses import replace
 
@@ -23,7 +33,10 @@ from fabtune.sim.node import (
     Ets,
     NodeState,
 )
-from fabtune.sim.tools._common import out, state_or_host
+from fabtune.sim.tools._common import err, net_admin, out, state_or_host
+
+NETLINK_EPERM = f"Netlink error: {os.strerror(errno.EPERM)} ({errno.EPERM})"
+"""How mlnx-tools' netlink.py reports the kernel's EPERM (an OSError it raises)."""
 
 USAGE = "%prog -i <interface> [options]"
 
@@ -86,6 +99,11 @@ class _Run:
             self.parser.print_usage()
         return _Exit(1)
 
+    def netlink_change(self) -> None:
+        """An RTM_SETDCB request: without CAP_NET_ADMIN the script prints the EPERM and exits 1."""
+        if not net_admin():
+            raise self.fail(NETLINK_EPERM)
+
     def parse_int(self, text: str, low: int, high: int, what: str) -> int:
         try:
             value = int(text)
@@ -110,6 +128,10 @@ class _Run:
         if mode is None:
             return
         flags = self.state.get_dcbx(self.intf)
+        if mode in ("os", "fw") and not net_admin():  # set_dcbx's OSError is not caught
+            err("Traceback (most recent call last):")
+            err(f"OSError: {NETLINK_EPERM}")
+            raise _Exit(1)
         if mode == "os":
             self.state.set_dcbx(self.intf, flags | DCB_CAP_DCBX_HOST)
         elif mode == "fw":
@@ -120,6 +142,7 @@ class _Run:
     def cable_len(self) -> None:
         if self.o.cable_len:
             delay = self.parse_int(self.o.cable_len, 0, 0xFFFF, "cable_len")
+            self.netlink_change()
             self.state.set_pfc(self.intf, delay=delay)
 
     def get_pfc(self) -> int | None:
@@ -147,6 +170,7 @@ class _Run:
             if item not in ("0", "1"):
                 raise self.fail(f"Bad value for 'PFC': {item}")
             enabled[prio] = int(item)
+        self.netlink_change()
         self.state.set_pfc(self.intf, enabled=enabled)
         return 0
 
@@ -156,6 +180,7 @@ class _Run:
         values = self.parse_list(self.o.pfc, 0, 1, "PFC", "Too many items for PFC")
         if len(values) != PRIORITIES:
             raise self.fail("pfc list must have 8 items")
+        self.netlink_change()
         self.state.set_pfc(self.intf, enabled=values)
 
     def dscp2prio(self) -> None:
@@ -175,13 +200,17 @@ class _Run:
             if action not in ("set", "del") or not 0 <= dscp <= 63 or not 0 <= prio <= 7:
                 raise self.fail("Invalid dscp2prio command. Refer to the help.")
             parsed.append((action, dscp, prio))
-        for action, dscp, prio in parsed:
-            if action == "set":
-                self.state.add_app(self.intf, [AppEntry("dscp", dscp, prio)])
-            elif action == "del":
-                self.state.del_app(self.intf, [AppEntry("dscp", dscp, prio)])
-            else:
-                self.state.flush_dscp(self.intf)
+        try:
+            for action, dscp, prio in parsed:
+                if action == "set":
+                    self.state.add_app(self.intf, [AppEntry("dscp", dscp, prio)])
+                elif action == "del":
+                    self.state.del_app(self.intf, [AppEntry("dscp", dscp, prio)])
+                else:
+                    self.state.flush_dscp(self.intf)
+        except OSError as e:  # the sysfs dscp2prio file cannot be written (EACCES for non-root)
+            raise self.fail(NETLINK_EPERM if e.errno == errno.EPERM else "dscp2prio command failed") \
+                from None
 
     def defltprio(self) -> None:
         if not self.o.defltprio:
@@ -201,7 +230,10 @@ class _Run:
         if wanted and wanted not in ("dscp", "pcp"):
             raise self.fail("Invalid trust state command. Refer to the help.")
         if wanted and wanted != self.state.get_trust(self.intf):
-            self.state.set_trust(self.intf, wanted)
+            try:
+                self.state.set_trust(self.intf, wanted)
+            except OSError:  # the sysfs trust file cannot be written (EACCES for non-root)
+                raise self.fail("Priority trust state is not supported on your system") from None
         return self.state.get_trust(self.intf)
 
     def buffers(self) -> None:
@@ -221,10 +253,13 @@ class _Run:
                 for i, item in enumerate(items):
                     sizes[i] = int(item)
                 self.state.set_buffers(self.intf, p2b, sizes)
-            except ValueError:
+            except (ValueError, OSError):
                 raise self.fail("Buffers commands error") from None
         else:
-            self.state.set_buffers(self.intf, prio2buffer=p2b)
+            try:
+                self.state.set_buffers(self.intf, prio2buffer=p2b)
+            except OSError:
+                raise self.fail("Buffers commands error") from None
 
     def ratelimit(self) -> None:
         if not self.o.ratelimit:
@@ -233,7 +268,12 @@ class _Run:
                                  "Too many items for ratelimit")
         if len(values) != PRIORITIES:
             raise self.fail("ratelimit must have 8 items")
-        self.state.set_maxrate(self.intf, [v * 1000 * 1000 for v in values])
+        try:
+            if not net_admin():
+                raise PermissionError(errno.EPERM, os.strerror(errno.EPERM))
+            self.state.set_maxrate(self.intf, [v * 1000 * 1000 for v in values])
+        except OSError:  # caught and reported by the script, which carries on
+            out("Rate limit is not supported on your system!")
 
     def ets(self) -> Ets:
         ets = self.state.get_ets(self.intf)
@@ -248,6 +288,7 @@ class _Run:
             if len(prio_tc) != PRIORITIES:
                 raise self.fail("prio_tc list must have 8 items")
         if self.o.tsa or self.o.tc_bw or self.o.prio_tc:
+            self.netlink_change()  # the kernel checks the capability before the request's values
             if "ets" in tsa and sum(b for b, t in zip(bw, tsa, strict=True) if t == "ets") != 100:
                 raise self.fail("Netlink error: Bad value. see dmesg.")
             ets = replace(ets, tc_tsa=tuple(tsa), tc_bw=tuple(bw), prio_tc=tuple(prio_tc))

@@ -17,6 +17,13 @@ behaviour:
 * ``systemctl stop UNIT...``, ``is-active UNIT...``, ``list-timers [--all] [--no-pager]``,
   ``reset-failed [UNIT...]``; every other verb says it is not supported here, exit 1.
 
+Privileges: the system manager lets only root (or whom polkit allows) change units. A non-root
+caller, with no polkit rule granting ``org.freedesktop.systemd1.manage-units`` (Debian installs no
+polkit by default), is refused: ``systemd-run`` prints ``Failed to start transient timer unit:
+Access denied`` (exit 1); ``systemctl stop``/``reset-failed`` print ``Failed to stop UNIT: Access
+denied`` and exit 4 (EXIT_NOPERMISSION, systemctl's ``translate_bus_error_to_exit_status``).
+``is-active`` and ``list-timers`` are reads: anyone may.
+
 The tools never create ``/run/systemd/system`` (Ansible would then take the host for a systemd
 one). Paths are parameters of the entry points, so tests run them in a temporary directory.
 """
@@ -272,6 +279,9 @@ def run_main(argv: list[str], run_dir: Path | None = None) -> int:
         return 1
     assert not isinstance(parsed, str)
     opts, (name, command) = parsed[0], checked
+    if not _privileged():
+        err("Failed to start transient timer unit: Access denied")
+        return 1
     on_active = float(opts["on_active"])  # type: ignore[arg-type]
     props = dict(opts["properties"])  # type: ignore[call-overload]
     with _locked(run_dir):
@@ -357,6 +367,22 @@ def _sleeper(run_dir: Path, name: str, deadline: float, command: list[str]) -> N
 
 
 # --- systemctl ---------------------------------------------------------------------------------
+
+EXIT_NOPERMISSION = 4
+
+
+def _privileged() -> bool:
+    """Whether the system manager lets this caller change units (root; no polkit rules here)."""
+    return os.geteuid() == 0
+
+
+def _denied(verb: str, units: list[str]) -> int:
+    unit = units[0] if units else ""
+    name, suffix = _split_unit(unit)
+    unit = f"{name}{suffix}"
+    what = f"reset failed state of unit {unit}" if verb == "reset-failed" else f"{verb} {unit}"
+    err(f"Failed to {what}: Access denied")
+    return EXIT_NOPERMISSION
 
 def _stop(run_dir: Path, unit: str) -> int:
     name, suffix = _split_unit(unit)
@@ -467,4 +493,6 @@ def systemctl_main(argv: list[str], run_dir: Path | None = None) -> int:
     if needs_units and not words[1:]:
         err("Too few arguments.")
         return 1
+    if verb in ("stop", "reset-failed") and not _privileged():
+        return _denied(verb, words[1:])
     return int(handler(run_dir, words[1:], flags))
