@@ -109,8 +109,14 @@ def _write(path: Path, text: str, mode: int = 0o644) -> None:
     path.chmod(mode)
 
 
-def _install_tools(upper: Path) -> None:
+TOOL_PACKAGES = {"mlnx_qos": "mlnx-tools", "dcb": "iproute2"}
+"""The package a tool comes with, for the tools a spec can leave off a host (``tools: none``)."""
+
+
+def _install_tools(upper: Path, tools: dict[str, str]) -> None:
     for name, dest in TOOL_PATHS.items():
+        if tools.get(TOOL_PACKAGES.get(name, ""), "") == "none":
+            continue
         launcher = f"#!{sys.executable}\nfrom fabtune.sim.tools import run\nrun({name!r})\n"
         _write(upper / dest.lstrip("/"), launcher, 0o755)
 
@@ -178,7 +184,7 @@ def populate_host(spec: TestbedSpec, host: HostSpec, tb_dir: Path, keys: Keys) -
     _write(upper / "etc/hosts", _etc_hosts(spec))
     _write(upper / "etc/ssh/sshd_config", SSHD_CONFIG)
     _root_ssh(upper, spec, keys)
-    _install_tools(upper)
+    _install_tools(upper, host.tools)
     node = layout.node_description(spec, host)
     if spec.sm is not None:  # every port's SM lid is the master SM's port LID (as sminfo says)
         sm_host = next(h for h in spec.hosts if h.name == spec.sm.host)

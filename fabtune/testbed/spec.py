@@ -35,6 +35,17 @@ DEFAULT_INITIAL: dict[str, Any] = {
 }
 
 
+# The userspace tools of a host, by package: Debian 12's iproute2 and NVIDIA's mlnx-tools unless
+# the spec says otherwise. The emulated tools behave as these releases (fabtune.sim.tools.dcb,
+# fabtune.sim.tools.mlnx_qos); "none" leaves the package's tools off the host.
+DEFAULT_TOOLS: dict[str, str] = {"iproute2": "6.1.0", "mlnx-tools": "25.07"}
+TOOL_KEYS = tuple(DEFAULT_TOOLS)
+IPROUTE2_RE = re.compile(r"(\d+)\.(\d+)\.(\d+)")
+IPROUTE2_OLDEST = (5, 11, 0)
+"""The first iproute2 release with ``dcb`` (``dcb/`` appears at v5.11.0)."""
+MLNX_TOOLS_RELEASES = ("25.07", "none")
+
+
 @dataclass(frozen=True)
 class SwitchSpec:
     """The emulated leaf/spine switches (not a host: the fabric model reads it)."""
@@ -67,6 +78,8 @@ class HostSpec:
     gpu_numa: tuple[int, ...]
     initial: dict[str, Any] = field(hash=False, compare=False)
     gid_layout: str = "standard"
+    tools: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_TOOLS), hash=False,
+                                  compare=False)
 
 
 @dataclass(frozen=True)
@@ -174,9 +187,10 @@ TOP_KEYS = (
     "overrides",
     "switch",
     "sm",
+    "tools",
 )
 INITIAL_KEYS = tuple(DEFAULT_INITIAL)
-OVERRIDE_KEYS = ("nic_numa", "initial", "gid_layout")
+OVERRIDE_KEYS = ("nic_numa", "initial", "gid_layout", "tools")
 # How a host's RoCE GID tables are filled (fabtune.sim.node.roce_gids): "standard" puts the
 # RoCEv2 IPv4 GID at index 3; "ipv6-first" models a host whose RoCE netdevs also carry a global
 # IPv6 address, so that address's GIDs come first and the RoCEv2 IPv4 GID lands at index 5.
@@ -207,6 +221,22 @@ def _check_initial(c: _Checker, path: str, raw: object, base: dict[str, Any]) ->
     return out
 
 
+def _check_tools(c: _Checker, path: str, raw: object, base: dict[str, str]) -> dict[str, str]:
+    data = c.mapping(path, raw, TOOL_KEYS)
+    out = dict(base)
+    for key, value in data.items():
+        if key == "iproute2":
+            match = IPROUTE2_RE.fullmatch(str(value)) if isinstance(value, str) else None
+            if match is None or tuple(int(g) for g in match.groups()) < IPROUTE2_OLDEST:
+                c.add(f"{path}.iproute2", value, "must be an iproute2 release with dcb, "
+                      "5.11.0 or later, as a quoted string (e.g. '6.1.0', Debian 12's)")
+                continue
+            out[key] = value
+        elif key == "mlnx-tools":
+            out[key] = c.choice(f"{path}.mlnx-tools", value, MLNX_TOOLS_RELEASES)
+    return out
+
+
 def _check_hosts(c: _Checker, doc: dict[str, Any]) -> list[str]:
     count = c.int_in("hosts", doc.get("hosts"), 2, MAX_HOSTS)
     return [f"h{i:02d}" for i in range(1, count + 1)]
@@ -232,7 +262,9 @@ def _build_host(c: _Checker, doc: dict[str, Any], name: str, index: int) -> Host
         nic_numa[int(dev.split("_")[1])] = c.int_in(f"overrides.{name}.nic_numa.{dev}", numa, 0, sockets - 1)
     gpu_numa = tuple(_numa_of(i, gpus, sockets) for i in range(gpus))
     gid_layout = c.choice(f"overrides.{name}.gid_layout", own.get("gid_layout", "standard"), GID_LAYOUTS)
-    return HostSpec(name, index, gpus, sockets, tuple(nic_numa), gpu_numa, initial, gid_layout)
+    tools = _check_tools(c, f"overrides.{name}.tools", own.get("tools"),
+                         _check_tools(c, "tools", doc.get("tools"), DEFAULT_TOOLS))
+    return HostSpec(name, index, gpus, sockets, tuple(nic_numa), gpu_numa, initial, gid_layout, tools)
 
 
 def _build_switch(c: _Checker, raw: object) -> SwitchSpec:
@@ -361,6 +393,7 @@ def spec_to_doc(spec: TestbedSpec) -> dict[str, Any]:
                 "initial": h.initial,
                 "nic_numa": {f"mlx5_{i}": n for i, n in enumerate(h.nic_numa)},
                 **({"gid_layout": h.gid_layout} if h.gid_layout != "standard" else {}),
+                **({"tools": dict(h.tools)} if h.tools != DEFAULT_TOOLS else {}),
             }
             for h in spec.hosts
         },

@@ -30,8 +30,10 @@ import getopt
 import json
 import os
 import re
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from fabtune.sim.node import (
@@ -340,6 +342,7 @@ class Dcb:
     def __init__(self, state: NodeState, *, as_json: bool, pretty: bool, numeric: bool,
                  stats: bool, iec: bool, version: tuple[int, int, int] = DEFAULT_VERSION) -> None:
         self.state = state
+        self.printed = False
         self.version = version
         self.app_keys = APP_KEYS if version[:2] >= (6, 2) else APP_KEYS_6_1
         self.app_help = HELPS["app"] if version[:2] >= (6, 2) else APP_HELP_6_1
@@ -348,6 +351,10 @@ class Dcb:
         self.numeric = numeric
         self.stats = stats
         self.iec = iec
+
+    def _flush(self, emit: Emit) -> None:
+        emit.flush(self.as_json, self.pretty)
+        self.printed = True
 
     def _what_app(self, word: str) -> DcbError:
         err(f'What is "{word}"?')
@@ -403,7 +410,7 @@ class Dcb:
                 raise _what(word, obj)
             items[key](emit)
             emit.nl()
-        emit.flush(self.as_json, self.pretty)
+        self._flush(emit)
 
     # ---------------------------------------------------------------- pfc
 
@@ -564,7 +571,7 @@ class Dcb:
                         "dgram-port-prio", "port-prio", "pcp-prio"):
                 if key in wanted:
                     self._app_print(emit, key, table)
-            emit.flush(self.as_json, self.pretty)
+            self._flush(emit)
             return
         if cmd == "flush":  # dcb_cmd_app_flush: DEL of every listed entry of the selectors
             wanted = self._app_filters(args) or list(self.app_keys)
@@ -805,7 +812,7 @@ class Dcb:
             for name, bit in DCBX_FLAGS:
                 if flags & bit:
                     emit.item(name.replace("-", "_"), True, f"{name} ")
-            emit.flush(self.as_json, self.pretty)
+            self._flush(emit)
             return
         flags = 0
         while args:
@@ -841,15 +848,17 @@ LONG_OPTS = ["Version", "force", "batch=", "iec", "json", "Numeric", "pretty", "
 
 
 def _getopt_error(e: getopt.GetoptError, help_text_: str) -> int:
-    """glibc ``getopt_long``'s message, then dcb's ``default:`` case."""
+    """glibc ``getopt_long``'s message (prefixed with ``argv[0]`` as invoked), then dcb's
+    ``default:`` case."""
+    prog = sys.argv[0] if Path(sys.argv[0]).name == "dcb" else "dcb"
     opt = e.opt
     if "requires argument" in e.msg:
-        err(f"dcb: option '--{opt}' requires an argument" if len(opt) > 1
-            else f"dcb: option requires an argument -- '{opt}'")
+        err(f"{prog}: option '--{opt}' requires an argument" if len(opt) > 1
+            else f"{prog}: option requires an argument -- '{opt}'")
     elif len(opt) > 1:
-        err(f"dcb: unrecognized option '--{opt}'")
+        err(f"{prog}: unrecognized option '--{opt}'")
     else:
-        err(f"dcb: invalid option -- '{opt}'")
+        err(f"{prog}: invalid option -- '{opt}'")
     err("Unknown option.")
     err(help_text_)
     return 1
@@ -910,14 +919,19 @@ def main(argv: list[str], state: NodeState | None = None) -> int:
     args = Args(rest)
     if not args or matches(args.peek(), "help"):
         err(help_)
+        if tool.as_json:
+            out("")
         return 0
     word = args.pop()
     obj = next((o for o in objects  # dcb_cmd(): matches() in order, strcmp for the newer ones
                 if (word == o if o in EXACT_OBJECTS else matches(word, o))), None)
+    code = 0
     try:
         if obj is None:
             raise _fail(f'Object "{word}" is unknown')
         tool.run(obj, args)
     except DcbError as e:
-        return e.code
-    return 0
+        code = e.code
+    if tool.as_json and not tool.printed and code != 255:
+        out("")  # dcb_fini -> delete_json_obj_plain() ends the (empty) JSON output with a newline
+    return code
