@@ -110,8 +110,9 @@ def qos_tool_problems(module, nics):
     found = [(n, module.get_bin_path(n)) for n in names]
     found = [(n, path) for n, path in found if path]
     if not found:
-        return ["QoS (trust, DSCP map, PFC, ETS): %s not installed (install mlnx-tools or iproute2 5.12 or later)"
-                % " nor ".join(names)]
+        missing = "neither mlnx_qos nor dcb is" if len(names) > 1 else "%s is not" % names[0]
+        return ["QoS (trust, DSCP map, PFC, ETS): %s installed (install mlnx-tools or iproute2 5.12 or later)"
+                % missing]
     name, path = found[0]
     if name != "dcb":
         return []
