@@ -20,8 +20,14 @@ Each setting has exactly one home, the place a real mlx5 host keeps it:
   ETS, the non-DSCP APP entries, per-TC max rate.
 * ``emu/ethtool/IF.json``: the ethtool (``-S``) statistics that live in no sysfs file.
 
-Derived views (as the mlx5 driver reports them): the DSCP APP entries are the whole DSCP map while
-trust is ``dscp`` (none while ``pcp``), and ``dcb apptrust`` is ``dscp pcp`` or ``pcp``.
+The DSCP APP entries (``emu/dcb/IF.json`` ``dscp_app``) follow the mlx5 driver
+(drivers/net/ethernet/mellanox/mlx5/core/en_dcbnl.c, ``mlx5e_dcbnl_ieee_setapp``/``_delapp``):
+adding the first DSCP entry switches trust to ``dscp``, each entry sets the firmware DSCP map,
+deleting one maps its DSCP back to priority 0 (refused with ENOENT unless its priority is the
+map's) and deleting the last switches trust back to ``pcp``. Trust set directly (sysfs, mlnx_qos)
+fills the entries from the whole map or empties them, as the driver's ``mlx5e_dcbnl_dscp_app``
+INIT/DELETE does. mlx5 implements no ``dcbnl_getapptrust``/``dcbnl_setapptrust``, so there is
+no APP trust order to read or set (``dcb apptrust`` fails on it, whatever the iproute2 version).
 
 Text formats of the driver files written here:
 
@@ -39,6 +45,7 @@ a JSON file holds an ``flock`` on ``emu/.lock``, so concurrent tool runs never c
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import ipaddress
 import json
@@ -54,6 +61,10 @@ PRIORITIES = 8
 DSCP_COUNT = 64
 GID_TABLE_LEN = 16
 """GID entries per port (real mlx5 has 256; the unused ones are all-zero and skipped by tools)."""
+
+DEFAULT_TOOLS: Mapping[str, str] = {"iproute2": "6.1.0", "mlnx-tools": "25.07"}
+"""A host's packages unless its description says otherwise: Debian 12's iproute2 (6.1.0) and
+NVIDIA's mlnx-tools (the release the emulated ``mlnx_qos`` follows)."""
 
 KERNEL_NET_ATTRS: tuple[str, ...] = (
     "addr_assign_type", "addr_len", "address", "broadcast", "carrier", "carrier_changes",
@@ -240,6 +251,8 @@ class NodeDescription:
     nics: tuple[NicDescription, ...]
     nvlink: str | None = None
     threads_per_core: int = 2
+    tools: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_TOOLS))
+    """Installed userspace packages and their versions (``iproute2``, ``mlnx-tools``)."""
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> NodeDescription:
@@ -252,6 +265,7 @@ class NodeDescription:
             nics=tuple(NicDescription.from_dict(n) for n in raw.get("nics", [])),
             nvlink=None if nvlink is None else str(nvlink),
             threads_per_core=int(raw.get("threads_per_core", 2)),
+            tools={str(k): str(v) for k, v in raw.get("tools", DEFAULT_TOOLS).items()},
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -260,7 +274,7 @@ class NodeDescription:
             "hostname": self.hostname, "fabric": self.fabric, "sockets": self.sockets,
             "cpus_per_socket": self.cpus_per_socket, "threads_per_core": self.threads_per_core,
             "gpus": [g.to_dict() for g in self.gpus], "nvlink": self.nvlink,
-            "nics": [n.to_dict() for n in self.nics],
+            "nics": [n.to_dict() for n in self.nics], "tools": dict(self.tools),
         }
 
     def cpu_affinity(self, numa: int) -> str:
@@ -648,6 +662,8 @@ def _initial_dcb(settings: InitialSettings) -> dict[str, Any]:
         "pfc": {"enabled": list(settings.pfc), "delay": settings.cable_len, "mbc": False},
         "ets": ets.to_dict(),
         "app": [],
+        "dscp_app": ([[d, p] for d, p in enumerate(settings.dscp_map())]
+                     if settings.trust == "dscp" else []),
         "maxrate_kbps": [0] * PRIORITIES,
         "buffers_auto": settings.buffers is None,
     }
@@ -824,10 +840,17 @@ class NodeState:
         return self._read(self._net(netdev) / "qos" / "trust")
 
     def set_trust(self, netdev: str, trust: str) -> None:
-        """Set the priority trust state (``pcp`` or ``dscp``)."""
+        """Set the priority trust state (``pcp`` or ``dscp``) as the sysfs file does.
+
+        The DSCP APP entries follow, as the driver's ``mlx5e_dcbnl_dscp_app`` INIT/DELETE: the
+        whole DSCP map under ``dscp``, none under ``pcp``.
+        """
         if trust not in ("pcp", "dscp"):
             raise ValueError(f"bad trust state {trust!r}")
+        mapping = self.get_dscp2prio(netdev)
         atomic_write(self._net(netdev) / "qos" / "trust", trust + "\n")
+        with self._edit_dcb(netdev) as data:
+            data["dscp_app"] = [[d, p] for d, p in enumerate(mapping)] if trust == "dscp" else []
 
     def get_dscp2prio(self, netdev: str) -> list[int]:
         """The 64-entry DSCP-to-priority map."""
@@ -846,6 +869,10 @@ class NodeState:
                     raise ValueError(f"bad dscp2prio entry {dscp}:{prio}")
                 mapping[dscp] = prio
             atomic_write(self._net(netdev) / "qos" / "dscp2prio", _dscp2prio_text(mapping))
+        with self._edit_dcb(netdev) as data:  # an entry the driver lists shows the new priority
+            present = self._dscp_app(data, netdev)
+            present.update({d: p for d, p in updates.items() if d in present})
+            data["dscp_app"] = [[d, p] for d, p in sorted(present.items())]
 
     def reset_dscp2prio(self, netdev: str) -> None:
         """Restore the default DSCP map (``dscp >> 3``)."""
@@ -909,60 +936,76 @@ class NodeState:
 
     # ---------------------------------------------------------------- APP table and apptrust
 
-    def get_app_table(self, netdev: str) -> list[AppEntry]:
-        """The DCB APP table (DSCP entries are the DSCP map while trust is ``dscp``), sorted."""
-        entries = [AppEntry(str(e["selector"]), int(e["protocol"]), int(e["prio"]))
-                   for e in self._dcb(netdev)["app"]]
+    def _dscp_app(self, data: Mapping[str, Any], netdev: str) -> dict[int, int]:
+        if "dscp_app" in data:
+            return {int(d): int(p) for d, p in data["dscp_app"]}
+        # a tree provisioned before the entries were kept: the driver's view at load
         if self.get_trust(netdev) == "dscp":
-            entries += [AppEntry("dscp", d, p) for d, p in enumerate(self.get_dscp2prio(netdev))]
+            return dict(enumerate(self.get_dscp2prio(netdev)))
+        return {}
+
+    def get_app_table(self, netdev: str) -> list[AppEntry]:
+        """The DCB APP table (the kernel's list: other selectors, then the DSCP entries), sorted."""
+        data = self._dcb(netdev)
+        entries = [AppEntry(str(e["selector"]), int(e["protocol"]), int(e["prio"]))
+                   for e in data["app"]]
+        entries += [AppEntry("dscp", d, p) for d, p in self._dscp_app(data, netdev).items()]
         return sorted(entries, key=lambda e: (e.selector, e.protocol, e.prio))
 
     def add_app(self, netdev: str, entries: Sequence[AppEntry]) -> None:
-        """Add APP entries; a DSCP entry sets the DSCP map and switches trust to ``dscp``."""
+        """Add APP entries as ``mlx5e_dcbnl_ieee_setapp`` does (DSCP entries only on mlx5).
+
+        The first DSCP entry switches trust to ``dscp``; each sets the firmware DSCP map and
+        replaces the entry its DSCP had.
+        """
         dscp = {e.protocol: e.prio for e in entries if e.selector == "dscp"}
-        if dscp:
-            self.set_dscp2prio(netdev, dscp)
-            self.set_trust(netdev, "dscp")
         with self._edit_dcb(netdev) as data:
+            present = self._dscp_app(data, netdev)
+            if dscp and not present:
+                atomic_write(self._net(netdev) / "qos" / "trust", "dscp\n")
+            present.update(dscp)
+            data["dscp_app"] = [[d, p] for d, p in sorted(present.items())]
             for entry in entries:
                 record = {"selector": entry.selector, "protocol": entry.protocol,
                           "prio": entry.prio}
                 if entry.selector != "dscp" and record not in data["app"]:
                     data["app"].append(record)
-
-    def del_app(self, netdev: str, entries: Sequence[AppEntry]) -> None:
-        """Delete APP entries; a deleted DSCP entry maps that DSCP back to priority 0."""
-        current = self.get_dscp2prio(netdev)
-        dscp = {e.protocol: 0 for e in entries
-                if e.selector == "dscp" and current[e.protocol] == e.prio}
         if dscp:
             self.set_dscp2prio(netdev, dscp)
-        with self._edit_dcb(netdev) as data:
-            drop = [{"selector": e.selector, "protocol": e.protocol, "prio": e.prio}
-                    for e in entries]
-            data["app"] = [rec for rec in data["app"] if rec not in drop]
 
-    def flush_dscp(self, netdev: str) -> None:
-        """Remove every DSCP entry: trust back to ``pcp``, DSCP map back to default."""
-        self.reset_dscp2prio(netdev)
-        self.set_trust(netdev, "pcp")
+    def del_app(self, netdev: str, entries: Sequence[AppEntry]) -> None:
+        """Delete APP entries as ``mlx5e_dcbnl_ieee_delapp`` does, in order.
 
-    def get_apptrust(self, netdev: str) -> list[str]:
-        """The APP trust order, as mlx5 reports it."""
-        return ["dscp", "pcp"] if self.get_trust(netdev) == "dscp" else ["pcp"]
-
-    def set_apptrust(self, netdev: str, order: Sequence[str]) -> None:
-        """Set the APP trust order (mlx5 accepts only ``pcp`` or ``dscp pcp``).
+        A DSCP entry is deleted only while DSCP entries exist and its priority is the firmware
+        map's; its DSCP maps back to priority 0; deleting the last one switches trust to ``pcp``.
 
         Raises:
-            OSError: EOPNOTSUPP for an order mlx5 cannot do.
+            OSError: ENOENT at the first DSCP entry the driver refuses (the ones before it stay
+                deleted, as the kernel's loop over the request stops there).
         """
-        if list(order) == ["pcp"]:
-            self.set_trust(netdev, "pcp")
-        elif list(order) == ["dscp", "pcp"]:
-            self.set_trust(netdev, "dscp")
-        else:
-            raise OSError(95, "Operation not supported")
+        for entry in entries:
+            if entry.selector == "dscp":
+                self._del_dscp(netdev, entry)
+                continue
+            record = {"selector": entry.selector, "protocol": entry.protocol, "prio": entry.prio}
+            with self._edit_dcb(netdev) as data:
+                data["app"] = [rec for rec in data["app"] if rec != record]
+
+    def _del_dscp(self, netdev: str, entry: AppEntry) -> None:
+        mapping = self.get_dscp2prio(netdev)
+        with self._edit_dcb(netdev) as data:
+            present = self._dscp_app(data, netdev)
+            if not present or mapping[entry.protocol] != entry.prio:
+                raise OSError(errno.ENOENT, os.strerror(errno.ENOENT))
+            present.pop(entry.protocol, None)
+            data["dscp_app"] = [[d, p] for d, p in sorted(present.items())]
+        self.set_dscp2prio(netdev, {entry.protocol: 0})
+        if not present:
+            atomic_write(self._net(netdev) / "qos" / "trust", "pcp\n")
+
+    def dscp_app_entries(self, netdev: str) -> dict[int, int]:
+        """The DSCP APP entries (``{dscp: prio}``)."""
+        return self._dscp_app(self._dcb(netdev), netdev)
 
     # ---------------------------------------------------------------- buffers
 

@@ -110,8 +110,14 @@ def _write(path: Path, text: str, mode: int = 0o644) -> None:
     path.chmod(mode)
 
 
-def _install_tools(upper: Path) -> None:
+TOOL_PACKAGES = {"mlnx_qos": "mlnx-tools", "dcb": "iproute2"}
+"""The package a tool comes with, for the tools a spec can leave off a host (``tools: none``)."""
+
+
+def _install_tools(upper: Path, tools: dict[str, str]) -> None:
     for name, dest in TOOL_PATHS.items():
+        if tools.get(TOOL_PACKAGES.get(name, ""), "") == "none":
+            continue
         launcher = f"#!{sys.executable}\nfrom fabtune.sim.tools import run\nrun({name!r})\n"
         _write(upper / dest.lstrip("/"), launcher, 0o755)
 
@@ -245,7 +251,7 @@ def populate_host(spec: TestbedSpec, host: HostSpec, tb_dir: Path, keys: Keys) -
     _root_ssh(upper, spec, keys)
     if spec.nonroot_login:
         _login_user(spec, host_dir, upper, keys)
-    _install_tools(upper)
+    _install_tools(upper, host.tools)
     if host.nccl_conf:
         _write(upper / "etc/nccl.conf", "".join(f"{k}={v}\n" for k, v in host.nccl_conf))
     node = layout.node_description(spec, host)

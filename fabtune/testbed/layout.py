@@ -138,4 +138,5 @@ def node_description(spec: TestbedSpec, host: HostSpec) -> dict[str, Any]:
         "gpus": gpus,
         "nvlink": "NV18" if host.gpus > 1 else None,
         "nics": [_nic(spec, host, r) for r in range(spec.nics_per_host)],
+        "tools": {k: v for k, v in host.tools.items() if v != "none"},
     }

@@ -42,6 +42,17 @@ DEFAULT_INITIAL: dict[str, Any] = {
 }
 
 
+# The userspace tools of a host, by package: Debian 12's iproute2 and NVIDIA's mlnx-tools unless
+# the spec says otherwise. The emulated tools behave as these releases (fabtune.sim.tools.dcb,
+# fabtune.sim.tools.mlnx_qos); "none" leaves the package's tools off the host.
+DEFAULT_TOOLS: dict[str, str] = {"iproute2": "6.1.0", "mlnx-tools": "25.07"}
+TOOL_KEYS = tuple(DEFAULT_TOOLS)
+IPROUTE2_RE = re.compile(r"(\d+)\.(\d+)\.(\d+)")
+IPROUTE2_OLDEST = (5, 11, 0)
+"""The first iproute2 release with ``dcb`` (``dcb/`` appears at v5.11.0)."""
+MLNX_TOOLS_RELEASES = ("25.07", "none")
+
+
 @dataclass(frozen=True)
 class SwitchSpec:
     """The emulated leaf/spine switches (not a host: the fabric model reads it)."""
@@ -75,6 +86,8 @@ class HostSpec:
     initial: dict[str, Any] = field(hash=False, compare=False)
     gid_layout: str = "standard"
     nccl_conf: tuple[tuple[str, str], ...] = ()  # the host's /etc/nccl.conf at build (KEY=value lines)
+    tools: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_TOOLS), hash=False,
+                                  compare=False)
 
 
 @dataclass(frozen=True)
@@ -189,9 +202,10 @@ TOP_KEYS = (
     "switch",
     "sm",
     "login_user",
+    "tools",
 )
 INITIAL_KEYS = tuple(DEFAULT_INITIAL)
-OVERRIDE_KEYS = ("nic_numa", "initial", "gid_layout", "nccl_conf")
+OVERRIDE_KEYS = ("nic_numa", "initial", "gid_layout", "nccl_conf", "tools")
 # A host's own /etc/nccl.conf (e.g. one host whose NCCL_IB_GID_INDEX names its RoCEv1 GID): NCCL
 # reads the file's KEY=value lines as if set in the environment (docs: env.rst, "NCCL_CONF_FILE").
 NCCL_KEY_RE = re.compile(r"NCCL_[A-Z0-9_]{1,60}")
@@ -245,6 +259,22 @@ def _check_nccl_conf(c: _Checker, path: str, raw: object) -> tuple[tuple[str, st
     return tuple(sorted(out))
 
 
+def _check_tools(c: _Checker, path: str, raw: object, base: dict[str, str]) -> dict[str, str]:
+    data = c.mapping(path, raw, TOOL_KEYS)
+    out = dict(base)
+    for key, value in data.items():
+        if key == "iproute2":
+            match = IPROUTE2_RE.fullmatch(str(value)) if isinstance(value, str) else None
+            if match is None or tuple(int(g) for g in match.groups()) < IPROUTE2_OLDEST:
+                c.add(f"{path}.iproute2", value, "must be an iproute2 release with dcb, "
+                      "5.11.0 or later, as a quoted string (e.g. '6.1.0', Debian 12's)")
+                continue
+            out[key] = value
+        elif key == "mlnx-tools":
+            out[key] = c.choice(f"{path}.mlnx-tools", value, MLNX_TOOLS_RELEASES)
+    return out
+
+
 def _check_hosts(c: _Checker, doc: dict[str, Any]) -> list[str]:
     count = c.int_in("hosts", doc.get("hosts"), 2, MAX_HOSTS)
     return [f"h{i:02d}" for i in range(1, count + 1)]
@@ -271,7 +301,10 @@ def _build_host(c: _Checker, doc: dict[str, Any], name: str, index: int) -> Host
     gpu_numa = tuple(_numa_of(i, gpus, sockets) for i in range(gpus))
     gid_layout = c.choice(f"overrides.{name}.gid_layout", own.get("gid_layout", "standard"), GID_LAYOUTS)
     nccl_conf = _check_nccl_conf(c, f"overrides.{name}.nccl_conf", own.get("nccl_conf"))
-    return HostSpec(name, index, gpus, sockets, tuple(nic_numa), gpu_numa, initial, gid_layout, nccl_conf)
+    tools = _check_tools(c, f"overrides.{name}.tools", own.get("tools"),
+                         _check_tools(c, "tools", doc.get("tools"), DEFAULT_TOOLS))
+    return HostSpec(name, index, gpus, sockets, tuple(nic_numa), gpu_numa, initial, gid_layout,
+                    nccl_conf, tools)
 
 
 def _build_switch(c: _Checker, raw: object) -> SwitchSpec:
@@ -413,6 +446,7 @@ def spec_to_doc(spec: TestbedSpec) -> dict[str, Any]:
                 "nic_numa": {f"mlx5_{i}": n for i, n in enumerate(h.nic_numa)},
                 **({"gid_layout": h.gid_layout} if h.gid_layout != "standard" else {}),
                 **({"nccl_conf": dict(h.nccl_conf)} if h.nccl_conf else {}),
+                **({"tools": dict(h.tools)} if h.tools != DEFAULT_TOOLS else {}),
             }
             for h in spec.hosts
         },

@@ -1,14 +1,29 @@
-"""Emulated iproute2 ``dcb`` (objects app, apptrust, buffer, dcbx, ets, maxrate, pfc).
+"""Emulated iproute2 ``dcb``, as the iproute2 release the host has (``node.json`` ``tools``).
 
 Grammar, prefix matching of keywords (``matches()``), messages and exit codes follow iproute2's
 ``dcb/*.c``: ``What is "X"?`` plus the object's help and exit 1 for unknown words, ``Command line
 is not complete. Try option "help"`` and exit 255 when an argument is missing, ``Attribute read:
-No such device`` for an interface that is not an emulated mlx5 port; a change without
-CAP_NET_ADMIN (a non-root caller) is refused by the kernel: ``Error when attempting to set
-attribute: Operation not permitted``, exit 1. Text lines end with a space
-(every item is printed as ``"%s "``); ``-j`` prints one JSON object, ``-p`` indents it. The mlx5
-driver's limits are applied: APP entries other than DSCP are refused with EINVAL, and apptrust
-accepts only ``pcp`` or ``dscp pcp``.
+No such device`` for an interface that is not an emulated mlx5 port, ``Attribute write: ERRNO``
+(``perror`` in ``__dcb_set_attribute``) when the driver refuses a change, and
+``Attribute write: Operation not permitted`` for a caller without CAP_NET_ADMIN (not root).
+Text lines end with a space (every item is printed as ``"%s "``); ``-j`` prints one JSON
+object, ``-p`` indents it.
+Options may stand anywhere on the line: ``main()`` parses them with glibc ``getopt_long``, which
+permutes argv (optstring ``"b:fhijn:psvNV"`` has no leading ``+``).
+
+What each release has (``git show vX:dcb/dcb.c``, ``dcb_cmd()``'s object table):
+
+* 5.12 .. 6.1: ``app`` (show, flush, add, del, replace; no ``pcp-prio``), ``buffer``, ``dcbx``,
+  ``ets``, ``maxrate``, ``pfc``. Any other object is ``Object "X" is unknown`` and exit 1 (6.1
+  has no ``apptrust``: Debian 12 ships 6.1.0).
+* 6.2: ``apptrust`` (``dcb/dcb_apptrust.c``, matched by ``strcmp``) and ``app ... pcp-prio``.
+* 6.5: ``rewr``.
+
+The mlx5 driver's behaviour is applied (``drivers/net/ethernet/mellanox/mlx5/core/en_dcbnl.c``):
+APP entries other than DSCP are refused with EINVAL; the DSCP entries carry the trust state (see
+``fabtune.sim.node``); ``mlx5e_dcbnl_ops`` has no ``dcbnl_getapptrust``/``dcbnl_setapptrust``,
+so on a release that knows ``apptrust`` its show finds no attribute (``Attribute not found``)
+and its set gets EOPNOTSUPP from ``dcbnl_ieee_set``.
 """
 
 from __future__ import annotations
@@ -18,8 +33,10 @@ import getopt
 import json
 import os
 import re
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import Any, cast
 
 from fabtune.sim.node import (
@@ -47,14 +64,43 @@ DCBX_FLAGS = (("host", DCB_CAP_DCBX_HOST), ("lld-managed", DCB_CAP_DCBX_LLD_MANA
               ("cee", DCB_CAP_DCBX_VER_CEE), ("ieee", DCB_CAP_DCBX_VER_IEEE),
               ("static", DCB_CAP_DCBX_STATIC))
 
-HELP = (
-    "Usage: dcb [ OPTIONS ] OBJECT { COMMAND | help }\n"
-    "       dcb [ -f | --force ] { -b | --batch } filename [ -n | --netns ] netnsname\n"
-    "where  OBJECT := { app | apptrust | buffer | dcbx | ets | maxrate | pfc | rewr }\n"
-    "       OPTIONS := [ -V | --Version | -i | --iec | -j | --json\n"
-    "                  | -N | --Numeric | -p | --pretty\n"
-    "                  | -s | --statistics | -v | --verbose]"
-)
+DEFAULT_VERSION = (6, 1, 0)
+"""Debian 12's iproute2, for a host whose description names none."""
+OBJECT_SINCE: dict[str, tuple[int, int]] = {
+    "app": (5, 12), "buffer": (5, 11), "dcbx": (5, 12), "ets": (5, 11), "maxrate": (5, 11),
+    "pfc": (5, 11), "apptrust": (6, 2), "rewr": (6, 5),
+}
+"""The iproute2 release that added each ``dcb`` object (``git log -- dcb/dcb_OBJECT.c``)."""
+EXACT_OBJECTS = ("apptrust", "rewr")
+"""Objects ``dcb_cmd()`` matches with ``strcmp``, not ``matches()``."""
+
+
+def help_text(objects: Sequence[str]) -> str:
+    """``dcb_help()`` of a release with ``objects``."""
+    return (
+        "Usage: dcb [ OPTIONS ] OBJECT { COMMAND | help }\n"
+        "       dcb [ -f | --force ] { -b | --batch } filename [ -n | --netns ] netnsname\n"
+        f"where  OBJECT := {{ {' | '.join(objects)} }}\n"
+        "       OPTIONS := [ -V | --Version | -i | --iec | -j | --json\n"
+        "                  | -N | --Numeric | -p | --pretty\n"
+        "                  | -s | --statistics | -v | --verbose]"
+    )
+
+
+def parse_version(text: str) -> tuple[int, int, int]:
+    """``6.1.0`` -> ``(6, 1, 0)`` (a missing part is 0)."""
+    parts = [int(p) for p in re.findall(r"\d+", text)[:3]]
+    major, minor, patch = [*parts, 0, 0, 0][:3]
+    return (major, minor, patch)
+
+
+def objects_of(version: tuple[int, int, int]) -> tuple[str, ...]:
+    """The objects release ``version`` knows, in ``dcb_cmd()``'s order."""
+    order = ("app", "apptrust", "buffer", "dcbx", "ets", "maxrate", "pfc", "rewr")
+    return tuple(o for o in order if version[:2] >= OBJECT_SINCE[o])
+
+
+HELP = help_text(objects_of(DEFAULT_VERSION))
 HELPS = {
     "pfc": "Usage: dcb pfc set dev STRING\n"
            "           [ prio-pfc PFC-MAP ]\n"
@@ -78,7 +124,7 @@ HELPS = {
            "           [ dscp-prio INTEGER:PRIO ]\n"
            "           [ pcp-prio PCP:PRIO ]\n",
     "apptrust": "Usage: dcb apptrust set dev STRING\n"
-                "           [ order [ ethtype | stream-port | dgram-port | port | dscp | pcp ] ]\n",
+                "       [ order [ ethtype | stream-port | dgram-port | port | dscp | pcp ] ]\n",
     "buffer": "Usage: dcb buffer set dev STRING\n"
               "           [ prio-buffer PRIO-MAP ]\n"
               "           [ buffer-size SIZE-MAP ]\n",
@@ -89,6 +135,23 @@ HELPS = {
 }
 APP_KEYS = ("ethtype-prio", "default-prio", "dscp-prio", "stream-port-prio", "dgram-port-prio",
             "port-prio", "pcp-prio")
+APP_KEYS_6_1 = APP_KEYS[:-1]
+"""``pcp-prio`` arrived in 6.2 (iproute2 commit 3e2a96c9, "dcb: add new pcp-prio parameter")."""
+APP_HELP_6_1 = (
+    "Usage: dcb app { add | del | replace } dev STRING\n"
+    "           [ default-prio PRIO ]\n"
+    "           [ ethtype-prio ET:PRIO ]\n"
+    "           [ stream-port-prio PORT:PRIO ]\n"
+    "           [ dgram-port-prio PORT:PRIO ]\n"
+    "           [ port-prio PORT:PRIO ]\n"
+    "           [ dscp-prio INTEGER:PRIO ]\n"
+    "\n"
+    " where PRIO := { 0 .. 7 }\n"
+    "       ET := { 0x600 .. 0xffff }\n"
+    "       PORT := { 1 .. 65535 }\n"
+    "       DSCP := { 0 .. 63 }\n"
+)
+"""``dcb_app_help_add()`` of 6.1.0."""
 TRUST_SELECTORS = ("ethtype", "stream-port", "dgram-port", "port", "dscp", "pcp")
 
 
@@ -280,13 +343,26 @@ class Dcb:
     """One dcb invocation against a node state."""
 
     def __init__(self, state: NodeState, *, as_json: bool, pretty: bool, numeric: bool,
-                 stats: bool, iec: bool) -> None:
+                 stats: bool, iec: bool, version: tuple[int, int, int] = DEFAULT_VERSION) -> None:
         self.state = state
+        self.printed = False
+        self.version = version
+        self.app_keys = APP_KEYS if version[:2] >= (6, 2) else APP_KEYS_6_1
+        self.app_help = HELPS["app"] if version[:2] >= (6, 2) else APP_HELP_6_1
         self.as_json = as_json
         self.pretty = pretty
         self.numeric = numeric
         self.stats = stats
         self.iec = iec
+
+    def _flush(self, emit: Emit) -> None:
+        emit.flush(self.as_json, self.pretty)
+        self.printed = True
+
+    def _what_app(self, word: str) -> DcbError:
+        err(f'What is "{word}"?')
+        err(self.app_help)
+        return DcbError(1)
 
     def device(self, args: Args, obj: str) -> str:
         """``dev DEV`` (``dcb_cmd_parse_dev``), checked against the emulated NICs."""
@@ -310,7 +386,10 @@ class Dcb:
             return
         cmd = args.pop()
         commands = ["show", "set"] if obj != "app" else ["show", "flush", "add", "del", "replace"]
-        chosen = next((c for c in commands if matches(cmd, c)), None)
+        if obj in EXACT_OBJECTS:  # dcb_cmd_apptrust() compares with strcmp
+            chosen = cmd if cmd in commands else None
+        else:
+            chosen = next((c for c in commands if matches(cmd, c)), None)
         if chosen is None:
             raise _what(cmd, obj)
         dev = self.device(args, obj)
@@ -321,9 +400,8 @@ class Dcb:
         handler: Callable[[str, str, Args], None] = getattr(self, f"_{obj}")
         try:
             handler(chosen, dev, args)
-        except PermissionError as e:  # dcb.c: "Error when attempting to set attribute: %s", strerror
-            raise _fail(f"Error when attempting to set attribute: {os.strerror(e.errno or errno.EPERM)}") \
-                from None
+        except PermissionError as e:  # __dcb_set_attribute: perror("Attribute write")
+            raise _fail(f"Attribute write: {os.strerror(e.errno or errno.EPERM)}") from None
 
     def _show(self, emit_all: Callable[[Emit], None], items: dict[str, Callable[[Emit], None]],
               args: Args, obj: str) -> None:
@@ -340,7 +418,7 @@ class Dcb:
                 raise _what(word, obj)
             items[key](emit)
             emit.nl()
-        emit.flush(self.as_json, self.pretty)
+        self._flush(emit)
 
     # ---------------------------------------------------------------- pfc
 
@@ -496,17 +574,17 @@ class Dcb:
         table = self.state.get_app_table(dev)
         if cmd == "show":
             emit = Emit()
-            wanted = self._app_filters(args) or list(APP_KEYS)
+            wanted = self._app_filters(args) or list(self.app_keys)
             for key in ("ethtype-prio", "default-prio", "dscp-prio", "stream-port-prio",
                         "dgram-port-prio", "port-prio", "pcp-prio"):
                 if key in wanted:
                     self._app_print(emit, key, table)
-            emit.flush(self.as_json, self.pretty)
+            self._flush(emit)
             return
-        if cmd == "flush":
-            wanted = self._app_filters(args) or list(APP_KEYS)
-            if "dscp-prio" in wanted:
-                self.state.flush_dscp(dev)
+        if cmd == "flush":  # dcb_cmd_app_flush: DEL of every listed entry of the selectors
+            wanted = self._app_filters(args) or list(self.app_keys)
+            selectors = {k.removesuffix("-prio") for k in wanted}
+            self._write(self.state.del_app, dev, [e for e in table if e.selector in selectors])
             return
         entries = self._app_entries(args)
         self._app_change(cmd, dev, entries, table)
@@ -515,9 +593,9 @@ class Dcb:
         wanted = []
         while args:
             word = args.pop()
-            key = next((k for k in APP_KEYS if matches(word, k)), None)
+            key = next((k for k in self.app_keys if matches(word, k)), None)
             if key is None:
-                raise _what(word, "app")
+                raise self._what_app(word)
             wanted.append(key)
         return wanted
 
@@ -548,14 +626,14 @@ class Dcb:
 
     def _app_entries(self, args: Args) -> list[AppEntry]:
         if not args:
-            err(HELPS["app"])
+            err(self.app_help)
             raise DcbError(0)
         entries: list[AppEntry] = []
         while args:
             word = args.pop()
-            key = next((k for k in APP_KEYS if matches(word, k)), None)
+            key = next((k for k in self.app_keys if matches(word, k)), None)
             if key is None:
-                raise _what(word, "app")
+                raise self._what_app(word)
             if key == "default-prio":
                 entries.append(AppEntry("default", 0, _u8(args.value(), 7, "",
                                                           ("PRIO", "PRIO", "default priority"))))
@@ -589,52 +667,78 @@ class Dcb:
             raise _fail(f"Invalid dscp-prio mapping {name}")
         return [by_name[name] >> 2]
 
+    @staticmethod
+    def _write(change: Callable[[str, Sequence[AppEntry]], None], dev: str,
+               entries: Sequence[AppEntry]) -> None:
+        """One DCB_CMD_IEEE_SET/DEL; the driver's refusal is ``perror("Attribute write")``."""
+        if not entries:
+            return
+        if any(e.selector != "dscp" for e in entries):  # mlx5e_dcbnl_ieee_setapp/delapp
+            raise _fail("Attribute write: Invalid argument")
+        try:
+            change(dev, entries)
+        except OSError as e:
+            raise _fail(f"Attribute write: {os.strerror(e.errno or 0)}") from None
+
     def _app_change(self, cmd: str, dev: str, entries: list[AppEntry],
                     table: list[AppEntry]) -> None:
-        if any(e.selector != "dscp" for e in entries):
-            raise _fail("Error when attempting to set attribute: Invalid argument")
-        if cmd == "del":
-            self.state.del_app(dev, entries)
-            return
-        if cmd == "replace":
-            stale = [t for t in table if t.selector == "dscp"
-                     and any(e.protocol == t.protocol and e.prio != t.prio for e in entries)]
-            self.state.del_app(dev, stale)
-        self.state.add_app(dev, entries)
+        if cmd == "add":
+            self._write(self.state.add_app, dev, entries)
+        elif cmd == "del":
+            self._write(self.state.del_app, dev, entries)
+        else:
+            self._app_replace(dev, entries, table)
+
+    def _app_replace(self, dev: str, entries: list[AppEntry], table: list[AppEntry]) -> None:
+        """``dcb_cmd_app_replace``: add the entries not in the table, then delete the table's
+        entries of the same selector and protocol with another priority.
+
+        On mlx5 the add already replaced the DSCP entry (``mlx5e_dcbnl_ieee_setapp`` deletes the
+        old one), so deleting the replaced entry gets ENOENT: the change is made, dcb exits 1.
+        """
+        new = [e for e in entries if e not in table]
+        try:
+            self._write(self.state.add_app, dev, new)
+        except DcbError:
+            err("Could not add new APP entries")
+            raise
+        replaced = [t for t in table
+                    if any(e.selector == t.selector and e.protocol == t.protocol for e in entries)
+                    and not any(e == t for e in entries)]
+        try:
+            self._write(self.state.del_app, dev, replaced)
+        except DcbError:
+            err("Could not remove replaced APP entries")
+            raise
 
     # ---------------------------------------------------------------- apptrust
 
     def _apptrust(self, cmd: str, dev: str, args: Args) -> None:
+        """``dcb/dcb_apptrust.c`` (6.2+) against mlx5, which has no APP trust ops."""
         if cmd == "show":
-            order = self.state.get_apptrust(dev)
-            emit = Emit()
-            emit.item("order", order, "order: " + "".join(f"{s} " for s in order))
-            for word in args.words:
-                if not matches(word, "order"):
-                    raise _what(word, "apptrust")
-            emit.flush(self.as_json, self.pretty)
-            return
+            # dcb_apptrust_get: the reply has no DCB_ATTR_DCB_APP_TRUST_TABLE (dcbnl_ieee_fill adds
+            # it only with ops->dcbnl_getapptrust), so __dcb_get_attribute does
+            # perror("Attribute not found") with errno untouched since the successful read.
+            raise _fail("Attribute not found: Success")
         if not args:
             err(HELPS["apptrust"])
-            raise DcbError(1)
-        word = args.pop()
-        if not matches(word, "order"):
-            raise _what(word, "apptrust")
-        order = []
+            return
+        order: list[str] = []
         while args:
-            sel = args.pop()
-            if sel not in TRUST_SELECTORS:
-                raise _fail(f'Invalid apptrust selector "{sel}"')
-            if sel in order:
-                raise _fail(f'Error: selector "{sel}" is duplicated')
-            order.append(sel)
-        try:
-            self.state.set_apptrust(dev, order)
-        except PermissionError:
-            raise
-        except OSError:
-            raise _fail("Error when attempting to set attribute: Operation not supported") \
-                from None
+            word = args.pop()
+            if word == "help":
+                err(HELPS["apptrust"])
+                return
+            if word != "order":
+                raise _what(word, "apptrust")
+            while args and args.peek() in TRUST_SELECTORS:
+                sel = args.pop()
+                if sel in order:
+                    err(f"Duplicate selector: {sel}")
+                    raise _fail("Invalid list of selectors")
+                order.append(sel)
+        # dcbnl_ieee_set: DCB_ATTR_DCB_APP_TRUST_TABLE without ops->dcbnl_setapptrust
+        raise _fail("Attribute write: Operation not supported")
 
     # ---------------------------------------------------------------- buffer
 
@@ -678,7 +782,7 @@ class Dcb:
         try:
             self.state.set_buffers(dev, p2b, sizes)
         except ValueError:
-            raise _fail("Error when attempting to set attribute: Invalid argument") from None
+            raise _fail("Attribute write: Invalid argument") from None
 
     # ---------------------------------------------------------------- maxrate
 
@@ -716,7 +820,7 @@ class Dcb:
             for name, bit in DCBX_FLAGS:
                 if flags & bit:
                     emit.item(name.replace("-", "_"), True, f"{name} ")
-            emit.flush(self.as_json, self.pretty)
+            self._flush(emit)
             return
         flags = 0
         while args:
@@ -727,7 +831,7 @@ class Dcb:
             flags |= found
         if flags & DCB_CAP_DCBX_LLD_MANAGED or (
                 flags & DCB_CAP_DCBX_VER_CEE and flags & DCB_CAP_DCBX_VER_IEEE):
-            raise _fail("Error when attempting to set attribute: Invalid argument")
+            raise _fail("Attribute write: Invalid argument")
         self.state.set_dcbx(dev, flags)
 
 
@@ -746,31 +850,58 @@ def _validate_bw(bw: list[int], tsa: list[str], what: str) -> None:
                 f"expected {100 if has_ets else 0}%")
 
 
-OBJECTS = ("app", "apptrust", "buffer", "dcbx", "ets", "maxrate", "pfc", "rewr")
 LONG_OPTS = ["Version", "force", "batch=", "iec", "json", "Numeric", "pretty", "statistics",
-             "netns=", "help", "verbose"]
+             "netns=", "help"]
+"""``main()``'s ``long_options`` (no ``--verbose``: ``-v`` is in the optstring but has no case)."""
 
 
-def _global_options(argv: list[str]) -> tuple[set[str], list[str]] | int:
-    """Parse dcb's getopt options: the set of short letters and the rest, or an exit status."""
+def _getopt_error(e: getopt.GetoptError, help_text_: str) -> int:
+    """glibc ``getopt_long``'s message (prefixed with ``argv[0]`` as invoked), then dcb's
+    ``default:`` case."""
+    prog = sys.argv[0] if Path(sys.argv[0]).name == "dcb" else "dcb"
+    opt = e.opt
+    if "requires argument" in e.msg:
+        err(f"{prog}: option '--{opt}' requires an argument" if len(opt) > 1
+            else f"{prog}: option requires an argument -- '{opt}'")
+    elif len(opt) > 1:
+        err(f"{prog}: unrecognized option '--{opt}'")
+    else:
+        err(f"{prog}: invalid option -- '{opt}'")
+    err("Unknown option.")
+    err(help_text_)
+    return 1
+
+
+def _global_options(argv: list[str], version: tuple[int, int, int],
+                    help_: str) -> tuple[set[str], list[str]] | int:
+    """Parse dcb's options anywhere on the line (glibc permutes argv): letters and the rest,
+    or an exit status."""
     try:
-        opts, rest = getopt.getopt(argv, "b:fhijn:psvNV", LONG_OPTS)
+        opts, rest = getopt.gnu_getopt(argv, "b:fhijn:psvNV", LONG_OPTS)
     except getopt.GetoptError as e:
-        err(f"dcb: {e.msg}")
-        err("Unknown option.")
-        err(HELP)
-        return 1
+        return _getopt_error(e, help_)
+    for opt, _value in opts:  # the switch in main(), in order
+        letter = opt.lstrip("-")[:1] if opt.startswith("--") else opt[1]
+        if letter == "V":
+            out("dcb utility, iproute2-" + ".".join(map(str, version)))
+            return 0
+        if letter == "h":
+            err(help_)
+            return 0
+        if letter == "v":
+            err("Unknown option.")
+            err(help_)
+            return 1
+        if letter == "b":
+            err("dcb: batch mode is not emulated")
+            return 1
     flags = {o.lstrip("-")[:1] if o.startswith("--") else o[1] for o, _ in opts}
-    if "V" in flags:
-        out("dcb utility, iproute2-6.1.0")
-        return 0
-    if "h" in flags:
-        err(HELP)
-        return 0
-    if "b" in flags:
-        err("dcb: batch mode is not emulated")
-        return 1
     return flags, rest
+
+
+def host_version(state: NodeState) -> tuple[int, int, int]:
+    """The host's iproute2 release (``node.json`` ``tools.iproute2``; Debian 12's by default)."""
+    return parse_version(state.node.tools.get("iproute2", "6.1.0"))
 
 
 def main(argv: list[str], state: NodeState | None = None) -> int:
@@ -783,23 +914,32 @@ def main(argv: list[str], state: NodeState | None = None) -> int:
     Returns:
         The exit status.
     """
-    parsed = _global_options(argv)
+    node = state_or_host(state)
+    version = host_version(node)
+    objects = objects_of(version)
+    help_ = help_text(objects)
+    parsed = _global_options(argv, version, help_)
     if isinstance(parsed, int):
         return parsed
     flags, rest = parsed
-    tool = Dcb(state_or_host(state), as_json="j" in flags, pretty="p" in flags,
-               numeric="N" in flags, stats="s" in flags, iec="i" in flags)
+    tool = Dcb(node, as_json="j" in flags, pretty="p" in flags, numeric="N" in flags,
+               stats="s" in flags, iec="i" in flags, version=version)
     args = Args(rest)
     if not args or matches(args.peek(), "help"):
-        err(HELP)
+        err(help_)
+        if tool.as_json:
+            out("")
         return 0
     word = args.pop()
-    obj = next((o for o in OBJECTS if word == o), None) or next(
-        (o for o in OBJECTS if matches(word, o)), None)
+    obj = next((o for o in objects  # dcb_cmd(): matches() in order, strcmp for the newer ones
+                if (word == o if o in EXACT_OBJECTS else matches(word, o))), None)
+    code = 0
     try:
         if obj is None:
             raise _fail(f'Object "{word}" is unknown')
         tool.run(obj, args)
     except DcbError as e:
-        return e.code
-    return 0
+        code = e.code
+    if tool.as_json and not tool.printed and code != 255:
+        out("")  # dcb_fini -> delete_json_obj_plain() ends the (empty) JSON output with a newline
+    return code

@@ -1,10 +1,15 @@
-"""Emulated ``mlnx_qos`` (Mellanox mlnx-tools, optparse, version 1.2).
+"""Emulated ``mlnx_qos`` of mlnx-tools v25.07.0 (github.com/Mellanox/mlnx-tools, python/mlnx_qos;
+optparse, ``--version`` says 1.2).
 
-Follows the real script step by step: the same option grammar, the same order of applying
-options (dcbx, cable_len, -P/-F, PFC, dscp2prio, defltprio, trust, buffers, rate limit, ETS), the
-same messages on stdout and exit status 1 on every error, and ``pretty_print`` at the end. The
-MLNX_OFED sysfs files exist, so trust and buffers come from ``/sys/class/net/IF/qos``; PFC, ETS
-and rate limits from DCB netlink (the node state). The dscp2prio lines list DSCPs in descending
+v25.07.0 is the first release without ``--defltprio`` and the ``default priority:`` lines
+(commit 374d9b5, "mlnx_qos: remove unsupported flag 'defltprio'"); later releases change only
+the interpreter line. Follows that script step by step: the same option grammar, the same order
+of applying options (dcbx, cable_len, -P/-F, PFC, dscp2prio, trust, buffers, rate limit, ETS),
+the same messages on stdout and exit status 1 on every error, and ``pretty_print`` at the end.
+The MLNX_OFED sysfs files exist (``is_trust_sysfs``), so trust, the DSCP map and buffers go
+through ``/sys/class/net/IF/qos``: ``--dscp2prio set,D,P`` writes the map file, ``del`` and
+``flush`` do nothing there (the script acts on them only through netlink); PFC, ETS and rate
+limits go through DCB netlink (the node state). The dscp2prio lines list DSCPs in descending
 order within a priority, as the netlink APP table returns them on a real host (fixtures).
 An interface that is not an emulated mlx5 port fails the way netlink does for it: every feature
 reports "not supported" and the command exits 1.
@@ -29,7 +34,6 @@ from dataclasses import replace
 from fabtune.sim.node import (
     DCB_CAP_DCBX_HOST,
     PRIORITIES,
-    AppEntry,
     Ets,
     NodeState,
 )
@@ -70,7 +74,6 @@ def _parser() -> optparse.OptionParser:
     p.add_option("--trust", dest="trust", help="set priority trust state to pcp or dscp")
     p.add_option("--dscp2prio", dest="dscp2prio", action="append",
                  help="set/del a (dscp,prio) mapping, or 'flush' to delete all.")
-    p.add_option("--defltprio", dest="defltprio", help="set/del default priority.")
     p.add_option("--cable_len", dest="cable_len",
                  help="set cable_len for buffer's xoff and xon thresholds")
     p.add_option("--prio2buffer", dest="prio2buffer", metavar="LIST",
@@ -197,33 +200,18 @@ class _Run:
                 dscp, prio = int(dscp_s), int(prio_s)
             except ValueError:
                 raise self.fail("Invalid dscp2prio command. Refer to the help.") from None
-            if action not in ("set", "del") or not 0 <= dscp <= 63 or not 0 <= prio <= 7:
-                raise self.fail("Invalid dscp2prio command. Refer to the help.")
+            if action not in ("set", "del") or dscp > 63 or prio > 7:
+                raise _Exit(1)  # the script's sys.exit(1) escapes its except Exception: no message
+            if dscp < 0 or prio < 0:  # unchecked there; the driver refuses the sysfs write
+                raise self.fail("dscp2prio command failed")
             parsed.append((action, dscp, prio))
         try:
             for action, dscp, prio in parsed:
-                if action == "set":
-                    self.state.add_app(self.intf, [AppEntry("dscp", dscp, prio)])
-                elif action == "del":
-                    self.state.del_app(self.intf, [AppEntry("dscp", dscp, prio)])
-                else:
-                    self.state.flush_dscp(self.intf)
+                if action == "set":  # is_trust_sysfs: written to qos/dscp2prio, trust unchanged
+                    self.state.set_dscp2prio(self.intf, {dscp: prio})
         except OSError as e:  # the sysfs dscp2prio file cannot be written (EACCES for non-root)
             raise self.fail(NETLINK_EPERM if e.errno == errno.EPERM else "dscp2prio command failed") \
                 from None
-
-    def defltprio(self) -> None:
-        if not self.o.defltprio:
-            return
-        try:
-            action, prio_s = self.o.defltprio.split(",")
-            prio = int(prio_s)
-            if action not in ("set", "del") or not 0 <= prio <= 7:
-                raise ValueError(action)
-        except ValueError:
-            raise self.fail("Invalid defltprio command. Refer to the help.") from None
-        # mlx5 accepts only DSCP APP entries: the kernel answers EINVAL.
-        raise self.fail("defltprio command failed")
 
     def trust(self) -> str:
         wanted = self.o.trust
@@ -337,10 +325,6 @@ def pretty_print(state: NodeState, intf: str, trust: str, ets: Ets, printall: bo
     if trust == "dscp":
         out("dscp2prio mapping:")
         _print_dscp2prio(state.get_dscp2prio(intf))
-    out("default priority:")
-    for entry in state.get_app_table(intf):
-        if entry.selector == "default":
-            out(f"\tprio:{entry.prio}")
     buffers = state.get_buffers(intf)
     sizes = "".join(f"{s:d}," for s in buffers.sizes)
     out(f"Receive buffer size (bytes): {sizes}max_buffer_size={buffers.total}")
@@ -406,7 +390,6 @@ def _apply(run: _Run) -> int:
             return code
     run.pfc()
     run.dscp2prio()
-    run.defltprio()
     trust = run.trust()
     run.buffers()
     run.ratelimit()

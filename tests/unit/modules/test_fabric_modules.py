@@ -272,3 +272,36 @@ def test_validate_module_restores_a_snapshot_with_any_nccl_ib_hca(
     module_args({"desired": {"nccl": {"NCCL_IB_HCA": "=mlx5_9"}}, "enforce_couplings": False})
     with pytest.raises(AnsibleExitJson):
         fabric_validate.main()
+
+
+@pytest.mark.parametrize(("tools", "problem"), [
+    ({"dcb": "5.11.0"}, "dcb (iproute2 5.11.0) cannot set the RoCE QoS: the dcb backend needs iproute2 "
+                        "5.12 or later (the 'dcb app' object), or install mlnx_qos (mlnx-tools)"),
+    ({}, "QoS (trust, DSCP map, PFC, ETS): neither mlnx_qos nor dcb is installed (install mlnx-tools or "
+         "iproute2 5.12 or later)"),
+    ({"dcb": "6.1.0"}, None),
+    ({"dcb": "5.11.0", "mlnx_qos": ""}, None),  # auto takes mlnx_qos
+])
+def test_validate_module_refuses_a_host_whose_qos_tool_cannot(
+    module_args: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, tools: dict[str, str],
+    problem: str | None,
+) -> None:
+    monkeypatch.setattr(fabric_validate, "netdev_split", lambda root: (["eth9"], ["eth0"]))
+    monkeypatch.setattr(fabric_validate, "rdma_ports", lambda root: HOST_PORTS)
+    paths = {}
+    for name, version in tools.items():
+        path = tmp_path / name
+        path.write_text(f"#!/bin/sh\necho 'dcb utility, iproute2-{version}'\n")
+        path.chmod(0o755)
+        paths[name] = str(path)
+    monkeypatch.setattr(fabric_validate.AnsibleModule, "get_bin_path",
+                        lambda self, name, *a, **k: paths.get(name))
+    module_args({"desired": {"nics": {"all": {"pfc": [3]}}}})
+    with pytest.raises(AnsibleExitJson if problem is None else AnsibleFailJson) as done:
+        fabric_validate.main()
+    if problem is not None:
+        assert done.value.args[0]["problems"] == [problem]
+    # a desired state without QoS knobs needs no QoS tool
+    module_args({"desired": {"nics": {"all": {"mtu": 4200}}}})
+    with pytest.raises(AnsibleExitJson):
+        fabric_validate.main()

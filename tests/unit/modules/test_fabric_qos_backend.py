@@ -15,6 +15,7 @@ from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_host import 
 )
 from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_qos_backend import (
     QosError,
+    dcb_problem,
     diff_state,
     parse,
     parse_mlnx_qos,
@@ -86,12 +87,56 @@ def test_mlnx_qos_argvs_set_map_before_trust_and_never_mix_them() -> None:
     assert all(isinstance(a, str) for argv in argvs for a in argv)
 
 
-def test_dcb_argvs() -> None:
-    changes = diff_state({"trust": "pcp", "pfc": [], "prio_tc": [0] * 8}, {"pfc": [3], "trust": "dscp"})
-    argvs = write_argvs("dcb", "eth9", changes, {"pfc": [3], "trust": "dscp"})
-    assert argvs == [["dcb", "apptrust", "set", "dev", "eth9", "order", "dscp", "pcp"],
+def test_dcb_argvs_set_trust_through_dscp_app_entries() -> None:
+    # no `dcb apptrust` (unknown to iproute2 6.1, EOPNOTSUPP on mlx5): trust dscp is the map's
+    # entries, added (not replaced: mlx5 already replaces the old entry on add)
+    desired = {"pfc": [3], "trust": "dscp", "dscp2prio": {26: 3}}
+    changes = diff_state({"trust": "pcp", "pfc": [], "prio_tc": [0] * 8}, desired)
+    argvs = write_argvs("dcb", "eth9", changes, desired)
+    assert argvs == [["dcb", "app", "add", "dev", "eth9", "dscp-prio", "26:3"],
                      ["dcb", "pfc", "set", "dev", "eth9", "prio-pfc", "0:off", "1:off", "2:off", "3:on",
                       "4:off", "5:off", "6:off", "7:off"]]
+    # trust dscp without a map: the default map's 64 entries (as mlnx_qos --trust dscp does)
+    argvs = write_argvs("dcb", "eth9", diff_state({"trust": "pcp"}, {"trust": "dscp"}), {"trust": "dscp"})
+    assert argvs[0][:6] == ["dcb", "app", "add", "dev", "eth9", "dscp-prio"]
+    assert argvs[0][6:] == [f"{d}:{d >> 3}" for d in range(64)]
+    # trust pcp: every DSCP entry deleted
+    back = diff_state({"trust": "dscp", "dscp2prio": {26: 3}}, {"trust": "pcp"})
+    assert write_argvs("dcb", "eth9", back, {"trust": "pcp"}) == [
+        ["dcb", "app", "flush", "dev", "eth9", "dscp-prio"]]
+    assert not any("apptrust" in argv for argv in argvs)
+
+
+# `dcb -j ... show` outputs of an mlx5 port (the formats of iproute2 6.1.0 and 6.2.0 are the same
+# for these objects; only `apptrust` differs, which the backend does not read)
+PFC_JSON = ('{"pfc_cap":8,"macsec_bypass":false,"delay":7,'
+            '"prio_pfc":[false,false,false,true,false,false,false,false]}')
+ETS_JSON = ('{"willing":false,"ets_cap":8,"cbs":false,"tc_bw":[50,50,0,0,0,0,0,0],'
+            '"pg_bw":[0,0,0,0,0,0,0,0],"tc_tsa":["ets","ets","strict","strict","strict","strict","strict","strict"],'
+            '"prio_tc":[0,0,0,1,0,0,0,0]}')
+
+
+def test_parse_dcb_reads_trust_from_the_dscp_entries() -> None:
+    assert read_argvs("dcb", "eth9") == [
+        ["dcb", "-j", "pfc", "show", "dev", "eth9"], ["dcb", "-j", "ets", "show", "dev", "eth9"],
+        ["dcb", "-j", "app", "show", "dev", "eth9", "dscp-prio"]]
+    state = parse("dcb", [PFC_JSON, ETS_JSON, '{"dscp_prio":[[26,3],[48,6]]}'])
+    assert (state["trust"], state["dscp2prio"], state["pfc"]) == ("dscp", {26: 3, 48: 6}, [3])
+    assert state["prio_tc"][3] == 1 and state["tsa"][2] == "strict"
+    state = parse("dcb", [PFC_JSON, ETS_JSON, "{}"])  # no DSCP entries: the driver trusts PCP
+    assert state["trust"] == "pcp" and "dscp2prio" not in state
+
+
+@pytest.mark.parametrize(("text", "ok"), [
+    ("dcb utility, iproute2-6.1.0\n", True), ("dcb utility, iproute2-6.2.0\n", True),
+    ("dcb utility, iproute2-5.12.0\n", True), ("dcb utility, iproute2-5.11.0\n", False),
+    ("", False)])
+def test_dcb_problem_names_version_and_need(text: str, ok: bool) -> None:
+    problem = dcb_problem(text)
+    assert (problem is None) == ok
+    if problem is not None:
+        assert "iproute2 5.12 or later" in problem and "mlnx_qos" in problem
+        assert ("iproute2 5.11.0" in problem) == ("5.11" in text)
 
 
 def _run(state: NodeState, argv: list[str]) -> str:
@@ -106,9 +151,12 @@ def _read(state: NodeState, backend: str, netdev: str) -> dict[str, Any]:
     return parse(backend, [_run(state, argv) for argv in read_argvs(backend, netdev)])
 
 
-@pytest.mark.parametrize("backend", ["mlnx_qos", "dcb"])
-def test_round_trip_against_emulated_tools(tmp_path: Path, backend: str) -> None:
-    provision(tmp_path, roce_node(), {})
+@pytest.mark.parametrize(("backend", "iproute2"), [
+    ("mlnx_qos", "6.1.0"), ("dcb", "6.1.0"), ("dcb", "6.2.0"), ("dcb", "6.10.0")])
+def test_round_trip_against_emulated_tools(tmp_path: Path, backend: str, iproute2: str) -> None:
+    node = roce_node()
+    node["tools"] = {"iproute2": iproute2}
+    provision(tmp_path, node, {})
     state = NodeState.under(tmp_path)
     before = _read(state, backend, "ens1np0")
     assert before["trust"] == "pcp" and before["pfc"] == []
@@ -124,6 +172,13 @@ def test_round_trip_against_emulated_tools(tmp_path: Path, backend: str) -> None
     for argv in write_argvs(backend, "ens1np0", back, {"trust": "pcp", "pfc": []}):
         _run(state, argv)
     assert state.get_trust("ens1np0") == "pcp"
+    assert diff_state(_read(state, backend, "ens1np0"), {"trust": "pcp", "pfc": []}) == {}
+    # a changed map entry under DSCP trust, then nothing left to do
+    for desired in (DESIRED, dict(DESIRED, dscp2prio={26: 4, 48: 6})):
+        changes = diff_state(_read(state, backend, "ens1np0"), desired)
+        for argv in write_argvs(backend, "ens1np0", changes, desired):
+            _run(state, argv)
+        assert diff_state(_read(state, backend, "ens1np0"), desired) == {}
 
 
 def test_sysfs_reads_of_a_provisioned_node(tmp_path: Path) -> None:

@@ -97,8 +97,8 @@ def test_fresh_state_reads_writes(roce: NodeState, tmp_path: Path) -> None:
     assert fresh.get_dscp2prio("ens1np0")[26] == 3
     assert fresh.get_ecn("ens1np0", "rp")[3] == 0
     assert fresh.get_roce_tos("mlx5_0") == 106
-    assert fresh.get_apptrust("ens1np0") == ["dscp", "pcp"]
     assert AppEntry("dscp", 26, 3) in fresh.get_app_table("ens1np0")
+    assert len(fresh.dscp_app_entries("ens1np0")) == 64  # trust set directly: the whole map
 
 
 def test_counters(roce: NodeState) -> None:

@@ -7,6 +7,18 @@ Pure helpers: parsers of the tools' output and builders of argv lists. The calle
 commands (``module.run_command``), so everything here is testable without a host.
 QoS state in the desired-state shape: ``{trust, dscp2prio (only under dscp trust), pfc (list of
 priorities with PFC on), prio_tc, tsa, tcbw}``.
+
+Trust with ``dcb``, on every iproute2 release that has ``dcb app`` (5.12 and later): the DSCP APP
+entries carry it. The mlx5 driver switches the port to DSCP trust when the first DSCP APP entry
+is added and back to PCP when the last is deleted (``mlx5e_dcbnl_ieee_setapp``/``_delapp`` in
+drivers/net/ethernet/mellanox/mlx5/core/en_dcbnl.c), so trust ``dscp`` is written as the DSCP
+map's entries (``dcb app add``), trust ``pcp`` by deleting them (``dcb app flush ... dscp-prio``)
+and trust is read from their presence. ``dcb apptrust`` (iproute2 6.2 and later; Debian 12 ships
+6.1, which answers ``Object "apptrust" is unknown``) is not used: ``mlx5e_dcbnl_ops`` has no
+``dcbnl_getapptrust``/``dcbnl_setapptrust``, so the kernel answers EOPNOTSUPP on mlx5 whatever
+the iproute2 release. DSCP entries are changed with ``add``, not ``replace``: on mlx5 the add
+already replaces the DSCP's old entry, and ``replace``'s second step (deleting the old entry)
+gets ENOENT. A ``dcb`` older than 5.12 has no ``app`` object: :func:`dcb_problem` names it.
 """
 
 from __future__ import annotations
@@ -16,6 +28,11 @@ import re
 
 PRIORITIES = 8
 BACKENDS = ("mlnx_qos", "dcb")
+DSCP_COUNT = 64
+DCB_APP_SINCE = (5, 12)
+"""The iproute2 release that added ``dcb app`` (its ``dcb/dcb_app.c``)."""
+DCB_VERSION_ARGV = ["dcb", "-V"]
+_DCB_VERSION_RE = re.compile(r"iproute2-(\d+)\.(\d+)(?:\.(\d+))?")
 
 _TC_RE = re.compile(r"^tc:\s*(\d+)\s+ratelimit:\s*([^,]+),\s*tsa:\s*(\w+)(?:,\s*bw:\s*(\d+)%)?")
 _PRIO_RE = re.compile(r"^\s*priority:\s*(\d+)")
@@ -65,11 +82,15 @@ def parse_mlnx_qos(text):
     return state
 
 
-def parse_dcb(pfc_json, ets_json, apptrust_json, app_json):
-    """The QoS state from ``dcb -j {pfc,ets,apptrust,app} show dev IF`` outputs."""
+def parse_dcb(pfc_json, ets_json, app_json):
+    """The QoS state from ``dcb -j {pfc,ets} show dev IF`` and ``dcb -j app show dev IF dscp-prio``.
+
+    Trust is ``dscp`` while the port has DSCP APP entries (the mlx5 driver's rule), and the DSCP
+    map is those entries.
+    """
     pfc, ets = json.loads(pfc_json), json.loads(ets_json)
-    order = json.loads(apptrust_json).get("order", [])
-    trust = "dscp" if order and order[0] == "dscp" else "pcp"
+    pairs = json.loads(app_json).get("dscp_prio", []) if app_json.strip() else []
+    trust = "dscp" if pairs else "pcp"
     state = {
         "trust": trust,
         "pfc": [p for p, on in enumerate(pfc.get("prio_pfc", [])) if on],
@@ -78,9 +99,26 @@ def parse_dcb(pfc_json, ets_json, apptrust_json, app_json):
         "tcbw": list(ets.get("tc_bw", [0] * PRIORITIES)),
     }
     if trust == "dscp":
-        pairs = json.loads(app_json).get("dscp_prio", [])
         state["dscp2prio"] = dict((int(d), int(p)) for d, p in pairs)
     return state
+
+
+def parse_dcb_version(text):
+    """``(major, minor, patch)`` from ``dcb -V`` (``dcb utility, iproute2-6.1.0``), or None."""
+    match = _DCB_VERSION_RE.search(text or "")
+    if not match:
+        return None
+    return (int(match.group(1)), int(match.group(2)), int(match.group(3) or 0))
+
+
+def dcb_problem(version_text):
+    """Why this ``dcb`` cannot manage QoS (None when it can), from its ``dcb -V`` output."""
+    version = parse_dcb_version(version_text)
+    if version is not None and version[:2] >= DCB_APP_SINCE:
+        return None
+    shown = "iproute2 %d.%d.%d" % version if version else "version %r" % (version_text or "").strip()[:60]
+    return ("dcb (%s) cannot set the RoCE QoS: the dcb backend needs iproute2 %d.%d or later "
+            "(the 'dcb app' object), or install mlnx_qos (mlnx-tools)" % ((shown,) + DCB_APP_SINCE))
 
 
 def read_argvs(backend, interface):
@@ -89,7 +127,6 @@ def read_argvs(backend, interface):
         return [["mlnx_qos", "-i", interface, "-a"]]
     return [["dcb", "-j", "pfc", "show", "dev", interface],
             ["dcb", "-j", "ets", "show", "dev", interface],
-            ["dcb", "-j", "apptrust", "show", "dev", interface],
             ["dcb", "-j", "app", "show", "dev", interface, "dscp-prio"]]
 
 
@@ -166,12 +203,15 @@ def _mlnx_argvs(interface, changes, ets):
 
 def _dcb_argvs(interface, changes, ets):
     argvs = []
-    if "dscp2prio" in changes:
-        pairs = ["%d:%d" % (d, p) for d, p in sorted(changes["dscp2prio"][1].items())]
-        argvs.append(["dcb", "app", "replace", "dev", interface, "dscp-prio"] + pairs)
-    if "trust" in changes:
-        order = ["dscp", "pcp"] if changes["trust"][1] == "dscp" else ["pcp"]
-        argvs.append(["dcb", "apptrust", "set", "dev", interface, "order"] + order)
+    trust = changes.get("trust", (None, None))[1]
+    entries = dict(changes["dscp2prio"][1]) if "dscp2prio" in changes else {}
+    if trust == "dscp" and not entries:  # trust needs entries: the default map, as mlnx_qos does
+        entries = dict((d, d >> 3) for d in range(DSCP_COUNT))
+    if entries and trust != "pcp":
+        pairs = ["%d:%d" % (d, p) for d, p in sorted(entries.items())]
+        argvs.append(["dcb", "app", "add", "dev", interface, "dscp-prio"] + pairs)
+    if trust == "pcp":
+        argvs.append(["dcb", "app", "flush", "dev", interface, "dscp-prio"])
     if "pfc" in changes:
         flags = ["%d:%s" % (p, "on" if on else "off") for p, on in enumerate(_pfc_flags(changes["pfc"][1]))]
         argvs.append(["dcb", "pfc", "set", "dev", interface, "prio-pfc"] + flags)

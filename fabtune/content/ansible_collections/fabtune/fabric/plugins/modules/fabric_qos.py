@@ -12,8 +12,13 @@ short_description: Set a RoCE port's priority trust, DSCP map, PFC and ETS throu
 description:
   - Reads the port's QoS state with the chosen backend, compares it with the desired knobs and
     changes only what differs.
-  - Backend C(mlnx_qos) (NVIDIA mlnx-tools) or C(dcb) (iproute2, upstream kernels); C(auto) takes
-    C(mlnx_qos) when it is installed, else C(dcb).
+  - Backend C(mlnx_qos) (NVIDIA mlnx-tools) or C(dcb) (iproute2 5.12 or later, upstream kernels);
+    C(auto) takes C(mlnx_qos) when it is installed, else C(dcb).
+  - With C(dcb) the DSCP APP entries carry the trust state, as the mlx5 driver keeps it (the first
+    DSCP entry switches the port to DSCP trust, deleting the last switches it back to PCP): trust
+    C(dscp) is written as the DSCP map's entries (C(dcb app add)), trust C(pcp) by deleting them
+    (C(dcb app flush)). C(dcb apptrust) is not used (iproute2 6.1 has none; mlx5 does not
+    implement it).
   - Knobs left out are not managed. C(dscp2prio) manages only the DSCPs it names.
 version_added: "1.0.0"
 options:

@@ -16,6 +16,9 @@ description:
     must not be the RoCE data priority, ...).
   - Checks that each named interface is a RoCE port of this host, and that C(NCCL_IB_HCA) selects at
     least one of its RDMA ports (a warning names each entry that matches none).
+  - When the desired state sets a port's QoS (trust, DSCP map, PFC, ETS), checks that this host has
+    a QoS tool that can (C(mlnx_qos), or iproute2 C(dcb) 5.12 or later, which has C(dcb app)), and
+    names the tool, its version and what is needed when it has not.
   - Returns the desired NIC state expanded per RoCE netdev (C(all) merged with per-port entries).
   - Changes nothing. Fails with every problem found, each naming the field and its value.
 version_added: "1.0.0"
@@ -30,6 +33,11 @@ options:
       - Set to V(false) only to restore a snapshot exactly as it was, even an inconsistent one.
     type: bool
     default: true
+  qos_backend:
+    description: The QoS tool the C(fabric_qos) module will use (C(auto) as there).
+    type: str
+    choices: [auto, mlnx_qos, dcb]
+    default: auto
 attributes:
   check_mode:
     support: full
@@ -75,16 +83,47 @@ problems:
   elements: str
 """
 
+import subprocess
+
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_desired import hca_check, validate
+from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_desired import QOS_KNOBS, hca_check, validate
 from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_host import netdev_split, rdma_ports
+from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_qos_backend import DCB_VERSION_ARGV, dcb_problem
+
+TOOL_DEADLINE_S = 10
 
 
 def get_argument_spec():
     return dict(
         desired=dict(type="dict", required=True),
         enforce_couplings=dict(type="bool", default=True),
+        qos_backend=dict(type="str", choices=["auto", "mlnx_qos", "dcb"], default="auto"),
     )
+
+
+def qos_tool_problems(module, nics):
+    """The QoS tool problems of this host when a desired NIC entry sets QoS knobs."""
+    if not any(k in nic for nic in nics.values() for k in QOS_KNOBS):
+        return []
+    wanted = module.params["qos_backend"]
+    names = [wanted] if wanted != "auto" else ["mlnx_qos", "dcb"]
+    found = [(n, module.get_bin_path(n)) for n in names]
+    found = [(n, path) for n, path in found if path]
+    if not found:
+        missing = "neither mlnx_qos nor dcb is" if len(names) > 1 else "%s is not" % names[0]
+        return ["QoS (trust, DSCP map, PFC, ETS): %s installed (install mlnx-tools or iproute2 5.12 or later)"
+                % missing]
+    name, path = found[0]
+    if name != "dcb":
+        return []
+    try:
+        proc = subprocess.run([path] + DCB_VERSION_ARGV[1:], capture_output=True, text=True,
+                              timeout=TOOL_DEADLINE_S, check=False)
+        text = proc.stdout
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        text = "unknown (%s)" % exc
+    problem = dcb_problem(text)
+    return [problem] if problem else []
 
 
 def main():
@@ -101,6 +140,10 @@ def main():
     if problems:
         module.fail_json(msg="invalid desired fabric state: " + "; ".join(problems),
                          problems=problems, roce_netdevs=roce, ports=ports)
+    tool_problems = qos_tool_problems(module, normal.get("nics", {}))
+    if tool_problems:
+        module.fail_json(msg="cannot set the RoCE QoS on this host: " + "; ".join(tool_problems),
+                         problems=tool_problems, roce_netdevs=roce, ports=ports)
     module.exit_json(changed=False, nics=normal.get("nics", {}), desired=normal,
                      roce_netdevs=roce, ports=ports, problems=[])
 
