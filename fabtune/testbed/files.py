@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 import tempfile
@@ -166,6 +167,19 @@ def _subnet_manager(spec: TestbedSpec, host_dir: Path, upper: Path) -> None:
     (host_dir / "daemons.json").write_text(json.dumps([daemon], indent=2) + "\n")
 
 
+BOOT_WANTS = "etc/systemd/system/multi-user.target.wants"
+
+
+def _own_boot_units(upper: Path) -> None:
+    """Hide the controller's enabled units from the host: its ``multi-user.target.wants`` starts
+    empty (an opaque directory of the overlay's upper layer: the xattr ``trusted.overlay.opaque=y``,
+    kernel Documentation/filesystems/overlayfs.rst, "whiteouts and opaque directories"), so the
+    emulated boot runs only the units installed on the host itself (fabtune-boot.service)."""
+    wants = upper / BOOT_WANTS
+    wants.mkdir(parents=True, exist_ok=True)
+    os.setxattr(wants, "trusted.overlay.opaque", b"y")
+
+
 def populate_host(spec: TestbedSpec, host: HostSpec, tb_dir: Path, keys: Keys) -> None:
     """Write what makes the host a GPU node: /etc files, SSH, emulated tools and hardware."""
     from fabtune.sim.node import provision  # the emulated hardware (sysfs, configfs, DCB state)
@@ -178,6 +192,7 @@ def populate_host(spec: TestbedSpec, host: HostSpec, tb_dir: Path, keys: Keys) -
     _write(upper / "etc/hosts", _etc_hosts(spec))
     _write(upper / "etc/ssh/sshd_config", SSHD_CONFIG)
     _root_ssh(upper, spec, keys)
+    _own_boot_units(upper)
     _install_tools(upper)
     node = layout.node_description(spec, host)
     if spec.sm is not None:  # every port's SM lid is the master SM's port LID (as sminfo says)
