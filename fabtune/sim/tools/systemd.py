@@ -21,8 +21,9 @@ behaviour:
   links ``systemctl enable`` makes: systemctl(1), systemd.unit(5) "wants directories"), started in
   their ``After=``/``Before=`` order as systemd orders one transaction's jobs (systemd.unit(5):
   ordering applies between units started together; an ordering on a unit not in the transaction
-  is no dependency). ``Type=oneshot`` units run their ``ExecStart=`` lines in turn to completion
-  (``-`` prefix: failure ignored), under ``TimeoutStartSec=`` (default 90 s, systemd-system.conf(5)
+  is no dependency). ``Type=oneshot`` units run their ``ExecStartPre=``, ``ExecStart=`` and
+  ``ExecStartPost=`` lines in turn to completion, stopping at the first that fails (``-`` prefix:
+  failure ignored), under ``TimeoutStartSec=`` (default 90 s, systemd-system.conf(5)
   ``DefaultTimeoutStartSec``), after their ``ConditionPathExists=`` hold (``!`` negates); a unit
   fails when a command fails, and later units still start (a failed unit only fails the units
   that ``Requires=`` it, which the emulation does not model). ``Type=simple``/``exec`` units are
@@ -578,11 +579,12 @@ def _conditions_hold(unit: Unit) -> bool:
 
 
 def _run_oneshot(service: dict[str, list[str]], log: BinaryIO) -> bool:
-    """Run the ExecStart= lines in turn; whether the unit succeeded."""
+    """Run the ExecStartPre=, ExecStart=, ExecStartPost= lines in turn; whether the unit succeeded."""
     spans = service.get("TimeoutStartSec") or [f"{DEFAULT_TIMEOUT_START_S:g}s"]
     timeout = parse_timespan(spans[-1].replace("infinity", ""))
     env = {"PATH": SERVICE_PATH, "LANG": "C.UTF-8", "INVOCATION_ID": os.urandom(16).hex()}
-    for line in service.get("ExecStart", []):
+    lines = [line for key in ("ExecStartPre", "ExecStart", "ExecStartPost") for line in service.get(key, [])]
+    for line in lines:
         ignore = line.startswith("-")
         argv = shlex.split(line.lstrip("-@+!:"))
         try:
