@@ -71,7 +71,8 @@ def test_host_rebooted_mid_run_boots_at_the_pre_move_state_and_the_run_fails_cle
     assert failed.state == "failed", failed
     (move,) = [s for s in journal.steps(run.id) if s.kind == "move"]
     if move.state == "rolled_back":  # the usual end: the confirm found h02 reverted
-        assert move.payload["reverted_by_host"] == ["h02"], move.payload
+        assert move.payload["reverted_by_host"] == ["h02"] == move.payload["rebooted"], move.payload
+        assert "h02 rebooted before the move was decided" in text, text[-3000:]
         assert drift_from(before, rack) == CLEAN
     else:  # h02's reboot failed a task of the controller's instead: the rollback restores every host
         assert "h02" in str(failed.summary.get("error")), failed.summary

@@ -432,7 +432,7 @@ def revert(run_id, state_dir=STATE_DIR, root="/", run=None, which=None, log=None
             log("run %s: reverted %s" % (run_id, line))
         for line in failed:
             log("run %s: FAILED %s" % (run_id, line))
-        record.update(reverted_at=time.time(), changes=changes, problems=failed)
+        record.update(reverted_at=time.time(), reverted_why=why, changes=changes, problems=failed)
         write_file(armed, json.dumps(record, indent=1, sort_keys=True) + "\n", 0o600)
         kind = "failed" if failed else "reverted"
         os.rename(armed, record_path(state_dir, run_id, kind))
