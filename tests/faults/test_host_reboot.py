@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from fabtune.ansible import run_playbook
 from fabtune.journal import Journal
 from fabtune.testbed import layout
 from fabtune.testbed.reboot import reboot
@@ -27,11 +28,13 @@ from tests.faults.rig import (
     current_state,
     drift_from,
     factory_rack,
+    inventory,
     tune_child,
     wait_step,
 )
 
 pytestmark = pytest.mark.testbed
+EARLIER = {"nics": {"all": {"mtu": 4200}}}  # not a knob of the move (ONE_MOVE skips the MTU group)
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +50,12 @@ def _boot_log(rack: TestbedSpec, host: str) -> str:
 def test_host_rebooted_mid_run_boots_at_the_pre_move_state_and_the_run_fails_cleanly(
     rack: TestbedSpec, tmp_path: Path
 ) -> None:
+    # The pre-run state is not the power-on state: an earlier apply set (and persisted) MTU 4200, so a
+    # host that lost everything is told apart from one at the journaled pre-move state.
+    earlier = run_playbook("apply.yml", inventory(rack), extravars={"fabric_desired": EARLIER})
+    earlier.raise_for_failure("apply")
     before = current_state(rack)
+    assert drift_from(before, rack) == CLEAN
     child = tune_child(rack, tmp_path, ONE_MOVE)
     try:
         run, _ = wait_step(child, lambda r, s: s.kind == "move" and s.state == "applied")
@@ -56,7 +64,7 @@ def test_host_rebooted_mid_run_boots_at_the_pre_move_state_and_the_run_fails_cle
         assert moved["h01"] and moved["h02"], moved  # the move is on both hosts, armed, unconfirmed
         assert reboot(rack.name, ["h02"]) == ["h02"]
         after_boot = drift_from(before, rack)
-        assert after_boot["h02"] == [], after_boot  # back at the journaled pre-move state
+        assert after_boot["h02"] == [], after_boot  # the journaled pre-move state, MTU 4200 included
         assert after_boot["h01"] == moved["h01"]  # the other host still holds the move
         assert f"run {run.id}: armed but never confirmed" in _boot_log(rack, "h02")
         child.pause(False)
@@ -82,7 +90,7 @@ def test_host_rebooted_mid_run_boots_at_the_pre_move_state_and_the_run_fails_cle
 
 
 def test_a_second_boot_keeps_the_pre_run_state(rack: TestbedSpec) -> None:
-    """Nothing armed is left: another reboot applies the persisted (pre-move) state and changes nothing."""
+    """Nothing armed is left: another reboot applies the persisted (pre-move) state, MTU 4200 with it."""
     before = current_state(rack)
     reboot(rack.name)
     assert drift_from(before, rack) == CLEAN
