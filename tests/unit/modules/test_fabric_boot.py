@@ -220,3 +220,37 @@ def test_persist_refuses_an_invalid_knob_and_a_corrupt_file(module_args: Any, mo
     with pytest.raises(AnsibleFailJson) as failed:
         fabric_persist.main()
     assert str(path) in failed.value.args[0]["msg"] and path.read_text() == "[]"
+
+
+# --- the host side: fabtune-boot imports fabric_apply by its plain name, without Ansible -----------
+
+def test_fabtune_boot_runs_on_a_bare_python_from_the_installed_lib(tmp_path: Path) -> None:
+    import shutil
+    import subprocess
+    import sys
+
+    import jinja2
+    import yaml
+
+    from tests.unit.modules.test_revert_host_side import MODULE_UTILS, ROLE, _role_files
+
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    for name in _role_files():
+        shutil.copy(MODULE_UTILS / name, lib / name)
+    role = ROLE.parent / "fabric_boot"
+    values = dict(yaml.safe_load((role / "defaults/main.yml").read_text()),
+                  **yaml.safe_load((role / "vars/main.yml").read_text()))
+    values.update(fabric_boot_lib_dir=str(lib), fabric_boot_log=str(tmp_path / "boot.log"))
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined)
+    env.filters["comment"] = lambda text: f"# {text}"
+    script = env.from_string((role / "templates/fabtune-boot.j2").read_text()).render(
+        ansible_managed="Ansible managed", **values)
+    path = tmp_path / "fabtune-boot"
+    path.write_text(script)
+    proc = subprocess.run([sys.executable, "-I", "-S", str(path), "unexpected"], capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert proc.returncode == 2 and "usage: fabtune-boot" in proc.stderr, proc.stderr
+    unit = env.from_string((role / "templates/fabtune-boot.service.j2").read_text()).render(
+        ansible_managed="Ansible managed", **values)
+    assert f"ExecStart={values['fabric_boot_script']}" in unit and "WantedBy=multi-user.target" in unit
