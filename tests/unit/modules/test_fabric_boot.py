@@ -254,3 +254,9 @@ def test_fabtune_boot_runs_on_a_bare_python_from_the_installed_lib(tmp_path: Pat
     unit = env.from_string((role / "templates/fabtune-boot.service.j2").read_text()).render(
         ansible_managed="Ansible managed", **values)
     assert f"ExecStart={values['fabric_boot_script']}" in unit and "WantedBy=multi-user.target" in unit
+
+
+def test_boot_creates_no_revert_directory_on_a_host_that_never_armed(node: Path, tmp_path: Path) -> None:
+    write_persisted(node, {NIC: {"pfc": [3]}})
+    code, _lines = boot(node, tmp_path / "revert")
+    assert code == 0 and not (tmp_path / "revert").exists()

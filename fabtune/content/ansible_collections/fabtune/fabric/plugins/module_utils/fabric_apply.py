@@ -561,8 +561,10 @@ def stranded_runs(state_dir, run):
     """The armed runs whose revert timer is gone (newest first): after a reboot, every armed run.
 
     Taken under the revert lock: arming writes the record and starts the timer under it, so a
-    record seen here either has its timer or lost it.
+    record seen here either has its timer or lost it. No revert directory: nothing was ever armed.
     """
+    if not os.path.isdir(state_dir):
+        return []
     with locked(state_dir):
         return [run_id for _at, run_id in armed_runs(state_dir) if not timer_loaded(run, run_id)]
 
