@@ -93,7 +93,9 @@ def test_a_second_boot_keeps_the_pre_run_state(rack: TestbedSpec) -> None:
     """Nothing armed is left: another reboot applies the persisted (pre-move) state, MTU 4200 with it."""
     before = current_state(rack)
     reboot(rack.name)
-    assert drift_from(before, rack) == CLEAN
+    logs = {h.name: _boot_log(rack, h.name)[-1500:] for h in rack.hosts}
+    assert drift_from(before, rack) == CLEAN, logs
+    assert all("FAILED" not in log for log in logs.values()), logs
     out = subprocess.run(
         ["ls", str(layout.testbed_dir(rack.name) / "hosts/h02/upper/var/lib/fabtune/revert")],
         capture_output=True, text=True, timeout=30, check=False,

@@ -81,6 +81,13 @@ def test_merge_keeps_what_a_later_apply_leaves_out_and_merges_maps_per_key() -> 
     assert fabric_apply.persisted_text(merged) == fabric_apply.persisted_text(json.loads(json.dumps(merged)))
 
 
+def test_a_port_back_at_pcp_trust_keeps_no_dscp_map() -> None:
+    """A rollback to a pcp snapshot (fabric_facts holds no map then) leaves a file that still applies."""
+    moved = fabric_apply.merge_persisted({}, {NIC: {"trust": "dscp", "dscp2prio": {26: 3}, "mtu": 4200}})
+    back = fabric_apply.merge_persisted(moved, {NIC: {"trust": "pcp", "pfc": []}})
+    assert back == {NIC: {"trust": "pcp", "pfc": [], "mtu": 4200}}
+
+
 def test_armed_runs_are_the_armed_records_newest_first(tmp_path: Path) -> None:
     for name, at in (("old", 1.0), ("new", 2.0)):
         fabric_apply.write_record(str(tmp_path), name, {"armed_at": at})

@@ -496,12 +496,18 @@ def canonical_nics(nics):
 
 
 def merge_persisted(persisted, nics):
-    """The persisted ``{netdev: {knob: value}}`` with the knobs of ``nics`` applied over it."""
+    """The persisted ``{netdev: {knob: value}}`` with the knobs of ``nics`` applied over it.
+
+    A port whose trust is not ``dscp`` keeps no DSCP map: it would not apply, and a desired state
+    holding one is refused (a rollback to a ``pcp`` snapshot must not leave an unappliable file).
+    """
     out = canonical_nics(persisted)
     for dev, knobs in sorted(canonical_nics(nics).items()):
         entry = dict(out.get(dev, {}))
         for key, value in sorted(knobs.items()):
             entry[key] = _merge_knob(key, entry.get(key), value)
+        if entry.get("trust") != "dscp":  # the map applies only under DSCP trust (fabric_facts omits it)
+            entry.pop("dscp2prio", None)
         out[dev] = entry
     return out
 

@@ -124,6 +124,10 @@ def main():
     if problem:
         module.fail_json(msg="%s (fix or remove the file; the roles write it again)" % problem, path=path)
     after = merge_persisted(before, normal.get("nics"))
+    problems, _merged = validate({"nics": after}, roce, other, enforce_couplings=False)
+    if problems:  # what fabtune-boot would refuse at boot is refused now, with the file unchanged
+        module.fail_json(msg="%s would not apply at boot with these knobs: %s" % (path, "; ".join(problems)),
+                         problems=problems, path=path)
     current, text = read_file(path), persisted_text(after)
     changed = current != text
     if changed and not module.check_mode:
