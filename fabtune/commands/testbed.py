@@ -13,6 +13,7 @@ from fabtune.commands import _console
 from fabtune.errors import ExitStatus, TestbedError
 from fabtune.testbed import build, layout
 from fabtune.testbed.access import ssh_argv
+from fabtune.testbed.reboot import reboot as reboot_hosts
 from fabtune.testbed.spec import check_testbed_name, load_spec
 
 
@@ -66,6 +67,18 @@ def down(name: str) -> None:
     """Remove a rack: processes, namespaces, links, mounts and files."""
     build.down(name)
     _console.err().print(f"testbed {name!r} removed")
+
+
+@testbed.command("reboot")
+@click.argument("name", callback=lambda _c, _p, v: check_testbed_name(v, "NAME"))
+@click.argument("hosts", nargs=-1, metavar="[HOST]...")
+def reboot(name: str, hosts: tuple[str, ...]) -> None:
+    """Reboot a rack's hosts (all, or each HOST): every process restarts, NIC and kernel settings
+    go back to their power-on values, the disk is kept, and the boot units run."""
+    console = _console.err()
+    with console.status(f"rebooting testbed {name!r}") as shown:
+        done = reboot_hosts(name, hosts, lambda step: shown.update(f"testbed {name!r}: {step}"))
+    console.print(f"testbed {name!r}: rebooted {', '.join(done)}")
 
 
 @testbed.command("status")

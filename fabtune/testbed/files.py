@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import sys
@@ -237,6 +238,19 @@ def _daemons(spec: TestbedSpec, host: HostSpec, host_dir: Path, upper: Path) -> 
     (host_dir / "daemons.json").write_text(json.dumps(daemons, indent=2) + "\n")
 
 
+BOOT_WANTS = "etc/systemd/system/multi-user.target.wants"
+
+
+def _own_boot_units(upper: Path) -> None:
+    """Hide the controller's enabled units from the host: its ``multi-user.target.wants`` starts
+    empty (an opaque directory of the overlay's upper layer: the xattr ``trusted.overlay.opaque=y``,
+    kernel Documentation/filesystems/overlayfs.rst, "whiteouts and opaque directories"), so the
+    emulated boot runs only the units installed on the host itself (fabtune-boot.service)."""
+    wants = upper / BOOT_WANTS
+    wants.mkdir(parents=True, exist_ok=True)
+    os.setxattr(wants, "trusted.overlay.opaque", b"y")
+
+
 def populate_host(spec: TestbedSpec, host: HostSpec, tb_dir: Path, keys: Keys) -> None:
     """Write what makes the host a GPU node: /etc files, SSH, emulated tools and hardware."""
     from fabtune.sim.node import provision  # the emulated hardware (sysfs, configfs, DCB state)
@@ -249,6 +263,7 @@ def populate_host(spec: TestbedSpec, host: HostSpec, tb_dir: Path, keys: Keys) -
     _write(upper / "etc/hosts", _etc_hosts(spec))
     _write(upper / "etc/ssh/sshd_config", SSHD_CONFIG)
     _root_ssh(upper, spec, keys)
+    _own_boot_units(upper)
     if spec.nonroot_login:
         _login_user(spec, host_dir, upper, keys)
     _install_tools(upper, host.tools)

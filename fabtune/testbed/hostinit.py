@@ -6,9 +6,11 @@ Started by the testbed builder as
 fresh mount, UTS and PID namespaces. Exits by exec'ing ``sshd -D``, which stays PID 1 of the host,
 so killing it removes every process of the host. Before that it starts the host's daemons
 (``HOST_DIR/daemons.json``: ``[{"argv": [...], "log": "/var/log/..."}]``, e.g. the emulated
-opensm of a subnet-manager host), detached, inside the host's root, and creates the testbed's
+opensm of a subnet-manager host), detached, inside the host's root. First it creates the testbed's
 login user when the spec names one (``HOST_DIR/login.json``), as cloud-init does at first boot:
-``useradd`` inside the host's root (only the host's overlay changes), then its ``~/.ssh``.
+``useradd`` inside the host's root (only the host's overlay changes), then its ``~/.ssh``; then it
+runs the systemd units enabled for multi-user.target (``fabtune.sim.tools.systemd.boot_main``:
+the emulated systemd's boot; fabtune-boot.service re-applies the persisted NIC settings there).
 """
 
 from __future__ import annotations
@@ -154,6 +156,16 @@ def _create_login(login: dict[str, Any]) -> None:
         os.chown(path, entry.pw_uid, entry.pw_gid)
 
 
+def _boot_units() -> None:
+    """Run the enabled boot units; a failure is logged (init.log), sshd starts whatever happens."""
+    from fabtune.sim.tools.systemd import boot_main
+
+    try:
+        boot_main([])
+    except Exception as exc:  # the host must come up to be looked at
+        print(f"hostinit: boot units: {exc!r}", file=sys.stderr)
+
+
 def main(argv: list[str]) -> None:
     """Build the host's root, then exec sshd as the host's PID 1."""
     host_dir, hostname = Path(argv[0]), argv[1]
@@ -168,6 +180,7 @@ def main(argv: list[str]) -> None:
     _enter(merged)
     if login is not None:
         _create_login(login)
+    _boot_units()
     _start_daemons(daemons)
     sys.stdout.flush()
     os.execv("/usr/sbin/sshd", ["/usr/sbin/sshd", "-D", "-e", "-f", "/etc/ssh/sshd_config"])

@@ -61,6 +61,15 @@ def reverted_hosts(outcome: ansible.RunOutcome) -> list[str]:
     return sorted({t.host for t in outcome.failures() if t.result.get("reverted")})
 
 
+REBOOT_WHY = "the host rebooted"  # what fabtune-boot writes in the record of a run it reverted
+
+
+def rebooted_hosts(outcome: ansible.RunOutcome) -> list[str]:
+    """Of the hosts that reverted the run, those that did so at boot (fabtune-boot.service)."""
+    return sorted({t.host for t in outcome.failures()
+                   if t.result.get("reverted") and REBOOT_WHY in str(t.result.get("msg", ""))})
+
+
 class BenchmarkFailed(BenchmarkError):
     """Benchmark launches failed, and so did their retry: there is nothing to measure with.
 
@@ -383,7 +392,7 @@ class Tuner:
         confirmed = self.backend.confirm(self.run_id)
         fired = reverted_hosts(confirmed)
         if fired:
-            self._revert_fired(seq, record, fired)
+            self._revert_fired(seq, record, fired, rebooted_hosts(confirmed))
         confirmed.raise_for_failure("confirming the move")
         self.current = {h: snapshot_of(f) for h, f in self.backend.facts().items()}  # read back, normal form
         record.outcome, record.reason = "kept", reason
@@ -392,17 +401,26 @@ class Tuner:
         self._refresh_reference(judged)
         return record
 
-    def _revert_fired(self, seq: int, record: MoveRecord, hosts: list[str]) -> None:
+    def _revert_fired(
+        self, seq: int, record: MoveRecord, hosts: list[str], rebooted: Sequence[str] = ()
+    ) -> None:
         """The move was measured, at least in part, on hosts that had reverted it: discard, undo, stop."""
         restore_and_verify(self.backend, self.current)  # the other hosts may still hold the move
-        reason = (
-            f"the host-side revert fired on {', '.join(hosts)} before the move was decided: its runs are "
-            f"discarded; raise fabtune_tune.revert_deadline_s above one move's apply and measurement"
-        )
+        if rebooted and set(rebooted) == set(hosts):
+            reason = (
+                f"{', '.join(hosts)} rebooted before the move was decided and reverted it at boot: its "
+                "runs are discarded"
+            )
+        else:
+            reason = (
+                f"the host-side revert fired on {', '.join(hosts)} before the move was decided: its runs "
+                f"are discarded; raise fabtune_tune.revert_deadline_s above one move's apply and measurement"
+            )
         record.outcome, record.reason = "rolled_back", reason
         self.journal.finish_step(
             self.run_id, seq, "rolled_back",
-            {"reason": reason, "verified": True, "reverted_by_host": hosts, **self._outcome(seq, record)},
+            {"reason": reason, "verified": True, "reverted_by_host": hosts, "rebooted": list(rebooted),
+             **self._outcome(seq, record)},
         )
         self.emit("decision", f"rolled back {record.name}: {reason} (verified)", {"outcome": "rolled_back"})
         raise RevertFired(f"{record.name}: {reason}")
@@ -435,9 +453,10 @@ class Tuner:
         self, seq: int, record: MoveRecord, reason: str, desired: dict[str, dict[str, Any]]
     ) -> MoveRecord:
         restore_and_verify(self.backend, self.current)
-        fired = reverted_hosts(self.backend.confirm(self.run_id))
+        confirmed = self.backend.confirm(self.run_id)
+        fired = reverted_hosts(confirmed)
         if fired:
-            self._revert_fired(seq, record, fired)
+            self._revert_fired(seq, record, fired, rebooted_hosts(confirmed))
         record.outcome, record.reason = "rolled_back", reason
         self.journal.finish_step(
             self.run_id,

@@ -108,6 +108,13 @@ class Child:
                     os.kill(pid, sig)
         self.proc.wait(timeout=30)
 
+    def pause(self, paused: bool = True) -> None:
+        """SIGSTOP (or SIGCONT) the controller and every process under it: it does nothing meanwhile."""
+        sig = signal.SIGSTOP if paused else signal.SIGCONT
+        for pid in [self.proc.pid, *_descendants(self.proc.pid)]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+
     def wait(self, timeout: float = 900) -> int:
         return self.proc.wait(timeout=timeout)
 

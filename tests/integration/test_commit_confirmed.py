@@ -54,10 +54,16 @@ def test_unconfirmed_change_reverts_itself_by_the_deadline(rack: TestbedSpec, sn
     drift = ansible.run_playbook("drift.yml", inventory(rack), extravars={
         "fabric_desired": snapshot["h01"], "fabric_enforce_couplings": False}, limit="h01")
     drift.raise_for_failure("drift")
-    # The managed files are back byte for byte; the one drift left is the ToS boot file, which the
-    # factory host never had (the revert restored its absence) and the snapshot's roce_tos asks for.
+    # The managed files are back byte for byte; the drift left is the boot files, which the factory
+    # host never had (the revert restored their absence) and the snapshot's knobs ask for: the ToS
+    # boot file and the knobs fabtune-boot would re-apply (/etc/fabtune/persisted.json).
     drifted = {t.task for t in drift.tasks if t.changed}
-    assert drifted <= {"Write the per-port ToS and mode the boot script applies"}, drifted
+    assert drifted <= {
+        "Write the per-port ToS and mode the boot script applies",
+        "Record the QoS and MTU that fabtune-boot re-applies at boot",
+        "Record ECN and CNP that fabtune-boot re-applies at boot",
+        "Record the ToS and mode that fabtune-boot re-applies at boot",
+    }, drifted
     assert on_host(rack, "h01", "test -e /etc/fabtune/rdma_cm.conf && echo yes || echo no").strip() == "no"
     late = confirm(rack, "cc-revert")
     assert not late.ok and "already reverted" in str(late.failures()[0].result.get("msg"))

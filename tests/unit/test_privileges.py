@@ -29,6 +29,7 @@ PRIVILEGED_MODULES = {
     "fabtune.fabric.fabric_qos": "mlnx_qos/dcb set: DCB netlink (CAP_NET_ADMIN) and mlx5 sysfs",
     "fabtune.fabric.fabric_sysfs": "sysfs/configfs knobs (root-owned 0644), ip link set mtu",
     "fabtune.fabric.fabric_revert": "systemd-run/systemctl stop and /var/lib state",
+    "fabtune.fabric.fabric_persist": "writes /etc/fabtune/persisted.json",
 }
 # Modules that only read or steer the play.
 UNPRIVILEGED_MODULES = {

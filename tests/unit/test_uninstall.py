@@ -128,6 +128,8 @@ UNINSTALL = ROLES / "fabric_uninstall" / "vars" / "main.yml"
 NOT_INSTALLED = {
     "/etc/opensm": "opensm's own directory (ib_sm creates it only when opensm has none)",
     "/etc/opensm/opensm.conf": "opensm's own file; its keys are knobs that --restore puts back",
+    "/etc/systemd/system/multi-user.target.wants": "systemd's own directory (fabric_boot creates it "
+    "only where it is missing)",
 }
 WRITING = ("ansible.builtin.template", "ansible.builtin.copy")
 

@@ -16,6 +16,20 @@ behaviour:
   until ``systemctl stop``; a unit name in use is refused with systemd's message, exit 1.
 * ``systemctl stop UNIT...``, ``is-active UNIT...``, ``list-timers [--all] [--no-pager]``,
   ``reset-failed [UNIT...]``; every other verb says it is not supported here, exit 1.
+* ``boot_main`` (run by the host's init, ``fabtune.testbed.hostinit``, at every start of the host):
+  the units enabled for ``multi-user.target`` (the ``/etc/systemd/system/multi-user.target.wants/``
+  links ``systemctl enable`` makes: systemctl(1), systemd.unit(5) "wants directories"), started in
+  their ``After=``/``Before=`` order as systemd orders one transaction's jobs (systemd.unit(5):
+  ordering applies between units started together; an ordering on a unit not in the transaction
+  is no dependency). ``Type=oneshot`` units run their ``ExecStartPre=``, ``ExecStart=`` and
+  ``ExecStartPost=`` lines in turn to completion, stopping at the first that fails (``-`` prefix:
+  failure ignored), under ``TimeoutStartSec=`` (default 90 s, systemd-system.conf(5)
+  ``DefaultTimeoutStartSec``), after their ``ConditionPathExists=`` hold (``!`` negates); a unit
+  fails when a command fails, and later units still start (a failed unit only fails the units
+  that ``Requires=`` it, which the emulation does not model). ``Type=simple``/``exec`` units are
+  started detached. Each unit's state (``active``, ``inactive``, ``failed``) and output go to
+  ``/run/systemd/emulated-boot/NAME.{state,log}``; ``systemctl is-active NAME.service`` reads it.
+  The units run before the host's sshd starts (real systemd starts sshd in parallel).
 
 Privileges: the system manager lets only root (or whom polkit allows) change units. A non-root
 caller, with no polkit rule granting ``org.freedesktop.systemd1.manage-units`` (Debian installs no
@@ -36,6 +50,7 @@ import fcntl
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -43,10 +58,15 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from fabtune.sim.tools._common import err, out
 
 RUN_DIR = Path("/run/systemd/transient")
+UNIT_DIR = Path("/etc/systemd/system")
+BOOT_DIR = Path("/run/systemd/emulated-boot")
+BOOT_TARGET = "multi-user.target"
+DEFAULT_TIMEOUT_START_S = 90.0
 SERVICE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _SPAN_UNITS = {
     "us": 1e-6, "usec": 1e-6, "ms": 1e-3, "msec": 1e-3, "s": 1.0, "sec": 1.0, "second": 1.0,
@@ -403,14 +423,26 @@ def _stop(run_dir: Path, unit: str) -> int:
     return 0
 
 
+def _boot_state(name: str, boot_dir: Path | None = None) -> str | None:
+    """The state a boot unit ``name`` (a ``.service``) ended in, or None when it did not run."""
+    try:
+        return (boot_dir or BOOT_DIR).joinpath(f"{name}.state").read_text().strip() or None
+    except OSError:
+        return None
+
+
 def _is_active(run_dir: Path, units: list[str], quiet: bool) -> int:
     code = 3
     for unit in units:
         name, suffix = _split_unit(unit)
         timer = _loaded(run_dir, name)
         active = timer is not None and (suffix == ".timer" or timer.state == "running")
+        state = "active" if active else "inactive"
+        if timer is None and suffix == ".service":
+            state = _boot_state(name + suffix) or state
+            active = state == "active"
         if not quiet:
-            out("active" if active else "inactive")
+            out(state)
         if active:
             code = 0
     return code
@@ -496,3 +528,149 @@ def systemctl_main(argv: list[str], run_dir: Path | None = None) -> int:
     if verb in ("stop", "reset-failed") and not _privileged():
         return _denied(verb, words[1:])
     return int(handler(run_dir, words[1:], flags))
+
+
+# --- boot: the enabled units of multi-user.target ----------------------------------------------
+
+Unit = dict[str, dict[str, list[str]]]
+
+
+def parse_unit(text: str) -> Unit:
+    """A unit file as ``{section: {key: [values]}}`` (systemd.syntax(7): ``#``/``;`` comments,
+    a trailing backslash continues a line, a key may repeat, an empty assignment resets it)."""
+    unit: Unit = {}
+    section: dict[str, list[str]] | None = None
+    lines = text.replace("\\\n", " ").splitlines()
+    for raw in lines:
+        line = raw.strip()
+        if not line or line[0] in "#;":
+            continue
+        if line.startswith("[") and line.endswith("]"):
+            section = unit.setdefault(line[1:-1], {})
+            continue
+        key, eq, value = line.partition("=")
+        if section is None or not eq:
+            continue
+        values = section.setdefault(key.strip(), [])
+        if value.strip():
+            values.append(value.strip())
+        else:
+            values.clear()
+    return unit
+
+
+def _names(unit: Unit, section: str, key: str) -> set[str]:
+    return {n for value in unit.get(section, {}).get(key, []) for n in value.split()}
+
+
+def boot_order(units: dict[str, Unit]) -> list[str]:
+    """The units in start order: each after the units it is ``After=`` and those ``Before=`` it.
+
+    Orderings on units outside ``units`` are ignored (not in the transaction). A cycle is broken as
+    systemd breaks one, by dropping an ordering (here: starting the first remaining unit by name).
+    """
+    after = {name: _names(unit, "Unit", "After") & set(units) for name, unit in units.items()}
+    for name, unit in units.items():
+        for later in _names(unit, "Unit", "Before") & set(units):
+            after[later].add(name)
+    order: list[str] = []
+    left = dict(after)
+    while left:
+        ready = sorted(n for n, deps in left.items() if not deps - set(order))
+        pick = ready[0] if ready else sorted(left)[0]
+        order.append(pick)
+        del left[pick]
+    return order
+
+
+def enabled_units(unit_dir: Path, target: str = BOOT_TARGET) -> dict[str, Unit]:
+    """The services ``target`` wants (its ``.wants/`` entries), parsed from their unit files."""
+    wants = unit_dir / f"{target}.wants"
+    units: dict[str, Unit] = {}
+    for link in sorted(wants.iterdir()) if wants.is_dir() else []:
+        if not link.name.endswith(".service"):
+            continue
+        path = link if link.exists() else unit_dir / link.name
+        try:
+            units[link.name] = parse_unit(path.read_text())
+        except OSError:
+            continue  # a dangling link: systemd skips it too (the unit is "not-found")
+    return units
+
+
+def _conditions_hold(unit: Unit) -> bool:
+    for value in unit.get("Unit", {}).get("ConditionPathExists", []):
+        negate = value.startswith("!")
+        if Path(value.lstrip("!")).exists() == negate:
+            return False
+    return True
+
+
+def _run_oneshot(service: dict[str, list[str]], log: BinaryIO) -> bool:
+    """Run the ExecStartPre=, ExecStart=, ExecStartPost= lines in turn; whether the unit succeeded."""
+    spans = service.get("TimeoutStartSec") or [f"{DEFAULT_TIMEOUT_START_S:g}s"]
+    timeout = parse_timespan(spans[-1].replace("infinity", ""))
+    env = {"PATH": SERVICE_PATH, "LANG": "C.UTF-8", "INVOCATION_ID": os.urandom(16).hex()}
+    lines = [line for key in ("ExecStartPre", "ExecStart", "ExecStartPost") for line in service.get(key, [])]
+    for line in lines:
+        ignore = line.startswith("-")
+        argv = shlex.split(line.lstrip("-@+!:"))
+        try:
+            code = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                  env=env, cwd="/", check=False, timeout=timeout or None).returncode
+        except subprocess.TimeoutExpired:
+            code = -1
+        except OSError:
+            code = 203
+        if code != 0 and not ignore:
+            return False
+    return True
+
+
+def _start_unit(name: str, unit: Unit, boot_dir: Path) -> str:
+    """Start one unit; the state it ends in."""
+    if not _conditions_hold(unit):
+        return "inactive"
+    service = unit.get("Service", {})
+    kind = (service.get("Type") or ["simple"])[-1]
+    with (boot_dir / f"{name}.log").open("ab") as log:
+        log.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} Starting {name}\n".encode())
+        log.flush()
+        if kind == "oneshot":
+            ok = _run_oneshot(service, log)
+            remain = (service.get("RemainAfterExit") or ["no"])[-1] in ("yes", "true", "1", "on")
+            state = ("active" if remain else "inactive") if ok else "failed"
+        elif kind in ("simple", "exec") and service.get("ExecStart"):
+            env = {"PATH": SERVICE_PATH, "LANG": "C.UTF-8"}
+            subprocess.Popen(shlex.split(service["ExecStart"][-1].lstrip("-@+!:")),
+                             stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env, cwd="/",
+                             start_new_session=True)
+            state = "active"
+        else:
+            log.write(f"{name}: Type={kind} is not emulated\n".encode())
+            state = "failed"
+        log.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {name}: {state}\n".encode())
+    return state
+
+
+def boot_main(argv: list[str], unit_dir: Path | None = None, boot_dir: Path | None = None) -> int:
+    """Start the units enabled for ``multi-user.target`` in order; 1 when any failed.
+
+    Args:
+        argv: Unused (no options).
+        unit_dir: Where unit files and ``.wants/`` links live (default ``/etc/systemd/system``).
+        boot_dir: Where each unit's state and log go (default ``/run/systemd/emulated-boot``).
+    """
+    del argv
+    unit_dir, boot_dir = unit_dir or UNIT_DIR, boot_dir or BOOT_DIR
+    boot_dir.mkdir(parents=True, exist_ok=True)
+    units = enabled_units(unit_dir)
+    failed = []
+    for name in boot_order(units):
+        state = _start_unit(name, units[name], boot_dir)
+        (boot_dir / f"{name}.state").write_text(state + "\n")
+        if state == "failed":
+            failed.append(name)
+    for name in failed:
+        err(f"{name}: failed (see {boot_dir / name}.log)")
+    return 1 if failed else 0

@@ -80,15 +80,18 @@ SCRIPT = "/usr/local/sbin/fabtune-revert"
 LIB_DIR = "/usr/local/lib/fabtune"
 NCCL_CONF = "/etc/nccl.conf"
 RDMA_CM_CONF = "/etc/fabtune/rdma_cm.conf"
+PERSISTED = "/etc/fabtune/persisted.json"
+BOOT_LOG = "/var/log/fabtune-boot.log"
 OPENSM_CONF = "/etc/opensm/opensm.conf"
 OPENSM_SERVICE = "opensm"
-KEPT_FILES = (NCCL_CONF, RDMA_CM_CONF, OPENSM_CONF)
+KEPT_FILES = (NCCL_CONF, RDMA_CM_CONF, OPENSM_CONF, PERSISTED)
 RUN_ID_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
 MIN_DEADLINE_S = 10
 PRERUN_KEPT = 10
 SYSFS_KNOBS = ("mtu", "ecn", "cnp_dscp", "cnp_prio", "roce_tos", "roce_mode")
 RDMA_CM = "/sys/kernel/config/rdma_cm/"
 TOOL_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+COMMAND_TIMEOUT_S = 60
 
 
 class ApplyError(Exception):
@@ -226,15 +229,19 @@ def read_file(name):
 
 # --- a whole snapshot --------------------------------------------------------------------------
 
-def command_runner(extra_path=TOOL_PATH):
-    """``run(argv) -> stdout`` over subprocess, raising ApplyError on a non-zero exit."""
+def command_runner(extra_path=TOOL_PATH, timeout_s=COMMAND_TIMEOUT_S):
+    """``run(argv) -> stdout`` over subprocess, raising ApplyError on a non-zero exit or past ``timeout_s``."""
     search = os.pathsep.join(filter(None, [os.environ.get("PATH"), extra_path]))
 
     def run(argv):
         exe = shutil.which(argv[0], path=search)
         if exe is None:
             raise ApplyError("%s: command not found" % argv[0])
-        proc = subprocess.run([exe] + list(argv[1:]), capture_output=True, text=True, check=False)
+        try:
+            proc = subprocess.run([exe] + list(argv[1:]), capture_output=True, text=True, check=False,
+                                  timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            raise ApplyError("%s did not finish within %d s" % (" ".join(argv), timeout_s))
         if proc.returncode != 0:
             raise ApplyError("%s failed (rc %d): %s" % (" ".join(argv), proc.returncode,
                                                         (proc.stdout + proc.stderr).strip()[-500:]))
@@ -295,6 +302,8 @@ def apply_snapshot(snapshot, run, which, root="/", files=None, log=None):
         _restore_nccl(normal["nccl"], files, root, changes, failed)
     if RDMA_CM_CONF in files:
         _restore_file(RDMA_CM_CONF, files[RDMA_CM_CONF], root, changes, failed)
+    if PERSISTED in files:  # what the host re-applies at boot goes back with the knobs
+        _restore_file(PERSISTED, files[PERSISTED], root, changes, failed)
     if normal.get("sm") and OPENSM_CONF in files:
         _restore_sm(files[OPENSM_CONF], run, root, changes, failed)
     return changes, failed
@@ -398,7 +407,8 @@ def kept_files(root="/", names=KEPT_FILES):
     return dict((name, read_file(host_path(root, name))) for name in names)
 
 
-def revert(run_id, state_dir=STATE_DIR, root="/", run=None, which=None, log=None):
+def revert(run_id, state_dir=STATE_DIR, root="/", run=None, which=None, log=None,
+           why="deadline passed without confirmation"):
     """Apply ``<run_id>.json``'s snapshot and mark it done; the exit status of fabtune-revert."""
     log = log or (lambda text: None)
     run = run or command_runner()
@@ -415,14 +425,14 @@ def revert(run_id, state_dir=STATE_DIR, root="/", run=None, which=None, log=None
             log("run %s: unreadable record %s: %s" % (run_id, armed, exc))
             os.rename(armed, record_path(state_dir, run_id, "failed"))
             return 1
-        log("run %s: deadline passed without confirmation: reverting to the snapshot" % run_id)
+        log("run %s: %s: reverting to the snapshot" % (run_id, why))
         changes, failed = apply_snapshot(record.get("snapshot") or {}, run, which, root=root,
                                          files=record.get("files") or {}, log=log)
         for line in changes:
             log("run %s: reverted %s" % (run_id, line))
         for line in failed:
             log("run %s: FAILED %s" % (run_id, line))
-        record.update(reverted_at=time.time(), changes=changes, problems=failed)
+        record.update(reverted_at=time.time(), reverted_why=why, changes=changes, problems=failed)
         write_file(armed, json.dumps(record, indent=1, sort_keys=True) + "\n", 0o600)
         kind = "failed" if failed else "reverted"
         os.rename(armed, record_path(state_dir, run_id, kind))
@@ -431,9 +441,9 @@ def revert(run_id, state_dir=STATE_DIR, root="/", run=None, which=None, log=None
         return 1 if failed else 0
 
 
-def file_logger(name=LOG_FILE):
+def file_logger(name=LOG_FILE, tag="fabtune-revert"):
     def log(text):
-        line = "%s fabtune-revert[%d]: %s\n" % (time.strftime("%Y-%m-%dT%H:%M:%S%z"), os.getpid(), text)
+        line = "%s %s[%d]: %s\n" % (time.strftime("%Y-%m-%dT%H:%M:%S%z"), tag, os.getpid(), text)
         try:
             with open(name, "a") as handle:
                 handle.write(line)
@@ -452,4 +462,168 @@ def revert_main(argv, state_dir=STATE_DIR, log_file=LOG_FILE, root="/"):
         return revert(argv[0], state_dir=state_dir, root=root, log=log)
     except Exception as exc:  # the log must say why, whatever happened
         log("run %s: revert crashed: %r" % (argv[0], exc))
+        return 1
+
+
+# --- settings that survive a reboot (fabric_persist records, fabtune-boot re-applies) ----------
+#
+# The NIC knobs live in the kernel and the NIC (DCB netlink, sysfs, configfs): a reboot or a driver
+# reload puts them back at their defaults. Each role that sets them records what it set in
+# PERSISTED (module fabric_persist): ``{"nics": {netdev: {knob: value}}}``, the knobs merged over
+# what earlier applies recorded (a knob a profile leaves out keeps its last value, as on the host).
+# /etc/nccl.conf, rdma_cm.conf and opensm.conf are files already: they need no re-apply.
+#
+# PERSISTED is one of KEPT_FILES: arming a revert saves its bytes, and the revert (by its timer,
+# or by fabtune-boot after a reboot) puts them back. So an unconfirmed move never outlives its
+# revert, in the live state or in what the next boot re-applies. ``fabtune-boot`` (unit
+# fabtune-boot.service) first reverts every run still armed whose timer is gone (a reboot ends
+# transient timers), then applies PERSISTED with ``apply_snapshot``: the code of every revert.
+
+def _merge_knob(key, old, new):
+    """A knob's persisted value after ``new`` is applied: a map (dscp2prio, ecn) is merged per key
+    (the keys a desired state leaves out are not managed), any other value is replaced."""
+    if key in ("dscp2prio", "ecn") and isinstance(old, dict) and isinstance(new, dict):
+        merged = dict(old)
+        merged.update(new)
+        return merged
+    return new
+
+
+def canonical_nics(nics):
+    """``nics`` as JSON sees it (string map keys, sorted lists kept as given), empty entries dropped."""
+    text = json.dumps(nics or {}, sort_keys=True)
+    return dict((dev, knobs) for dev, knobs in json.loads(text).items() if knobs)
+
+
+def merge_persisted(persisted, nics):
+    """The persisted ``{netdev: {knob: value}}`` with the knobs of ``nics`` applied over it.
+
+    A port whose trust is not ``dscp`` keeps no DSCP map: it would not apply, and a desired state
+    holding one is refused (a rollback to a ``pcp`` snapshot must not leave an unappliable file).
+    """
+    out = canonical_nics(persisted)
+    for dev, knobs in sorted(canonical_nics(nics).items()):
+        entry = dict(out.get(dev, {}))
+        for key, value in sorted(knobs.items()):
+            entry[key] = _merge_knob(key, entry.get(key), value)
+        if entry.get("trust") != "dscp":  # the map applies only under DSCP trust (fabric_facts omits it)
+            entry.pop("dscp2prio", None)
+        out[dev] = entry
+    return out
+
+
+def persisted_text(nics):
+    """The PERSISTED file's text for ``nics`` (canonical: the same state gives the same bytes)."""
+    return json.dumps({"nics": canonical_nics(nics)}, indent=1, sort_keys=True) + "\n"
+
+
+def read_persisted(root="/", name=PERSISTED):
+    """``(nics, problem)``: the persisted NIC knobs (``{}`` when the file does not exist)."""
+    text = read_file(host_path(root, name))
+    if text is None:
+        return {}, None
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        return {}, "%s is not JSON: %s" % (name, exc)
+    if not isinstance(doc, dict) or not isinstance(doc.get("nics", {}), dict):
+        return {}, "%s must hold {\"nics\": {netdev: {knob: value}}}" % name
+    return canonical_nics(doc.get("nics")), None
+
+
+DONE_SUFFIXES = (".reverted.json", ".revert-failed.json", ".prerun.json")
+
+
+def armed_runs(state_dir):
+    """``[(armed_at, run_id)]`` of the runs with a revert armed (``<run_id>.json``), newest first."""
+    if not os.path.isdir(state_dir):
+        return []
+    out = []
+    for name in os.listdir(state_dir):
+        if not name.endswith(".json") or name.endswith(DONE_SUFFIXES):
+            continue
+        run_id = name[:-len(".json")]
+        if not RUN_ID_RE.match(run_id):
+            continue
+        try:
+            with open(os.path.join(state_dir, name)) as handle:
+                armed_at = float(json.load(handle).get("armed_at") or 0)
+        except (IOError, OSError, ValueError, TypeError, AttributeError):
+            armed_at = 0.0
+        out.append((armed_at, run_id))
+    return sorted(out, reverse=True)
+
+
+def timer_loaded(run, run_id):
+    """Whether the revert timer of ``run_id`` is loaded (``systemctl is-active`` says so)."""
+    try:
+        run(["systemctl", "is-active", "--quiet", unit_name(run_id) + ".timer"])
+    except ApplyError:
+        return False
+    return True
+
+
+def stranded_runs(state_dir, run):
+    """The armed runs whose revert timer is gone (newest first): after a reboot, every armed run.
+
+    Taken under the revert lock: arming writes the record and starts the timer under it, so a
+    record seen here either has its timer or lost it. No revert directory: nothing was ever armed.
+    """
+    if not os.path.isdir(state_dir):
+        return []
+    with locked(state_dir):
+        return [run_id for _at, run_id in armed_runs(state_dir) if not timer_loaded(run, run_id)]
+
+
+def present_nics(nics, root="/"):
+    """``(nics of this host's RoCE ports, problems)``: entries of ports the host no longer has are left out."""
+    roce, _other = netdev_split(root)
+    kept = dict((dev, knobs) for dev, knobs in nics.items() if dev in roce)
+    gone = ["%s: no such RoCE port on this host (its persisted settings are skipped)" % dev
+            for dev in sorted(nics) if dev not in roce]
+    return kept, gone
+
+
+def boot(state_dir=STATE_DIR, root="/", run=None, which=None, log=None):
+    """What ``fabtune-boot`` does at boot; its exit status (1 when anything could not be done).
+
+    1. Revert every run still armed whose timer is gone, newest first (so the oldest snapshot,
+       the state before every unconfirmed move, is what stays): an unconfirmed move never survives
+       a reboot, and each revert also puts PERSISTED back as it was when that run was armed.
+    2. Apply PERSISTED (the NIC knobs the roles recorded) with ``apply_snapshot``.
+    """
+    log = log or (lambda text: None)
+    run = run or command_runner()
+    which = which or getattr(run, "which", None) or shutil.which
+    status = 0
+    for run_id in stranded_runs(state_dir, run):
+        status |= revert(run_id, state_dir=state_dir, root=root, run=run, which=which, log=log,
+                         why="armed but never confirmed, and its timer is gone (the host rebooted)")
+    nics, problem = read_persisted(root)
+    if problem:
+        log("FAILED %s" % problem)
+        return 1
+    if not nics:
+        log("nothing persisted in %s: nothing to apply" % PERSISTED)
+        return status
+    nics, gone = present_nics(nics, root)
+    changes, failed = apply_snapshot({"nics": nics}, run, which, root=root, log=log)
+    for line in changes:
+        log("applied %s" % line)
+    for line in gone + failed:
+        log("FAILED %s" % line)
+    log("persisted settings applied (%d changes, %d problems)" % (len(changes), len(gone) + len(failed)))
+    return 1 if (failed or gone or status) else 0
+
+
+def boot_main(argv, state_dir=STATE_DIR, log_file=BOOT_LOG, root="/"):
+    """``fabtune-boot``: the command of fabtune-boot.service."""
+    log = file_logger(log_file, "fabtune-boot")
+    if argv:
+        sys.stderr.write("usage: fabtune-boot   (no arguments)\n")
+        return 2
+    try:
+        return boot(state_dir=state_dir, root=root, log=log)
+    except Exception as exc:  # the log must say why, whatever happened
+        log("boot apply crashed: %r" % exc)
         return 1

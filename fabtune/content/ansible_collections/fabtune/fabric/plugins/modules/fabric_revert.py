@@ -12,7 +12,8 @@ short_description: Arm or confirm a host-side revert of a fabric change (commit-
 description:
   - O(state=armed) saves a snapshot (a C(fabric_desired) tree, typically the C(fabric_facts) taken
     before the change) to C(/var/lib/fabtune/revert/RUN_ID.json) (mode 0600) with the managed
-    files' current bytes (C(/etc/nccl.conf), C(/etc/fabtune/rdma_cm.conf)), and arms a transient
+    files' current bytes (C(/etc/nccl.conf), C(/etc/fabtune/rdma_cm.conf), C(/etc/opensm/opensm.conf),
+    and C(/etc/fabtune/persisted.json), what C(fabtune-boot) re-applies at boot), and arms a transient
     systemd timer C(fabtune-revert-RUN_ID.timer) that runs C(/usr/local/sbin/fabtune-revert RUN_ID)
     after O(deadline_s) seconds. That script (role C(fabric_revert)) applies the snapshot locally
     with the same code as the fabric modules, unless the change was confirmed first.
@@ -21,6 +22,8 @@ description:
     replaced by later armings and kept after confirmation. It is the host's state before the run, from
     which C(fabtune rollback RUN --from-hosts) restores a run whose journal is lost. The last 10
     runs' records are kept.
+  - A reboot ends the transient timer; C(fabtune-boot.service) (role C(fabric_boot)) then reverts
+    every run still armed at boot, before it applies the persisted settings.
   - O(state=confirmed) (or V(absent)) stops the timer and removes the saved snapshot. It fails when
     the host has already reverted the run (the change is gone; the controller must know).
   - The snapshot is validated against this host's ports (couplings not enforced) before anything
@@ -240,8 +243,10 @@ class _nothing(object):
 def _when(path):
     try:
         with open(path) as handle:
-            stamp = json.load(handle).get("reverted_at")
-        return "at %s" % time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(stamp)) if stamp else path
+            record = json.load(handle)
+        stamp, why = record.get("reverted_at"), record.get("reverted_why")
+        when = "at %s" % time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(stamp)) if stamp else path
+        return "%s: %s" % (when, why) if why else when
     except (IOError, OSError, ValueError):
         return path
 

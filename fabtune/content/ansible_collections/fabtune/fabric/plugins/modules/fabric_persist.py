@@ -1,0 +1,145 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: fabtune contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: fabric_persist
+short_description: Record the NIC knobs a role set, for fabtune-boot to re-apply at boot
+description:
+  - The NIC knobs (trust, DSCP map, PFC, ETS, MTU, ECN, CNP, rdma_cm ToS and mode) live in the
+    kernel and the NIC and are back at their defaults after a reboot or a driver reload. Each role
+    that sets them records them with this module in O(path) (C({"nics": {netdev: {knob: value}}}),
+    mode 0644), and C(fabtune-boot.service) (role C(fabric_boot)) applies that file at boot with the
+    same code as the host-side revert (module_utils C(fabric_apply)).
+  - The given knobs are merged over what the file holds (a knob left out keeps its recorded value,
+    as it keeps its value on the host; C(dscp2prio) and C(ecn) merge per key).
+  - O(nics) is validated against this host's RoCE ports (couplings not enforced: a role records
+    its own knobs); C(nics.all) is expanded to every RoCE port.
+  - The file is one of those an armed revert (M(fabtune.fabric.fabric_revert)) saves and puts back,
+    so a move that is not confirmed is not re-applied at the next boot.
+version_added: "1.0.0"
+options:
+  nics:
+    description: NIC knobs in the C(fabric_desired.nics) shape (C(all) or netdev names as keys).
+    type: dict
+    required: true
+  knobs:
+    description: The knobs of O(nics) to record (the calling role's own); others are ignored. All when omitted.
+    type: list
+    elements: str
+  path:
+    description: The file of persisted knobs.
+    type: path
+    default: /etc/fabtune/persisted.json
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: full
+  idempotent:
+    support: full
+author:
+  - fabtune contributors
+"""
+
+EXAMPLES = r"""
+- name: Keep PFC on priority 3 and MTU 4200 across reboots
+  fabtune.fabric.fabric_persist:
+    nics:
+      enp25s0np0: {pfc: [3], mtu: 4200}
+
+- name: Record only this role's knobs of the validated desired state
+  fabtune.fabric.fabric_persist:
+    nics: "{{ __valid.nics }}"
+    knobs: [ecn, cnp_dscp, cnp_prio]
+"""
+
+RETURN = r"""
+changes:
+  description: One entry per persisted knob whose recorded value changes (knob C(persisted:IF.KNOB)).
+  returned: success
+  type: list
+  elements: dict
+  sample: [{"knob": "persisted:enp25s0np0.pfc", "before": null, "after": [3]}]
+path:
+  description: The file.
+  returned: always
+  type: str
+nics:
+  description: The persisted knobs after the task (what the next boot applies).
+  returned: success
+  type: dict
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_apply import (
+    PERSISTED,
+    merge_persisted,
+    persisted_text,
+    read_file,
+    read_persisted,
+    write_file,
+)
+from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_desired import validate
+from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_host import netdev_split
+
+
+def get_argument_spec():
+    return dict(
+        nics=dict(type="dict", required=True),
+        knobs=dict(type="list", elements="str"),
+        path=dict(type="path", default=PERSISTED),
+    )
+
+
+def knob_changes(before, after):
+    """``{knob, before, after}`` per netdev knob whose persisted value differs."""
+    out = []
+    for dev in sorted(set(before) | set(after)):
+        old, new = before.get(dev, {}), after.get(dev, {})
+        for key in sorted(set(old) | set(new)):
+            if old.get(key) != new.get(key):
+                out.append({"knob": "persisted:%s.%s" % (dev, key), "before": old.get(key),
+                            "after": new.get(key)})
+    return out
+
+
+def main():
+    module = AnsibleModule(argument_spec=get_argument_spec(), supports_check_mode=True)
+    path, wanted = module.params["path"], module.params["knobs"]
+    nics = dict((dev, dict((k, v) for k, v in (knobs or {}).items() if wanted is None or k in wanted))
+                for dev, knobs in module.params["nics"].items())
+    roce, other = netdev_split("/")
+    problems, normal = validate({"nics": nics}, roce, other, enforce_couplings=False)
+    if problems:
+        module.fail_json(msg="argument 'nics' cannot be persisted on this host: " + "; ".join(problems),
+                         problems=problems, path=path)
+    before, problem = read_persisted("/", path)
+    if problem:
+        module.fail_json(msg="%s (fix or remove the file; the roles write it again)" % problem, path=path)
+    after = merge_persisted(before, normal.get("nics"))
+    problems, _merged = validate({"nics": after}, roce, other, enforce_couplings=False)
+    if problems:  # what fabtune-boot would refuse at boot is refused now, with the file unchanged
+        module.fail_json(msg="%s would not apply at boot with these knobs: %s" % (path, "; ".join(problems)),
+                         problems=problems, path=path)
+    current, text = read_file(path), persisted_text(after)
+    changed = current != text
+    if changed and not module.check_mode:
+        try:
+            write_file(path, text, 0o644)
+        except (IOError, OSError) as exc:
+            module.fail_json(msg="cannot write %s: %s" % (path, exc), path=path)
+    result = dict(changed=changed, path=path, nics=after, changes=knob_changes(before, after))
+    if module._diff:
+        result["diff"] = dict(before=current or "", after=text, before_header=path, after_header=path)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
