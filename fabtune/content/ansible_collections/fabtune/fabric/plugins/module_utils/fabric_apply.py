@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: fabtune contributors
-# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# Apache License 2.0 (see LICENSE in this collection or https://www.apache.org/licenses/LICENSE-2.0)
 """Apply a desired NIC and NCCL state on this host, and the commit-confirmed revert built on it.
 
 The write half of the fabric modules as plain functions: the QoS apply of ``fabric_qos`` (read with

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: fabtune contributors
-# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# Apache License 2.0 (see LICENSE in this collection or https://www.apache.org/licenses/LICENSE-2.0)
 """The desired fabric state: its schema, its couplings, and how ``all`` expands per interface.
 
 Pure Python with no Ansible import, so the same code validates a profile on the controller

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: fabtune contributors
-# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# Apache License 2.0 (see LICENSE in this collection or https://www.apache.org/licenses/LICENSE-2.0)
 """What an mlx5 host exposes in sysfs and configfs: its RDMA ports and their knob files.
 
 Functions take ``root`` (``/`` on a host) so tests point them at a temporary tree. Paths are the

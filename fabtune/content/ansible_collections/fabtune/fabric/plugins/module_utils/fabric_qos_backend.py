@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: fabtune contributors
-# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# Apache License 2.0 (see LICENSE in this collection or https://www.apache.org/licenses/LICENSE-2.0)
 """Read and change a port's QoS (trust, DSCP map, PFC, ETS) through ``mlnx_qos`` or iproute2 ``dcb``.
 
 Pure helpers: parsers of the tools' output and builders of argv lists. The caller runs the
