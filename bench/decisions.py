@@ -61,6 +61,9 @@ class NoisyRack:
     def confirm(self, run_id: str) -> RunOutcome:
         return self.ok
 
+    def extend(self, run_id: str) -> RunOutcome:
+        return self.ok
+
     def measure(self, repetitions: int) -> Batch:
         self.runs += repetitions
         return Batch(tuple(self._sample() for _ in range(repetitions)), 0)

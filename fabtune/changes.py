@@ -12,7 +12,9 @@ from typing import Any
 
 from fabtune.ansible import TaskResult
 
-CONF_ACTIONS = ("template", "ansible.builtin.template", "file", "ansible.builtin.file")
+CONF_ACTIONS = (
+    "template", "ansible.builtin.template", "file", "ansible.builtin.file", "fabtune.fabric.fabric_files",
+)
 
 
 @dataclass(frozen=True)
@@ -42,12 +44,17 @@ def _conf_lines(text: object) -> dict[str, str]:
 
 
 def _diff_changes(host: str, result: Mapping[str, Any]) -> list[KnobChange]:
-    """Per ``KEY=value`` line, the changes a template/file diff shows (``/etc/nccl.conf``)."""
+    """What a file diff shows: per ``KEY=value`` line of a ``*.conf`` file (``/etc/nccl.conf``),
+    else the file as a whole (a script or unit fabtune installs)."""
     diffs = result.get("diff") or []
     out: list[KnobChange] = []
     for diff in diffs if isinstance(diffs, list) else [diffs]:
-        before, after = _conf_lines(diff.get("before")), _conf_lines(diff.get("after"))
         where = str(result.get("dest") or result.get("path") or diff.get("before_header") or "file")
+        if not where.endswith(".conf"):
+            if diff.get("before") != diff.get("after"):
+                out.append(KnobChange(host, where, "present" if diff.get("before") else None, "installed"))
+            continue
+        before, after = _conf_lines(diff.get("before")), _conf_lines(diff.get("after"))
         for key in sorted(set(before) | set(after)):
             if before.get(key) != after.get(key):
                 out.append(KnobChange(host, f"{where}:{key}", before.get(key), after.get(key)))

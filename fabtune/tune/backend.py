@@ -85,6 +85,12 @@ class AnsibleBackend:
         """Cancel the armed reverts of ``run_id`` on every host."""
         return ansible.run_playbook("confirm.yml", self.inventory, extravars={"fabric_run_id": run_id})
 
+    def extend(self, run_id: str) -> ansible.RunOutcome:
+        """Move every host's revert deadline of ``run_id`` to ``deadline_s`` from now (fails where
+        a host already reverted it: the result says ``reverted``)."""
+        return ansible.run_playbook("extend.yml", self.inventory, extravars={
+            "fabric_run_id": run_id, "fabric_revert_deadline_s": self.deadline_s})
+
     def prerun(self, run_id: str) -> dict[str, dict[str, Any]]:
         """Per host, the pre-run snapshot the host kept for ``run_id`` (hosts without one are left out).
 

@@ -18,7 +18,7 @@ import dataclasses
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
 from fabtune import ansible
 from fabtune.bench.checks import CheckResult
@@ -70,6 +70,15 @@ def rebooted_hosts(outcome: ansible.RunOutcome) -> list[str]:
                    if t.result.get("reverted") and REBOOT_WHY in str(t.result.get("msg", ""))})
 
 
+class _MoveGone(Exception):
+    """Hosts had already reverted the move being measured (found when extending its deadline)."""
+
+    def __init__(self, outcome: ansible.RunOutcome) -> None:
+        super().__init__("reverted")
+        self.hosts = reverted_hosts(outcome)
+        self.rebooted = rebooted_hosts(outcome)
+
+
 class BenchmarkFailed(BenchmarkError):
     """Benchmark launches failed, and so did their retry: there is nothing to measure with.
 
@@ -104,6 +113,8 @@ class Backend(Protocol):
     ) -> ansible.RunOutcome: ...
 
     def confirm(self, run_id: str) -> ansible.RunOutcome: ...
+
+    def extend(self, run_id: str) -> ansible.RunOutcome: ...
 
     def measure(self, repetitions: int) -> Batch: ...
 
@@ -317,9 +328,11 @@ class Tuner:
             return self._undo(seq, record, f"apply failed: {reason}", desired)
         self.journal.finish_step(self.run_id, seq, "applied")
         try:
-            judged = self.judge()
+            judged = self.judge(armed=True)
         except BenchmarkFailed as err:
             return self._failed_move(seq, record, err, desired)
+        except _MoveGone as gone:
+            self._revert_fired(seq, record, gone.hosts, gone.rebooted)
         record.all_reduce, record.alltoall = _ar(judged.samples), _aa(judged.samples)
         record.decision = {
             "all_reduce": judged.all_reduce.__dict__,
@@ -332,13 +345,31 @@ class Tuner:
             return self._keep(seq, record, judged, desired)
         return self._undo(seq, record, judged.reason, desired)
 
-    def judge(self) -> Judgement:
-        """Measure the rack as it is now against the reference until the decision is clear."""
+    def _hold(self) -> None:
+        """Extend every host's revert deadline: the controller is alive, the move still held.
+
+        Raises:
+            _MoveGone: hosts had already reverted the move (their runs would measure the old state).
+        """
+        outcome = self.backend.extend(self.run_id)
+        if reverted_hosts(outcome):
+            raise _MoveGone(outcome)
+        outcome.raise_for_failure("extending the revert deadline")
+
+    def judge(self, *, armed: bool = False) -> Judgement:
+        """Measure the rack as it is now against the reference until the decision is clear.
+
+        ``armed``: the rack holds a move whose revert is armed. Its deadline is extended before each
+        batch, and once more before the verdict, which proves no host reverted the move while it was
+        measured: the deadline only has to outlast one batch, whatever the rack's size.
+        """
         policy = self.options.policy
         per_metric = dataclasses.replace(policy, alpha=policy.alpha / 2)  # either metric can earn a keep
         samples: list[Sample] = []
         pauses = 0
         while True:
+            if armed:
+                self._hold()
             batch = self._measure(policy.batch if samples else policy.min_runs)
             samples += batch.samples
             pauses += batch.pause_frames
@@ -350,6 +381,8 @@ class Tuner:
                 {"all_reduce": _ar(samples), "alltoall": _aa(samples)},
             )
             if self._settled(ar, aa) or len(samples) >= policy.max_runs:
+                if armed:
+                    self._hold()
                 verdict, reason = self._verdict((ar, aa), pauses / max(len(samples), 1))
                 return Judgement(verdict, reason, ar, aa, samples, pauses)
 
@@ -403,7 +436,7 @@ class Tuner:
 
     def _revert_fired(
         self, seq: int, record: MoveRecord, hosts: list[str], rebooted: Sequence[str] = ()
-    ) -> None:
+    ) -> NoReturn:
         """The move was measured, at least in part, on hosts that had reverted it: discard, undo, stop."""
         restore_and_verify(self.backend, self.current)  # the other hosts may still hold the move
         if rebooted and set(rebooted) == set(hosts):
@@ -414,7 +447,7 @@ class Tuner:
         else:
             reason = (
                 f"the host-side revert fired on {', '.join(hosts)} before the move was decided: its runs "
-                f"are discarded; raise fabtune_tune.revert_deadline_s above one move's apply and measurement"
+                f"are discarded; raise fabtune_tune.revert_deadline_s above one batch of measurements"
             )
         record.outcome, record.reason = "rolled_back", reason
         self.journal.finish_step(

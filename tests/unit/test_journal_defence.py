@@ -215,6 +215,9 @@ class Unreachable:
     def confirm(self, run_id: str) -> RunOutcome:
         return self._dark()
 
+    def extend(self, run_id: str) -> RunOutcome:
+        return self._dark()
+
     def apply(self, *_: Any, **__: Any) -> RunOutcome:
         return self._dark()
 

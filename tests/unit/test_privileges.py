@@ -30,6 +30,7 @@ PRIVILEGED_MODULES = {
     "fabtune.fabric.fabric_sysfs": "sysfs/configfs knobs (root-owned 0644), ip link set mtu",
     "fabtune.fabric.fabric_revert": "systemd-run/systemctl stop and /var/lib state",
     "fabtune.fabric.fabric_persist": "writes /etc/fabtune/persisted.json",
+    "fabtune.fabric.fabric_files": "installs files, units and links under /etc and /usr/local",
 }
 # Modules that only read or steer the play.
 UNPRIVILEGED_MODULES = {
@@ -145,7 +146,7 @@ TASKS = all_tasks()
 
 def test_the_walk_finds_the_collection() -> None:
     modules = {t.module for t in TASKS}
-    assert {"fabtune.fabric.fabric_qos", "ansible.builtin.template", "ansible.builtin.command"} <= modules
+    assert {"fabtune.fabric.fabric_qos", "fabtune.fabric.fabric_files", "ansible.builtin.command"} <= modules
     assert len(TASKS) > 40
 
 

@@ -58,6 +58,7 @@ class FakeRack:
         self.rng = np.random.default_rng(seed)
         self.applied: list[dict[str, Any]] = []
         self.confirms = 0
+        self.extends = 0
         self.break_rollback = break_rollback
         self.diagnosed: list[str] = []
 
@@ -85,6 +86,10 @@ class FakeRack:
 
     def confirm(self, run_id: str) -> RunOutcome:
         self.confirms += 1
+        return outcome()
+
+    def extend(self, run_id: str) -> RunOutcome:
+        self.extends += 1
         return outcome()
 
     def _busbw(self) -> tuple[float, float]:
@@ -201,10 +206,18 @@ class RevertingRack(FakeRack):
 
     def confirm(self, run_id: str) -> RunOutcome:
         self.confirms += 1
+        return self._gone("Confirm the run")
+
+    def extend(self, run_id: str) -> RunOutcome:
+        self.extends += 1
+        return self._gone("Extend the revert deadline")
+
+    def _gone(self, task: str) -> RunOutcome:
+        """What fabric_revert answers on a host whose timer fired (confirm and extend alike)."""
         if not self.fired:
             return outcome()
         self.fired = False
-        gone = TaskResult("h02", "Confirm the run", "fabtune.fabric.fabric_revert", "runner_on_failed", False,
+        gone = TaskResult("h02", task, "fabtune.fabric.fabric_revert", "runner_on_failed", False,
                           {"failed": True, "reverted": True, "msg": "run was already reverted on this host"})
         return RunOutcome("failed", 2, {"failures": {"h02": 1}, "dark": {}, "changed": {}}, (gone,),
                           Path("/nonexistent"))
@@ -222,6 +235,83 @@ def test_a_move_reverted_by_a_host_before_its_decision_is_discarded_undone_and_s
     (move,) = [s for s in run.journal.steps(run.run_id) if s.kind == "move"]
     assert move.state == "rolled_back" and move.payload["reverted_by_host"] == ["h02"]
     assert "discarded" in move.payload["reason"] and move.payload["verified"]
+
+
+class ClockRack(FakeRack):
+    """A rack on a clock: each run takes ``run_s``; a move's revert fires ``deadline_s`` after it was
+    armed or last extended (as fabric_revert's timer does), putting every host back to its snapshot."""
+
+    def __init__(self, deadline_s: float, run_s: float) -> None:
+        super().__init__(lossless_prio=4)
+        self.deadline_s, self.run_s, self.now = deadline_s, run_s, 0.0
+        self.armed: dict[str, Any] | None = None
+        self.fires_at = 0.0
+        self.fired = False
+        self.longest = 0.0  # the longest time one move was held and measured
+        self.since = 0.0
+
+    def apply(self, desired: Mapping[str, Mapping[str, Any]], *, run_id: str | None = None,
+              snapshots: Mapping[str, Mapping[str, Any]] | None = None, exact: bool = False) -> RunOutcome:
+        if run_id is not None and snapshots:
+            self.armed = copy.deepcopy(dict(snapshots))
+            self.fires_at, self.since = self.now + self.deadline_s, self.now
+        return super().apply(desired, run_id=run_id, snapshots=snapshots, exact=exact)
+
+    def measure(self, repetitions: int) -> Batch:
+        ar, aa = self._busbw()  # measured before the clock moves: the move still held
+        noise = self.rng.normal(0, 0.04, (repetitions, 2))  # noisy enough that moves take several batches
+        batch = Batch(tuple(Sample(ar * float(np.exp(a)), aa * float(np.exp(b))) for a, b in noise), 0)
+        self.now += self.run_s * repetitions
+        if self.armed is not None and self.now > self.fires_at:
+            self.state.update(copy.deepcopy(self.armed))
+            self.armed, self.fired = None, True
+        if self.armed is not None:
+            self.longest = max(self.longest, self.now - self.since)
+        return batch
+
+    def extend(self, run_id: str) -> RunOutcome:
+        self.extends += 1
+        if self.armed is not None:
+            self.fires_at = self.now + self.deadline_s
+        return self._gone()
+
+    def confirm(self, run_id: str) -> RunOutcome:
+        self.confirms += 1
+        self.armed = None
+        return self._gone()
+
+    def _gone(self) -> RunOutcome:
+        if not self.fired:
+            return outcome()
+        self.fired = False
+        result = {"failed": True, "reverted": True, "msg": "run was already reverted on this host"}
+        gone = TaskResult("h01", "Extend the revert deadline", "fabtune.fabric.fabric_revert",
+                          "runner_on_failed", False, result)
+        return RunOutcome("failed", 2, {"failures": {"h01": 1}, "dark": {}, "changed": {}}, (gone,),
+                          Path("/nonexistent"))
+
+
+def test_a_deadline_shorter_than_a_moves_measurement_holds_as_each_batch_extends_it(
+    tmp_path: Path,
+) -> None:
+    rack = ClockRack(deadline_s=30, run_s=5)  # a batch (2 runs, 10 s) fits; a move's 4+ runs do not
+    result = tuner(rack, tmp_path).run()
+    assert rack.longest > rack.deadline_s  # a move was held and measured for longer than the deadline
+    assert ("lossless priority 4", "kept") in [(m.name, m.outcome) for m in result.moves]
+    assert not any("revert fired" in m.reason for m in result.moves)
+    assert rack.extends >= 2 * len(result.moves)  # before each batch and before each verdict
+
+
+def test_a_deadline_shorter_than_one_batch_is_found_before_the_verdict(tmp_path: Path) -> None:
+    rack = ClockRack(deadline_s=30, run_s=20)  # the first batch alone (2 runs, 40 s) outlasts it
+    run = tuner(rack, tmp_path)
+    before = copy.deepcopy(rack.state)
+    with pytest.raises(RevertFired, match="one batch of measurements"):
+        run.run()
+    assert rack.state == before
+    (move,) = [s for s in run.journal.steps(run.run_id) if s.kind == "move"]
+    assert move.state == "rolled_back" and move.payload["reverted_by_host"] == ["h01"]
+    assert move.payload["all_reduce"] == []  # its runs were discarded
 
 
 class PausingRack(FakeRack):

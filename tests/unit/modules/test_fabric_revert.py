@@ -194,6 +194,46 @@ def test_confirm_after_the_host_reverted_fails(module_args: Any, host: Host, tmp
     assert result["failed"] and result["reverted"] is True and "already reverted" in result["msg"]
 
 
+def test_extend_moves_the_deadline_and_keeps_the_snapshot(module_args: Any, host: Host,
+                                                          tmp_path: Path) -> None:
+    armed = run_module(module_args, args(tmp_path))
+    saved = tmp_path / "revert/run1.move-2.json"
+    host.calls.clear()
+    extend = {"run_id": "run1.move-2", "state": "extended", "deadline_s": 40,
+              "state_dir": str(tmp_path / "revert")}
+    check = run_module(module_args, extend, check_mode=True)
+    assert check["changed"] and check["deadline"] == armed["deadline"] and host.calls == []
+    result = run_module(module_args, extend)
+    assert result["armed"] and result["reverted"] is False and result["deadline"] > armed["deadline"]
+    assert host.verbs()[0] == "systemctl stop"
+    assert host.calls[-1][:3] == ["/usr/bin/systemd-run", "--unit=fabtune-revert-run1.move-2",
+                                  "--on-active=40s"]
+    assert host.calls[-1][-2:] == [str(tmp_path / "fabtune-revert"), "run1.move-2"]  # the script armed first
+    record = json.loads(saved.read_text())
+    assert record["snapshot"] == SNAPSHOT and record["deadline"] == result["deadline"]
+    assert stat.S_IMODE(saved.stat().st_mode) == 0o600
+    assert json.loads((tmp_path / "revert/run1.move-2.prerun.json").read_text())["snapshot"] == SNAPSHOT
+
+
+def test_extend_after_the_host_reverted_fails_and_rearms_nothing(module_args: Any, host: Host,
+                                                                 tmp_path: Path) -> None:
+    run_module(module_args, args(tmp_path))
+    saved = tmp_path / "revert/run1.move-2.json"
+    saved.rename(tmp_path / "revert/run1.move-2.reverted.json")  # what fabtune-revert does when it fires
+    host.calls.clear()
+    result = run_module(module_args, {"run_id": "run1.move-2", "state": "extended",
+                                      "state_dir": str(tmp_path / "revert")})
+    assert result["failed"] and result["reverted"] is True and "already reverted" in result["msg"]
+    assert host.calls == [] and not saved.exists()
+
+
+def test_extend_of_a_run_never_armed_fails(module_args: Any, host: Host, tmp_path: Path) -> None:
+    result = run_module(module_args, {"run_id": "run9", "state": "extended",
+                                      "state_dir": str(tmp_path / "revert")})
+    assert result["failed"] and result["reverted"] is False and "not armed on this host" in result["msg"]
+    assert host.calls == []
+
+
 # --- fabric_apply: the same code as the modules; the revert on an emulated node tree -----------
 
 def test_the_module_and_the_revert_share_one_apply_code() -> None:

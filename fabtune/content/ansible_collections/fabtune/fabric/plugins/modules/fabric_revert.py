@@ -26,6 +26,11 @@ description:
     every run still armed at boot, before it applies the persisted settings.
   - O(state=confirmed) (or V(absent)) stops the timer and removes the saved snapshot. It fails when
     the host has already reverted the run (the change is gone; the controller must know).
+  - O(state=extended) moves the deadline of a run still armed to O(deadline_s) from now (the saved
+    snapshot is kept; O(snapshot) is not needed). The apply playbook extends it when the apply is
+    done, and the controller before each batch of measurements, so the deadline counts from the
+    controller's last sign of life, not from the start of the move. It fails, as confirming does,
+    when the host has already reverted the run, and when the run is not armed on the host.
   - The snapshot is validated against this host's ports (couplings not enforced) before anything
     is armed; a revert that could not apply is refused up front.
 version_added: "1.0.0"
@@ -35,9 +40,11 @@ options:
     type: str
     required: true
   state:
-    description: V(armed) arms (or re-arms) the revert; V(confirmed) or V(absent) cancels it.
+    description:
+      - V(armed) arms (or re-arms) the revert; V(extended) moves the deadline of an armed run;
+        V(confirmed) or V(absent) cancels it.
     type: str
-    choices: [armed, confirmed, absent]
+    choices: [armed, extended, confirmed, absent]
     default: armed
   snapshot:
     description:
@@ -108,7 +115,7 @@ prerun:
   type: bool
 reverted:
   description: The host already reverted this run (O(state=confirmed) fails then).
-  returned: when state is confirmed
+  returned: when state is confirmed or extended
   type: bool
 """
 
@@ -135,7 +142,7 @@ from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_host import 
 def get_argument_spec():
     return dict(
         run_id=dict(type="str", required=True),
-        state=dict(type="str", choices=["armed", "confirmed", "absent"], default="armed"),
+        state=dict(type="str", choices=["armed", "extended", "confirmed", "absent"], default="armed"),
         snapshot=dict(type="dict"),
         deadline_s=dict(type="int", default=300),
         state_dir=dict(type="path", default="/var/lib/fabtune/revert"),
@@ -203,7 +210,7 @@ class Revert(object):
             record = {
                 "run_id": self.run_id, "unit": self.timer, "armed_at": time.time(),
                 "deadline": deadline, "deadline_s": params["deadline_s"],
-                "snapshot": params["snapshot"], "files": kept_files("/"),
+                "snapshot": params["snapshot"], "files": kept_files("/"), "script": params["script"],
             }
             write_record(self.state_dir, self.run_id, record)
             prerun = keep_prerun(self.state_dir, self.run_id, record)
@@ -213,6 +220,42 @@ class Revert(object):
                 self.module.fail_json(msg="cannot arm the revert timer (rc %d): %s" % (rc, (out + err).strip()),
                                       rc=rc, stdout=out, stderr=err, **self.result())
         return self.result(changed=True, armed=True, deadline=deadline, commands=[argv], prerun=prerun)
+
+    def gone(self):
+        """Fail when the host already reverted the run (its record renamed by the revert)."""
+        reverted = [k for k in ("reverted", "failed")
+                    if os.path.exists(record_path(self.state_dir, self.run_id, k))]
+        if reverted and not os.path.exists(self.path):
+            done = record_path(self.state_dir, self.run_id, reverted[0])
+            self.module.fail_json(msg="run %s was already reverted on this host (%s): the change is gone"
+                                  % (self.run_id, _when(done)), reverted=True, **self.result())
+
+    def extend(self):
+        deadline_s = self.module.params["deadline_s"]
+        if deadline_s < MIN_DEADLINE_S:
+            self.module.fail_json(msg="argument 'deadline_s' must be at least %d seconds, not %d"
+                                  % (MIN_DEADLINE_S, deadline_s), **self.result())
+        with locked(self.state_dir) if not self.module.check_mode else _nothing():
+            self.gone()
+            try:
+                with open(self.path) as handle:
+                    record = json.load(handle)
+            except (IOError, OSError, ValueError) as exc:
+                self.module.fail_json(msg="run %s is not armed on this host (%s)" % (self.run_id, exc),
+                                      reverted=False, **self.result())
+            argv = arm_argv(self.module.get_bin_path("systemd-run", required=True), self.run_id, deadline_s,
+                            record.get("script") or self.module.params["script"])
+            if self.module.check_mode:
+                return self.result(changed=True, armed=True, deadline=record.get("deadline"), reverted=False,
+                                   commands=[argv])
+            self.stop()
+            record.update(deadline=time.time() + deadline_s, deadline_s=deadline_s, extended_at=time.time())
+            write_record(self.state_dir, self.run_id, record)
+            rc, out, err = self.module.run_command(argv)
+            if rc != 0:
+                self.module.fail_json(msg="cannot re-arm the revert timer (rc %d): %s" % (rc, (out + err).strip()),
+                                      rc=rc, reverted=False, **self.result())
+        return self.result(changed=True, armed=True, deadline=record["deadline"], reverted=False, commands=[argv])
 
     def confirm(self):
         with locked(self.state_dir) if not self.module.check_mode else _nothing():
@@ -259,6 +302,8 @@ def main():
     revert = Revert(module)
     if module.params["state"] == "armed":
         module.exit_json(**revert.arm())
+    if module.params["state"] == "extended":
+        module.exit_json(**revert.extend())
     module.exit_json(**revert.confirm())
 
 

@@ -1,0 +1,96 @@
+"""fabric_files: files, directories and links in one call; idempotent; check mode and diff tell the truth."""
+
+from __future__ import annotations
+
+import grp
+import os
+import pwd
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.unit.modules.conftest import AnsibleExitJson, AnsibleFailJson, load_module
+
+fabric_files = load_module("fabric_files")
+OWNER = pwd.getpwuid(os.getuid()).pw_name
+GROUP = grp.getgrgid(os.getgid()).gr_name
+
+
+def run(module_args: Any, params: dict[str, Any], check_mode: bool = False,
+        diff: bool = True) -> dict[str, Any]:
+    module_args(dict(params, owner=OWNER, group=GROUP), check_mode=check_mode, diff=diff)
+    with pytest.raises((AnsibleExitJson, AnsibleFailJson)) as done:
+        fabric_files.main()
+    return dict(done.value.args[0])
+
+
+def layout(root: Path) -> dict[str, Any]:
+    return {
+        "directories": [{"path": str(root / "etc/fabtune"), "mode": "0755"}],
+        "files": [
+            {"path": str(root / "etc/fabtune/rdma_cm.conf"), "content": "mlx5_0 1 106 2\n", "mode": "0644"},
+            {"path": str(root / "usr/sbin/fabtune-x"), "content": "#!/bin/sh\necho x\n", "mode": "0755"},
+            {"path": str(root / "udev/rules.d/90-x.rules"), "content": "ACTION==\"add\"\n",
+             "if_dir_exists": True},
+        ],
+        "links": [{"path": str(root / "etc/wants-x"), "src": str(root / "usr/sbin/fabtune-x")}],
+    }
+
+
+def test_writes_everything_in_one_call_then_changes_nothing(module_args: Any, tmp_path: Path) -> None:
+    first = run(module_args, layout(tmp_path))
+    assert first["changed"] and first["skipped"] == [str(tmp_path / "udev/rules.d/90-x.rules")]
+    assert (tmp_path / "etc/fabtune/rdma_cm.conf").read_text() == "mlx5_0 1 106 2\n"
+    assert stat.S_IMODE((tmp_path / "usr/sbin/fabtune-x").stat().st_mode) == 0o755
+    assert stat.S_IMODE((tmp_path / "etc/fabtune/rdma_cm.conf").stat().st_mode) == 0o644
+    assert os.readlink(tmp_path / "etc/wants-x") == str(tmp_path / "usr/sbin/fabtune-x")
+    again = run(module_args, layout(tmp_path))
+    assert again["changed"] is False and again["changed_paths"] == [] and again["diff"] == []
+    assert not list(tmp_path.rglob(".fabtune-*"))  # no temporary file left behind
+
+
+def test_a_file_whose_directory_exists_is_written_where_if_dir_exists(module_args: Any,
+                                                                       tmp_path: Path) -> None:
+    (tmp_path / "udev/rules.d").mkdir(parents=True)
+    run(module_args, layout(tmp_path))
+    assert (tmp_path / "udev/rules.d/90-x.rules").read_text() == "ACTION==\"add\"\n"
+
+
+def test_check_mode_writes_nothing_and_diffs_the_text(module_args: Any, tmp_path: Path) -> None:
+    run(module_args, layout(tmp_path))
+    conf = tmp_path / "etc/fabtune/rdma_cm.conf"
+    conf.write_text("mlx5_0 1 0 2\n")
+    (tmp_path / "usr/sbin/fabtune-x").chmod(0o700)
+    params = layout(tmp_path)
+    result = run(module_args, params, check_mode=True)
+    script = str(tmp_path / "usr/sbin/fabtune-x")
+    assert result["changed"] and sorted(result["changed_paths"]) == sorted([str(conf), script])
+    assert result["diff"] == [{"before_header": str(conf), "after_header": str(conf),
+                               "before": "mlx5_0 1 0 2\n", "after": "mlx5_0 1 106 2\n"}]
+    assert conf.read_text() == "mlx5_0 1 0 2\n"  # nothing written
+    assert stat.S_IMODE((tmp_path / "usr/sbin/fabtune-x").stat().st_mode) == 0o700
+    fixed = run(module_args, params)
+    assert fixed["changed"] and conf.read_text() == "mlx5_0 1 106 2\n"
+    assert stat.S_IMODE((tmp_path / "usr/sbin/fabtune-x").stat().st_mode) == 0o755
+
+
+def test_a_link_pointing_elsewhere_is_replaced_a_file_in_its_place_is_refused(module_args: Any,
+                                                                                  tmp_path: Path) -> None:
+    run(module_args, layout(tmp_path))
+    link = tmp_path / "etc/wants-x"
+    link.unlink()
+    link.symlink_to("/nowhere")
+    assert run(module_args, layout(tmp_path))["changed_paths"] == [str(link)]
+    assert os.readlink(link) == str(tmp_path / "usr/sbin/fabtune-x")
+    link.unlink()
+    link.write_text("not a link")
+    result = run(module_args, layout(tmp_path))
+    assert result["failed"] and "is not a link" in result["msg"]
+
+
+@pytest.mark.parametrize("path", ["etc/x", "/etc/../x", "/etc//x"])
+def test_relative_or_unnormalised_paths_are_refused(module_args: Any, tmp_path: Path, path: str) -> None:
+    result = run(module_args, {"files": [{"path": path, "content": "x"}]})
+    assert result["failed"] and "absolute, normalised path" in result["msg"] and path in result["msg"]
