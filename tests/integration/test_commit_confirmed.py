@@ -59,7 +59,7 @@ def test_unconfirmed_change_reverts_itself_by_the_deadline(rack: TestbedSpec, sn
     # boot file and the knobs fabtune-boot would re-apply (/etc/fabtune/persisted.json).
     drifted = {t.task for t in drift.tasks if t.changed}
     assert drifted <= {
-        "Write the per-port ToS and mode the boot script applies",
+        "Install the per-port ToS file, the script that applies it and its unit and udev rule",
         "Record the QoS and MTU that fabtune-boot re-applies at boot",
         "Record ECN and CNP that fabtune-boot re-applies at boot",
         "Record the ToS and mode that fabtune-boot re-applies at boot",
