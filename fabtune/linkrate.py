@@ -50,7 +50,9 @@ def header_bytes(link_layer: str, roce_mode: int = 2, vlan: bool = False) -> int
     return base + (HDR_VLAN if vlan else 0)
 
 
-def ceiling_gbps(link_layer: str, rate_gbps: float, mtu: int, *, roce_mode: int = 2, vlan: bool = False) -> float:
+def ceiling_gbps(
+    link_layer: str, rate_gbps: float, mtu: int, *, roce_mode: int = 2, vlan: bool = False
+) -> float:
     """Return the physical goodput ceiling ``MTU/(MTU+overhead) x data rate`` (x IB link eff).
 
     Args:
