@@ -13,8 +13,10 @@ import pytest
 
 from fabtune import plugins
 from fabtune.cli import cli, main
+from fabtune.errors import ExitStatus, FabtuneError
 from fabtune.inventory import InventoryInfo
 from fabtune.testbed import oracle as testbed_model
+from fabtune.tune import run as tune_run
 
 INFO = InventoryInfo(Path("/inv.yml"), "rack1", "roce", ("h01",), (), "mpirun", None)
 
@@ -84,3 +86,20 @@ def test_a_plugin_verb_never_shadows_a_verb_of_fabtune(monkeypatch: pytest.Monke
     assert cli.get_command(ctx, "extra") is extra
     names = cli.list_commands(ctx)
     assert names == sorted(names) and names.count("tune") == 1 and "extra" in names
+
+
+def test_fabtune_tune_reports_with_the_plugins_oracle(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The verb knows no emulator: it hands the run whatever oracle the installed plugins give."""
+    given: dict[str, Any] = {}
+
+    def fake_tune(*_args: Any, **kwargs: Any) -> None:
+        given.update(kwargs)
+        raise FabtuneError("stop here")
+
+    monkeypatch.setattr(tune_run, "tune", fake_tune)
+    inventory = tmp_path / "inv.yml"
+    inventory.write_text("all: {}\n")
+    assert main(["tune", "-i", str(inventory)]) == ExitStatus.ERROR
+    assert given["oracle"] is plugins.oracle
