@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 from fabtune.testbed import build, layout
+from fabtune.testbed.oracle import testbed_oracle
 from fabtune.testbed.spec import build_spec
 from fabtune.tune import run as tune_run
 
@@ -49,9 +50,9 @@ def run(name: str, doc: dict[str, Any]) -> tuple[str, float, float, str, float, 
     try:
         start = time.monotonic()
         result, _report = tune_run.tune(layout.testbed_dir(spec.name) / "inventory.yml", {},
-                                       oracle=tune_run.testbed_oracle)
+                                       oracle=testbed_oracle)
         elapsed = time.monotonic() - start
-        oracle = tune_run.testbed_oracle(__import__("fabtune.inventory", fromlist=["x"]).read_inventory(
+        oracle = testbed_oracle(__import__("fabtune.inventory", fromlist=["x"]).read_inventory(
             layout.testbed_dir(spec.name) / "inventory.yml"))
     finally:
         build.down(spec.name)

@@ -13,13 +13,23 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
-from fabtune import __version__
+from fabtune import __version__, plugins
 from fabtune.commands import COMMANDS
 from fabtune.errors import ConfigError, ExitStatus, FabtuneError, Terminated
 from fabtune.paths import private_umask
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Verbs(click.Group):
+    """The verbs of fabtune and, loaded only when asked for, those of its plugins (fabtune.plugins)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *plugins.commands()})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        return super().get_command(ctx, cmd_name) or plugins.commands().get(cmd_name)
+
+
+@click.group(cls=_Verbs, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="fabtune")
 @click.option("--debug", is_flag=True, help="Show the traceback of an error.")
 @click.pass_context

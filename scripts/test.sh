@@ -5,6 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 .venv/bin/ruff check fabtune tests
 .venv/bin/mypy
+.venv/bin/lint-imports  # the import contract in pyproject.toml: the product does not import the emulator
 COLLECTION=fabtune/content/ansible_collections/fabtune/fabric
 .venv/bin/ansible-lint --profile production "$COLLECTION/roles" "$COLLECTION/playbooks"
 # Three workers (integration and fault tests mostly wait on SSH, Ansible and timers; a fourth made

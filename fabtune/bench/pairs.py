@@ -9,14 +9,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fabtune import ansible
+from fabtune import ansible, linkrate
 from fabtune.bench.argv import PerftestOptions, perftest_argv
 from fabtune.bench.deadline import perftest_deadline_s, run_timeout_s, timed_out
 from fabtune.bench.fabric import HostView, Rail
 from fabtune.bench.parsers import ethtool, perftest
 from fabtune.bench.schedule import Pair
 from fabtune.errors import BenchmarkError, ParseError
-from fabtune.sim.model import NicConfig, ceiling_gbps
 
 COUNTERS = ("rx_prio{}_pause", "tx_prio{}_pause")
 Progress = Callable[[str], None]
@@ -43,12 +42,9 @@ class PairResult:
 
 
 def rail_ceiling(rail: Rail) -> float:
-    """The physical goodput ceiling of a rail (header overhead at its MTU)."""
-    ib = rail.link_layer == "InfiniBand"
-    nic = NicConfig(
-        link_layer="InfiniBand" if ib else "Ethernet", rate_gbps=rail.rate_gbps, mtu=4096 if ib else rail.mtu
-    )
-    return ceiling_gbps(nic)
+    """The physical goodput ceiling of a rail (RoCEv2 or IB header overhead at its MTU; IB at 4096)."""
+    ib = linkrate.is_ib(rail.link_layer)
+    return linkrate.ceiling_gbps(rail.link_layer, rail.rate_gbps, 4096 if ib else rail.mtu)
 
 
 def _run_spec(pair: Pair, views: Mapping[str, HostView], opts: PerftestOptions) -> dict[str, Any]:

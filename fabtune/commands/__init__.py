@@ -1,4 +1,5 @@
-"""One module per verb; each exposes one click command or group."""
+"""One module per verb; each exposes one click command or group. Plugins add their own verbs
+(``fabtune.plugins``; the emulated rack's ``testbed`` and ``demo``)."""
 
 from __future__ import annotations
 
@@ -8,17 +9,13 @@ from fabtune.commands.apply import apply
 from fabtune.commands.bench import bench
 from fabtune.commands.bootstrap import bootstrap
 from fabtune.commands.check import check
-from fabtune.commands.demo import demo
 from fabtune.commands.drift import drift
 from fabtune.commands.parse import parse
 from fabtune.commands.report import report
-from fabtune.commands.testbed import testbed
 from fabtune.commands.tune import resume, rollback, runs, show, tune
 from fabtune.commands.uninstall import uninstall
 
 COMMANDS: list[click.Command] = [
-    demo,
-    testbed,
     tune,
     apply,
     bootstrap,

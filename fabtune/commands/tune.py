@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 from rich.table import Table
 
+from fabtune import plugins
 from fabtune.commands import _console
 from fabtune.commands._common import INVENTORY_OPTION, RUN_ID_ARGUMENT, absolute_path, require_file
 from fabtune.commands._progress import Progress
@@ -40,7 +41,8 @@ def summary_table(result: TuneResult) -> Table:
     return table
 
 
-def _finish(result: TuneResult, report: Path) -> None:
+def print_result(result: TuneResult, report: Path) -> None:
+    """The closing summary, the bandwidth change and where the report is (tune, resume, demo)."""
     console = _console.out()
     console.print(summary_table(result))
     base = sorted(result.baseline)[len(result.baseline) // 2]
@@ -66,10 +68,10 @@ def tune(inventory: Path, profile: Path | None, jsonl: bool) -> None:
         inventory,
         loaded.tune if loaded else None,
         Progress(jsonl),
-        oracle=tune_run.testbed_oracle,
+        oracle=plugins.oracle,
         profile=loaded,
     )
-    _finish(result, report)
+    print_result(result, report)
 
 
 @click.command("runs")
@@ -140,4 +142,4 @@ def resume(run_id: str, profile: Path | None, jsonl: bool) -> None:
     """
     loaded = _tune_profile(profile)
     result, report = tune_run.resume(run_id, Progress(jsonl), loaded.tune if loaded else None, profile=loaded)
-    _finish(result, report)
+    print_result(result, report)

@@ -9,9 +9,9 @@ Inside a testbed host (the emulated benchmarks):
   ``/var/lib/fabtune-fabric/fabric.json`` (``sm.json`` beside it, when the SM publishes its
   state, overrides the ``"sm"`` entry).
 
-From the controller, :func:`controller_fabric` reads every host of a testbed (``hosts/H/`` with the
-overlay upper for ``/etc/nccl.conf`` and ``ip -n NETNS`` for kernel attributes) into one
-``FabricConfig``, so the oracle can be computed for a testbed.
+From the controller, :func:`controller_host` reads one host's directory (``hosts/H/`` with the
+overlay upper for ``/etc/nccl.conf`` and ``ip -n NETNS`` for kernel attributes);
+``fabtune.testbed.oracle.controller_fabric`` reads a whole testbed with it, for the oracle.
 
 Every config is JSON-serialisable (:func:`to_json` / :func:`host_from_json` ...): hosts exchange
 them during the benchmarks' out-of-band handshake.
@@ -230,17 +230,6 @@ def controller_host(host_dir: Path, netns: str | None) -> HostConfig:
     state = NodeState.on_controller(host_dir, netns)
     conf = read_nccl_conf(host_dir / "upper" / "etc" / "nccl.conf")
     return host_config(state, nccl_env(conf, {}))
-
-
-def controller_fabric(name: str) -> FabricConfig:
-    """Every host of testbed ``name`` as one ``FabricConfig`` (for the oracle)."""
-    from fabtune.testbed.layout import Names, testbed_dir  # controller side only
-
-    tb_dir = testbed_dir(name)
-    view = fabric_view(tb_dir / "fabric")
-    names = Names(name)
-    hosts = tuple(controller_host(tb_dir / "hosts" / h, names.netns(h)) for h in view.hosts)
-    return fabric_config(view, hosts)
 
 
 # --------------------------------------------------------------------------- JSON

@@ -9,7 +9,7 @@ from typing import Any
 from fabtune import report
 from fabtune.desired import save_tuned
 from fabtune.errors import ConfigError
-from fabtune.inventory import InventoryInfo, read_inventory
+from fabtune.inventory import read_inventory
 from fabtune.journal import Journal, JournalError, Run, Step, UnknownRun, check_run_id, default_path
 from fabtune.lock import fabric_lock
 from fabtune.paths import check_name, under_home
@@ -301,23 +301,3 @@ def _undo_open_moves(journal: Journal, run_id: str, backend: AnsibleBackend, ste
             {**step.payload, "verified": True, "reason": "interrupted; undone on resume"},
         )
 
-
-def testbed_oracle(info: InventoryInfo) -> dict[str, Any] | None:
-    """On a testbed, the model's best reachable all_reduce busbw and the tuned rack's, noise-free."""
-    from fabtune.sim.model import best_config, expected_busbw  # the model only matters on a testbed
-    from fabtune.sim.observe import controller_fabric
-    from fabtune.testbed.build import load_state
-    from fabtune.testbed.spec import is_testbed_name
-
-    if not is_testbed_name(info.name) or load_state(info.name) is None:
-        return None
-    fabric = controller_fabric(info.name)
-    size = 8 << 30
-    _, best = best_config(fabric, "all_reduce", size)
-    now = expected_busbw(fabric, "all_reduce", size)
-    return {
-        "best_busbw": best,
-        "tuned_busbw": now,
-        "share_of_best": now / best if best else None,
-        "size_bytes": size,
-    }

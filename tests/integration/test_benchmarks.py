@@ -10,10 +10,10 @@ from collections.abc import Iterator
 import pytest
 
 from fabtune.bench.parsers import ethtool, nccl_debug, nccl_tests, perftest
-from fabtune.sim import observe
 from fabtune.sim.model import NicConfig, ceiling_gbps
 from fabtune.testbed import layout
 from fabtune.testbed.access import ssh_argv
+from fabtune.testbed.oracle import controller_fabric
 from fabtune.testbed.spec import TestbedSpec
 from tests.integration.conftest import make_testbed
 
@@ -174,7 +174,7 @@ def test_ib_disabled_host_falls_back_to_sockets(bench: TestbedSpec) -> None:
 
 
 def test_controller_reads_the_rack_for_the_oracle(bench: TestbedSpec) -> None:
-    fabric = observe.controller_fabric(bench.name)
+    fabric = controller_fabric(bench.name)
     assert [h.name for h in fabric.hosts] == ["h01", "h02", "h03", "h04"]
     nic = fabric.hosts[0].nics[0]
     assert (nic.mtu, nic.trust, nic.pfc[3], nic.roce_tos) == (4200, "dscp", True, 106)

@@ -21,10 +21,10 @@ import yaml
 
 from fabtune import ansible
 from fabtune.ansible import PROFILES
-from fabtune.sim import observe
 from fabtune.sim.model.config import SmConfig
 from fabtune.testbed import layout
 from fabtune.testbed.access import ssh_argv
+from fabtune.testbed.oracle import controller_fabric
 from fabtune.testbed.spec import TestbedSpec
 from tests.integration.conftest import make_testbed
 
@@ -77,7 +77,7 @@ def sminfo_ok(spec: TestbedSpec, host: str) -> bool:
 
 
 def fabric_sm(spec: TestbedSpec) -> SmConfig:
-    return observe.controller_fabric(spec.name).sm
+    return controller_fabric(spec.name).sm
 
 
 def test_sm_host_has_opensm_conf_and_master(rack: TestbedSpec) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from fabtune.journal import Journal
+from fabtune.testbed import oracle as testbed_model
 from fabtune.testbed.spec import TestbedSpec
 from fabtune.tune import run as tune_run
 from tests.integration.tunerack import FAST, build, current_state, drift_from, inventory
@@ -26,7 +27,7 @@ def test_tune_reaches_the_oracle_and_verifies_rollbacks(
     rack: TestbedSpec, tmp_path: Path
 ) -> None:
     before = current_state(rack)
-    result, report = tune_run.tune(inventory(rack), FAST, oracle=tune_run.testbed_oracle)
+    result, report = tune_run.tune(inventory(rack), FAST, oracle=testbed_model.testbed_oracle)
     doc = json.loads(report.read_text())
     assert doc["oracle"]["share_of_best"] >= 0.99, doc["oracle"]
     # The outcome, not one seed's path to it (issue 13.9): which moves get kept depends on the

@@ -77,7 +77,7 @@ def venv(source: Path, elsewhere: Path, tmp_path_factory: pytest.TempPathFactory
 
 def _spec(venv: Path, where: Path, name: str, subnet: str, base: str = "demo.yml") -> Path:
     """One of the installed package's example specs, renamed onto this module's name and subnet."""
-    code = "from fabtune.commands.demo import DEMO_SPEC; print(DEMO_SPEC.parent)"
+    code = "from fabtune.testbed.demo import DEMO_SPEC; print(DEMO_SPEC.parent)"
     shipped = _ok(_run([str(venv / "bin/python"), "-c", code], where)).strip()
     doc = yaml.safe_load((Path(shipped) / base).read_text())
     doc.update(name=name, subnet_base=subnet)
@@ -88,7 +88,7 @@ def _spec(venv: Path, where: Path, name: str, subnet: str, base: str = "demo.yml
 
 def test_the_wheel_carries_the_collection_profiles_and_specs(venv: Path, elsewhere: Path) -> None:
     out = _ok(_run([str(venv / "bin/python"), "-c", (
-        "import fabtune, fabtune.ansible as a; from fabtune.commands.demo import DEMO_SPEC;"
+        "import fabtune, fabtune.ansible as a; from fabtune.testbed.demo import DEMO_SPEC;"
         "print(fabtune.__file__); print(a.COLLECTION); print(DEMO_SPEC)"
     )], elsewhere)).split()
     package, collection, demo_spec = (Path(p) for p in out)

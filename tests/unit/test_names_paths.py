@@ -17,8 +17,8 @@ from fabtune.errors import ConfigError, ExitStatus, TestbedError
 from fabtune.inventory import InventoryInfo
 from fabtune.lock import fabric_lock
 from fabtune.testbed import build, layout
+from fabtune.testbed import oracle as testbed_model
 from fabtune.testbed.spec import build_spec, spec_to_doc
-from fabtune.tune import run as tune_run
 from fabtune.tune.run import runs_dir
 
 BAD_NAMES = ["..", ".", "../x", "../../../../../tmp/x", "a/b", "/etc", "", "-x", ".hidden", "a b",
@@ -208,7 +208,7 @@ def _mode(path: Path) -> int:
 
 def test_a_fabric_named_unlike_a_testbed_is_no_testbed(home: Path) -> None:
     info = InventoryInfo(home / "inv.yml", "H100.pod-2", "roce", ("h01",), (), "mpirun", None)
-    assert tune_run.testbed_oracle(info) is None
+    assert testbed_model.testbed_oracle(info) is None
 
 
 def test_down_removes_only_objects_named_as_its_own(

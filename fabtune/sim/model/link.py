@@ -1,56 +1,35 @@
-"""Single-link physics: active MTU, header overhead, the goodput ceiling and the message ramp."""
+"""Single-link physics: active MTU, header overhead and the goodput ceiling (the product's
+``fabtune.linkrate`` on a ``NicConfig``), and the message ramp."""
 
 from __future__ import annotations
 
 import math
 
+from fabtune import linkrate
 from fabtune.sim.model import params
 from fabtune.sim.model.config import NicConfig
 
 
 def is_ib(nic: NicConfig) -> bool:
     """Return True for an InfiniBand port."""
-    return nic.link_layer == "InfiniBand"
+    return linkrate.is_ib(nic.link_layer)
 
 
 def active_mtu(nic: NicConfig) -> int:
-    """Return the active RDMA MTU: the largest IB MTU that fits the port.
-
-    On Ethernet it must fit the netdev MTU minus the RoCE headroom (1500 -> 1024, 4200 -> 4096).
-
-    Args:
-        nic: the port.
-
-    Returns:
-        The RDMA payload per packet in bytes (0 if even 256 does not fit).
-    """
-    room = nic.mtu if is_ib(nic) else nic.mtu - params.ROCE_MTU_HEADROOM
-    fitting = [m for m in params.IB_MTUS if m <= room]
-    return max(fitting, default=0)
+    """Return the active RDMA MTU of the port (:func:`fabtune.linkrate.active_mtu`)."""
+    return linkrate.active_mtu(nic.link_layer, nic.mtu)
 
 
 def header_bytes(nic: NicConfig) -> int:
     """Return the wire bytes added to every MTU-sized payload on this port."""
-    if is_ib(nic):
-        return params.HDR_IB
-    base = params.HDR_ROCE_V2 if nic.roce_mode == 2 else params.HDR_ROCE_V1
-    return base + (params.HDR_VLAN if nic.vlan_pcp is not None else 0)
+    return linkrate.header_bytes(nic.link_layer, nic.roce_mode, nic.vlan_pcp is not None)
 
 
 def ceiling_gbps(nic: NicConfig) -> float:
-    """Return the physical goodput ceiling ``MTU/(MTU+overhead) x data rate`` (x IB link eff).
-
-    Args:
-        nic: the port.
-
-    Returns:
-        The ceiling in decimal Gb/s (0 when no RDMA MTU fits).
-    """
-    mtu = active_mtu(nic)
-    if mtu == 0:
-        return 0.0
-    eff = params.IB_LINK_EFF if is_ib(nic) else 1.0
-    return mtu / (mtu + header_bytes(nic)) * nic.rate_gbps * eff
+    """Return the physical goodput ceiling of the port in Gb/s (:func:`fabtune.linkrate.ceiling_gbps`)."""
+    return linkrate.ceiling_gbps(
+        nic.link_layer, nic.rate_gbps, nic.mtu, roce_mode=nic.roce_mode, vlan=nic.vlan_pcp is not None
+    )
 
 
 def qp_cap_gbps(msg_size: int) -> float:

@@ -6,14 +6,9 @@ Tags as in calibration.md: [S] sourced, [D] derived from sourced numbers, [E] es
 
 from __future__ import annotations
 
-# --- §1b/1c: per-packet overhead and the physical ceiling -----------------------------------
-HDR_ROCE_V2 = 82  # [D] cal §1b: IFG+preamble 20, Eth 14, FCS 4, IPv4 20, UDP 8, BTH 12, ICRC 4
-HDR_VLAN = 4  # [S] cal §1b: 802.1Q tag
-HDR_ROCE_V1 = 82 - 8 - 20 + 40  # [D] cal §1b: RoCEv1 carries a GRH (40) instead of IPv4+UDP
-HDR_IB = 26  # [D] cal §1b: LRH 8, BTH 12, ICRC 4, VCRC 2 (perftest#225: 4138 B packets)
-IB_LINK_EFF = 0.995  # [E] cal §1c: IB flow-control packets and idles cost <= 0.5%
-ROCE_MTU_HEADROOM = 96  # [E] Linux iboe_get_mtu(): GRH 40 + UDP 8 + BTH 12 + ext 28 + ICRC 4
-IB_MTUS = (256, 512, 1024, 2048, 4096)  # [S] formats §1.2 (-m 256..4096)
+# --- §1b/1c: per-packet overhead and the physical ceiling ------------------------------------
+# In the product's fabtune.linkrate (HDR_*, IB_LINK_EFF, ROCE_MTU_HEADROOM, IB_MTUS), with the same
+# source comments: the acceptance thresholds of fabtune.bench use them too.
 
 # --- §1a: perftest message rate and the single-QP shortfall ----------------------------------
 QP_MSG_RATE = 2.90e6  # [D] cal §1a row 7: 380.0 Gb/s at 16 KiB with 1 QP => 2.90 M msg/s

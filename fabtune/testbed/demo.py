@@ -8,12 +8,13 @@ import click
 
 from fabtune.commands import _console
 from fabtune.commands._progress import Progress
-from fabtune.commands.tune import _finish
+from fabtune.commands.tune import print_result
 from fabtune.testbed import build
+from fabtune.testbed.oracle import testbed_oracle
 from fabtune.testbed.spec import load_spec
 from fabtune.tune import run as tune_run
 
-DEMO_SPEC = Path(__file__).resolve().parents[1] / "testbed" / "specs" / "demo.yml"
+DEMO_SPEC = Path(__file__).resolve().parent / "specs" / "demo.yml"
 
 
 @click.command("demo")
@@ -38,8 +39,8 @@ def demo(spec_file: Path, keep: bool) -> None:
     console.print(f"testbed {spec.name!r} is up: {len(spec.hosts)} hosts; inventory {inventory}",
                   soft_wrap=True, highlight=False)
     try:
-        result, report = tune_run.tune(inventory, None, Progress(), oracle=tune_run.testbed_oracle)
-        _finish(result, report)
+        result, report = tune_run.tune(inventory, None, Progress(), oracle=testbed_oracle)
+        print_result(result, report)
     finally:
         if not keep:
             build.down(spec.name)
