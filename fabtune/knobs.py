@@ -7,7 +7,7 @@ knobs' paths in the desired tree), and reports all read this registry.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -96,6 +96,15 @@ KNOB_BY_NAME = {k.name: k for k in KNOBS}
 SECTION_FABRICS: Mapping[str, tuple[Fabric, ...]] = {"nics": ("roce",), "sm": ("ib",)}
 """Sections of the desired tree that belong to one fabric type as a whole: ``nics`` holds RoCE
 ports only (an InfiniBand host has none), ``sm`` is the InfiniBand subnet manager."""
+
+
+def roles_of(knobs: Iterable[str]) -> tuple[str, ...] | None:
+    """The roles that set ``knobs`` (sorted), or None when one is no registered knob: then every
+    role runs (an apply of only the roles a move touches leaves every other knob as it is)."""
+    found = [KNOB_BY_NAME.get(name) for name in knobs]
+    if not found or any(k is None for k in found):
+        return None
+    return tuple(sorted({k.role for k in found if k is not None}))
 
 
 def fabrics_of(section: str, key: str) -> tuple[Fabric, ...]:

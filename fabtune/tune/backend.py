@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -67,12 +67,17 @@ class AnsibleBackend:
         run_id: str | None = None,
         snapshots: Mapping[str, Mapping[str, Any]] | None = None,
         exact: bool = False,
+        roles: Sequence[str] | None = None,
     ) -> ansible.RunOutcome:
-        """Apply per-host desired states; with ``run_id``, each host first arms a revert to ``snapshots``."""
+        """Apply per-host desired states; with ``run_id``, each host first arms a revert to ``snapshots``.
+
+        ``roles``: only these roles run (the knobs of the others are already as desired)."""
         extravars: dict[str, Any] = {
             "fabric_desired_by_host": {h: dict(d) for h, d in desired.items()},
             "fabric_enforce_couplings": not exact,
         }
+        if roles is not None:
+            extravars["fabric_roles"] = list(roles)
         if run_id is not None and snapshots is not None:
             extravars.update(
                 fabric_revert_run_id=run_id,

@@ -25,7 +25,7 @@ from fabtune.bench.checks import CheckResult
 from fabtune.bench.diagnose import Diagnosis
 from fabtune.errors import BenchmarkError, ExitStatus, FabtuneError
 from fabtune.journal import Journal
-from fabtune.knobs import LADDERS, Candidate, plan
+from fabtune.knobs import LADDERS, Candidate, plan, roles_of
 from fabtune.tune.measure import Batch, FailedRun, Sample
 from fabtune.tune.state import differences, snapshot_of, view_of, with_change
 from fabtune.tune.stats import Decision, DecisionPolicy, decide, noise_floor
@@ -110,6 +110,7 @@ class Backend(Protocol):
         run_id: str | None = None,
         snapshots: Mapping[str, Mapping[str, Any]] | None = None,
         exact: bool = False,
+        roles: Sequence[str] | None = None,
     ) -> ansible.RunOutcome: ...
 
     def confirm(self, run_id: str) -> ansible.RunOutcome: ...
@@ -322,7 +323,9 @@ class Tuner:
             "",
             reference=statistics.median(_ar(self.reference)),
         )
-        applied = self.backend.apply(desired, run_id=self.run_id, snapshots=self.current)
+        applied = self.backend.apply(
+            desired, run_id=self.run_id, snapshots=self.current, roles=roles_of(record.knobs)
+        )
         if not applied.ok:
             reason = "; ".join(f"{t.host}: {t.result.get('msg', 'failed')}" for t in applied.failures())[:500]
             return self._undo(seq, record, f"apply failed: {reason}", desired)
@@ -485,7 +488,7 @@ class Tuner:
     def _undo(
         self, seq: int, record: MoveRecord, reason: str, desired: dict[str, dict[str, Any]]
     ) -> MoveRecord:
-        restore_and_verify(self.backend, self.current)
+        restore_and_verify(self.backend, self.current, roles_of(record.knobs))
         confirmed = self.backend.confirm(self.run_id)
         fired = reverted_hosts(confirmed)
         if fired:
@@ -553,13 +556,17 @@ class Tuner:
         )
 
 
-def restore_and_verify(backend: Backend, snapshots: Mapping[str, Mapping[str, Any]]) -> None:
+def restore_and_verify(
+    backend: Backend, snapshots: Mapping[str, Mapping[str, Any]], roles: Sequence[str] | None = None
+) -> None:
     """Apply each host's snapshot exactly (couplings off), read the state back, require equality.
+
+    ``roles``: only the roles of the knobs that moved run; the whole state is verified all the same.
 
     Raises:
         RollbackFailed: naming every knob that did not come back.
     """
-    outcome = backend.apply(snapshots, exact=True)
+    outcome = backend.apply(snapshots, exact=True, roles=roles)
     outcome.raise_for_failure("rollback")
     found = {h: snapshot_of(f) for h, f in backend.facts().items()}
     problems = [f"{h}: {d}" for h, snap in snapshots.items() for d in differences(snap, found.get(h, {}))]

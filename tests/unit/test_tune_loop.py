@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -75,8 +75,9 @@ class FakeRack:
         run_id: str | None = None,
         snapshots: Mapping[str, Mapping[str, Any]] | None = None,
         exact: bool = False,
+        roles: Sequence[str] | None = None,
     ) -> RunOutcome:
-        self.applied.append({"exact": exact, "armed": run_id is not None})
+        self.applied.append({"exact": exact, "armed": run_id is not None, "roles": roles})
         for host, tree in desired.items():
             new = copy.deepcopy(dict(tree))
             if exact and self.break_rollback:
@@ -133,6 +134,9 @@ def test_keeps_what_helps_and_rolls_back_the_rest(tmp_path: Path) -> None:
     nic = rack.state["h01"]["nics"]["eth2"]
     assert (nic["pfc"], nic["mtu"], nic["roce_tos"]) == ([4], 4200, 138)
     assert [a["exact"] for a in rack.applied] == [False, True, False, False]
+    # Each move applies, and its rollback restores, only the roles of the knobs it changes.
+    lossless = ("nccl_env", "roce_cc", "roce_qos", "roce_tos")
+    assert [a["roles"] for a in rack.applied] == [lossless, lossless, lossless, ("roce_qos",)]
     assert all(a["armed"] for a in rack.applied if not a["exact"])
 
 
@@ -194,9 +198,10 @@ class RevertingRack(FakeRack):
         self.fired = False
 
     def apply(self, desired: Mapping[str, Mapping[str, Any]], *, run_id: str | None = None,
-              snapshots: Mapping[str, Mapping[str, Any]] | None = None, exact: bool = False) -> RunOutcome:
+              snapshots: Mapping[str, Mapping[str, Any]] | None = None, exact: bool = False,
+              roles: Sequence[str] | None = None) -> RunOutcome:
         self.armed = copy.deepcopy(dict(snapshots["h02"])) if run_id is not None and snapshots else None
-        return super().apply(desired, run_id=run_id, snapshots=snapshots, exact=exact)
+        return super().apply(desired, run_id=run_id, snapshots=snapshots, exact=exact, roles=roles)
 
     def measure(self, repetitions: int) -> Batch:
         batch = super().measure(repetitions)
@@ -251,11 +256,12 @@ class ClockRack(FakeRack):
         self.since = 0.0
 
     def apply(self, desired: Mapping[str, Mapping[str, Any]], *, run_id: str | None = None,
-              snapshots: Mapping[str, Mapping[str, Any]] | None = None, exact: bool = False) -> RunOutcome:
+              snapshots: Mapping[str, Mapping[str, Any]] | None = None, exact: bool = False,
+              roles: Sequence[str] | None = None) -> RunOutcome:
         if run_id is not None and snapshots:
             self.armed = copy.deepcopy(dict(snapshots))
             self.fires_at, self.since = self.now + self.deadline_s, self.now
-        return super().apply(desired, run_id=run_id, snapshots=snapshots, exact=exact)
+        return super().apply(desired, run_id=run_id, snapshots=snapshots, exact=exact, roles=roles)
 
     def measure(self, repetitions: int) -> Batch:
         ar, aa = self._busbw()  # measured before the clock moves: the move still held
