@@ -13,8 +13,10 @@ then busbw(S) = peak / (1 + (S_half/S)^beta), plus a latency floor per size.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import TypeVar, cast
 
 from fabtune.sim.model import link, noise, params
 from fabtune.sim.model.config import CollectiveOp, FabricConfig, GidEntry, HostConfig
@@ -32,6 +34,7 @@ from fabtune.sim.model.routing import (
     ecmp_prior,
     ib_ar_active,
     ib_route_eff,
+    leaf_of,
     oversub_cap,
     roce_route_eff,
     spans_leaves,
@@ -46,6 +49,7 @@ from fabtune.sim.model.transport import (
     with_gid,
 )
 
+_T = TypeVar("_T")
 BUS_FACTOR = {"all_reduce": 2.0, "all_gather": 1.0, "reduce_scatter": 1.0, "alltoall": 1.0}
 
 
@@ -74,9 +78,59 @@ def bus_factor(op: CollectiveOp, n: int) -> float:
     return BUS_FACTOR[op] * (n - 1) / n if n > 0 else 0.0
 
 
-def _rails(fabric: FabricConfig) -> int:
-    """Return the NICs per host NCCL uses (the fewest of any host; channels spread over them)."""
-    return min((len(usable_hcas(h)) for h in fabric.hosts), default=0)
+class _Rack:
+    """A fabric's hosts indexed once per call: usable NICs, NCCL settings, per-hop results.
+
+    Hosts that hold the same NIC tuple and the same NCCL environment (the same objects, as a
+    uniformly configured rack does) share every per-host and per-hop result: each is computed once
+    and looked up for the others, so a run costs O(hosts x rails) lookups. Keys are object ids,
+    valid while the fabric (which holds the objects) is alive: only for the duration of one call.
+    """
+
+    def __init__(self, fabric: FabricConfig) -> None:
+        self.fabric = fabric
+        self._hcas: dict[tuple[int, int], tuple[int, ...]] = {}
+        self._per_host: dict[tuple[object, ...], object] = {}
+        self._hops: dict[tuple[object, ...], tuple[ClassPath | None, Failure | None]] = {}
+        self.hcas = [self._usable(h) for h in fabric.hosts]
+
+    def _usable(self, host: HostConfig) -> tuple[int, ...]:
+        key = (id(host.nics), id(host.nccl_env))
+        if key not in self._hcas:
+            self._hcas[key] = usable_hcas(host)
+        return self._hcas[key]
+
+    def per_host(self, what: str, host: HostConfig, make: Callable[[], _T]) -> _T:
+        """``make()`` for ``host``, computed once for every host with the same NICs, GPUs and env."""
+        key = (what, id(host.nics), id(host.nccl_env), host.gpus)
+        if key not in self._per_host:
+            self._per_host[key] = make()
+        return cast(_T, self._per_host[key])
+
+    def rails(self) -> int:
+        """The NICs per host NCCL uses (the fewest of any host; channels spread over them)."""
+        return min((len(h) for h in self.hcas), default=0)
+
+    def ring_pairs(self, rails: int) -> Iterator[tuple[NicRef, NicRef]]:
+        """The (sender, receiver) NIC pairs of the inter-node ring on every rail."""
+        n, hcas = len(self.fabric.hosts), self.hcas
+        for h in range(n):
+            nxt = (h + 1) % n
+            for r in range(rails):
+                yield (h, hcas[h][r]), (nxt, hcas[nxt][r])
+
+    def connect(self, a: NicRef, b: NicRef) -> tuple[ClassPath | None, Failure | None]:
+        """``_connect`` of one hop, computed once per distinct pair of ports, settings and leaves."""
+        fabric = self.fabric
+        ha, hb = fabric.hosts[a[0]], fabric.hosts[b[0]]
+        tx, rx = ha.nics[a[1]], hb.nics[b[1]]
+        sw = fabric.switch
+        routed = sw.l3 and leaf_of(sw, a[0]) != leaf_of(sw, b[0])
+        key = (id(tx), id(rx), id(ha.nccl_env), id(hb.nccl_env), routed)
+        found = self._hops.get(key)
+        if found is None:
+            found = self._hops[key] = _connect(fabric, a, b)
+        return found
 
 
 def _host_net(host: HostConfig, rails: int, op: CollectiveOp) -> float:
@@ -86,16 +140,9 @@ def _host_net(host: HostConfig, rails: int, op: CollectiveOp) -> float:
     return rails * min(per, default=0.0)
 
 
-def _ring_pairs(fabric: FabricConfig, rails: int) -> list[tuple[NicRef, NicRef]]:
-    """Return the (sender, receiver) NIC pairs of the inter-node ring on every rail."""
-    n = len(fabric.hosts)
-    hcas = [usable_hcas(h) for h in fabric.hosts]
-    return [((h, hcas[h][r]), ((h + 1) % n, hcas[(h + 1) % n][r])) for h in range(n) for r in range(rails)]
-
-
-def _nic(fabric: FabricConfig, ref: NicRef) -> tuple[HostConfig, int]:
-    """Return the host of a NIC reference and the NIC index."""
-    return fabric.hosts[ref[0]], ref[1]
+def _host_gdr(host: HostConfig, rails: int) -> bool:
+    """Return True when NCCL uses GPUDirect RDMA on every one of the host's first ``rails`` NICs."""
+    return all(gdr_used(host, host.nics[i]) for i in usable_hcas(host)[:rails])
 
 
 def _connect(fabric: FabricConfig, a: NicRef, b: NicRef) -> tuple[ClassPath | None, Failure | None]:
@@ -174,12 +221,12 @@ def _peak(fabric: FabricConfig, op: CollectiveOp, net: float) -> float:
 
 
 def _classes(
-    fabric: FabricConfig, rails: int
+    hosts: _Rack, rails: int
 ) -> tuple[list[tuple[NicRef, NicRef, ClassPath]], Failure | None]:
     """Return the class path of every ring hop, or the first connection failure."""
     out: list[tuple[NicRef, NicRef, ClassPath]] = []
-    for a, b in _ring_pairs(fabric, rails):
-        cp, failure = _connect(fabric, a, b)
+    for a, b in hosts.ring_pairs(rails):
+        cp, failure = hosts.connect(a, b)
         if failure is not None or cp is None:
             return out, failure
         out.append((a, b, cp))
@@ -202,18 +249,20 @@ def plan(fabric: FabricConfig, op: CollectiveOp) -> Plan:
     Returns:
         The plan; ``failure`` is set when RoCE connections cannot come up.
     """
-    rails = _rails(fabric)
+    hosts = _Rack(fabric)
+    rails = hosts.rails()
     if rails == 0 or len(fabric.hosts) < 2:
         return _socket_plan(fabric, op) if len(fabric.hosts) > 1 else _local_plan(fabric, op)
-    ib = link.is_ib(fabric.hosts[0].nics[usable_hcas(fabric.hosts[0])[0]])
+    ib = link.is_ib(fabric.hosts[0].nics[hosts.hcas[0][0]])
     transport: Transport = "IB" if ib else "RoCE"
-    classes, failure = _classes(fabric, rails)
-    gdr = all(gdr_used(h, h.nics[i]) for h in fabric.hosts for i in usable_hcas(h)[:rails])
+    classes, failure = _classes(hosts, rails)
+    gdr = all(hosts.per_host("gdr", h, functools.partial(_host_gdr, h, rails)) for h in fabric.hosts)
     if failure is not None:
         return Plan(transport, gdr, 0, 0.0, rails, 1.0, (), failure)
     rho = 1.0 if ib else _overload(fabric, op)
     fcc = min(f_cc(cp, rho, collective=True) for _, _, cp in classes)
-    net = min(_host_net(h, rails, op) for h in fabric.hosts) * _route(fabric, op, ib) * fcc
+    nets = (hosts.per_host(f"net {op}", h, functools.partial(_host_net, h, rails, op)) for h in fabric.hosts)
+    net = min(nets) * _route(fabric, op, ib) * fcc
     chans = params.CHANNELS_PER_NIC * rails
     return Plan(transport, gdr, chans, _peak(fabric, op, net), rails, rho, tuple(classes))
 
@@ -225,12 +274,13 @@ def failed_hops(fabric: FabricConfig) -> list[tuple[NicRef, NicRef, Failure]]:
     completion from peer ... status=12 ... (Send)"); a host with a wrong GID fails its own sends
     and its ring predecessor's sends to it.
     """
-    rails = _rails(fabric)
+    hosts = _Rack(fabric)
+    rails = hosts.rails()
     if rails == 0 or len(fabric.hosts) < 2:
         return []
     out = []
-    for a, b in _ring_pairs(fabric, rails):
-        _, failure = _connect(fabric, a, b)
+    for a, b in hosts.ring_pairs(rails):
+        _, failure = hosts.connect(a, b)
         if failure is not None:
             out.append((a, b, failure))
     return out
@@ -268,17 +318,24 @@ def _row(p: Plan, op: CollectiveOp, size: int, n: int, factor: float) -> SizeRes
 def _counters(
     fabric: FabricConfig, p: Plan, rows: Sequence[SizeResult], iters: int
 ) -> dict[NicRef, Counters]:
-    """Return counter deltas of a run: each ring hop carries its rail's share of busbw."""
+    """Return counter deltas of a run: each ring hop carries its rail's share of busbw.
+
+    Hops with the same class path from the same port move the same counts: computed once.
+    """
     secs = sum(r.time_us for r in rows) * 1e-6 * iters
     busy = max((r.busbw for r in rows), default=0.0)
+    qps = _qps(fabric)
+    flows: dict[tuple[int, int], tuple[Counters, Counters]] = {}
     out: dict[NicRef, Counters] = {}
     for a, b, cp in p.classes:
-        h, i = _nic(fabric, a)
-        nic = h.nics[i]
-        t = Traffic(busy * 8 / max(p.rails, 1), secs, link.active_mtu(nic), _qps(fabric), nic.rate_gbps)
-        tx, rx = flow_counters(cp, p.rho, t)
-        out[a] = out.get(a, Counters()) + tx
-        out[b] = out.get(b, Counters()) + rx
+        nic = fabric.hosts[a[0]].nics[a[1]]
+        key = (id(cp), id(nic))
+        if key not in flows:
+            t = Traffic(busy * 8 / max(p.rails, 1), secs, link.active_mtu(nic), qps, nic.rate_gbps)
+            flows[key] = flow_counters(cp, p.rho, t)
+        tx, rx = flows[key]
+        out[a] = out[a] + tx if a in out else tx
+        out[b] = out[b] + rx if b in out else rx
     return out
 
 
