@@ -92,7 +92,10 @@ class _Rack:
         self._hcas: dict[tuple[int, int], tuple[int, ...]] = {}
         self._per_host: dict[tuple[object, ...], object] = {}
         self._hops: dict[tuple[object, ...], tuple[ClassPath | None, Failure | None]] = {}
+        self._pairs: dict[tuple[object, ...], list[tuple[ClassPath | None, Failure | None]]] = {}
+        self._classes: tuple[list[tuple[NicRef, NicRef, ClassPath]], Failure | None] | None = None
         self.hcas = [self._usable(h) for h in fabric.hosts]
+        self.rails = min((len(h) for h in self.hcas), default=0)  # the fewest of any host
 
     def _usable(self, host: HostConfig) -> tuple[int, ...]:
         key = (id(host.nics), id(host.nccl_env))
@@ -107,30 +110,59 @@ class _Rack:
             self._per_host[key] = make()
         return cast(_T, self._per_host[key])
 
-    def rails(self) -> int:
-        """The NICs per host NCCL uses (the fewest of any host; channels spread over them)."""
-        return min((len(h) for h in self.hcas), default=0)
-
-    def ring_pairs(self, rails: int) -> Iterator[tuple[NicRef, NicRef]]:
+    def ring_pairs(self) -> Iterator[tuple[NicRef, NicRef]]:
         """The (sender, receiver) NIC pairs of the inter-node ring on every rail."""
         n, hcas = len(self.fabric.hosts), self.hcas
         for h in range(n):
             nxt = (h + 1) % n
-            for r in range(rails):
+            for r in range(self.rails):
                 yield (h, hcas[h][r]), (nxt, hcas[nxt][r])
+
+    def _routed(self, a: int, b: int) -> bool:
+        """Whether traffic between hosts ``a`` and ``b`` crosses a routed (L3) leaf boundary."""
+        sw = self.fabric.switch
+        return sw.l3 and leaf_of(sw, a) != leaf_of(sw, b)
 
     def connect(self, a: NicRef, b: NicRef) -> tuple[ClassPath | None, Failure | None]:
         """``_connect`` of one hop, computed once per distinct pair of ports, settings and leaves."""
-        fabric = self.fabric
-        ha, hb = fabric.hosts[a[0]], fabric.hosts[b[0]]
+        ha, hb = self.fabric.hosts[a[0]], self.fabric.hosts[b[0]]
         tx, rx = ha.nics[a[1]], hb.nics[b[1]]
-        sw = fabric.switch
-        routed = sw.l3 and leaf_of(sw, a[0]) != leaf_of(sw, b[0])
-        key = (id(tx), id(rx), id(ha.nccl_env), id(hb.nccl_env), routed)
+        key = (id(tx), id(rx), id(ha.nccl_env), id(hb.nccl_env), self._routed(a[0], b[0]))
         found = self._hops.get(key)
         if found is None:
-            found = self._hops[key] = _connect(fabric, a, b)
+            found = self._hops[key] = _connect(self.fabric, a, b)
         return found
+
+    def _pair(self, h: int, nxt: int) -> list[tuple[ClassPath | None, Failure | None]]:
+        """The hops from host ``h`` to ``nxt``, rail by rail, up to the first that fails."""
+        ha, hb = self.fabric.hosts[h], self.fabric.hosts[nxt]
+        key = (id(ha.nics), id(ha.nccl_env), id(hb.nics), id(hb.nccl_env), self._routed(h, nxt))
+        found = self._pairs.get(key)
+        if found is None:
+            found = []
+            for r in range(self.rails):
+                found.append(self.connect((h, self.hcas[h][r]), (nxt, self.hcas[nxt][r])))
+                if found[-1][1] is not None:
+                    break
+            self._pairs[key] = found
+        return found
+
+    def classes(self) -> tuple[list[tuple[NicRef, NicRef, ClassPath]], Failure | None]:
+        """The class path of every ring hop, or the first connection failure (once per call)."""
+        if self._classes is None:
+            self._classes = self._ring_classes()
+        return self._classes
+
+    def _ring_classes(self) -> tuple[list[tuple[NicRef, NicRef, ClassPath]], Failure | None]:
+        out: list[tuple[NicRef, NicRef, ClassPath]] = []
+        n, hcas = len(self.fabric.hosts), self.hcas
+        for h in range(n):
+            nxt = (h + 1) % n
+            for r, (cp, failure) in enumerate(self._pair(h, nxt)):
+                if failure is not None or cp is None:
+                    return out, failure
+                out.append(((h, hcas[h][r]), (nxt, hcas[nxt][r]), cp))
+        return out, None
 
 
 def _host_net(host: HostConfig, rails: int, op: CollectiveOp) -> float:
@@ -220,19 +252,6 @@ def _peak(fabric: FabricConfig, op: CollectiveOp, net: float) -> float:
     return min(params.B_INTRA_RING, net)
 
 
-def _classes(
-    hosts: _Rack, rails: int
-) -> tuple[list[tuple[NicRef, NicRef, ClassPath]], Failure | None]:
-    """Return the class path of every ring hop, or the first connection failure."""
-    out: list[tuple[NicRef, NicRef, ClassPath]] = []
-    for a, b in hosts.ring_pairs(rails):
-        cp, failure = hosts.connect(a, b)
-        if failure is not None or cp is None:
-            return out, failure
-        out.append((a, b, cp))
-    return out, None
-
-
 def _socket_plan(fabric: FabricConfig, op: CollectiveOp) -> Plan:
     """Return the plan of a run that fell back to NCCL's socket transport."""
     net = min((socket_gbytes(h) for h in fabric.hosts), default=0.0)
@@ -249,18 +268,23 @@ def plan(fabric: FabricConfig, op: CollectiveOp) -> Plan:
     Returns:
         The plan; ``failure`` is set when RoCE connections cannot come up.
     """
-    hosts = _Rack(fabric)
-    rails = hosts.rails()
+    return _plan(_Rack(fabric), op)
+
+
+def _plan(hosts: _Rack, op: CollectiveOp) -> Plan:
+    """:func:`plan` over an indexed rack (several collectives of one rack share its index)."""
+    fabric, rails = hosts.fabric, hosts.rails
     if rails == 0 or len(fabric.hosts) < 2:
         return _socket_plan(fabric, op) if len(fabric.hosts) > 1 else _local_plan(fabric, op)
     ib = link.is_ib(fabric.hosts[0].nics[hosts.hcas[0][0]])
     transport: Transport = "IB" if ib else "RoCE"
-    classes, failure = _classes(hosts, rails)
+    classes, failure = hosts.classes()
     gdr = all(hosts.per_host("gdr", h, functools.partial(_host_gdr, h, rails)) for h in fabric.hosts)
     if failure is not None:
         return Plan(transport, gdr, 0, 0.0, rails, 1.0, (), failure)
     rho = 1.0 if ib else _overload(fabric, op)
-    fcc = min(f_cc(cp, rho, collective=True) for _, _, cp in classes)
+    distinct = {id(cp): cp for _, _, cp in classes}.values()  # the same minimum, each class once
+    fcc = min(f_cc(cp, rho, collective=True) for cp in distinct)
     nets = (hosts.per_host(f"net {op}", h, functools.partial(_host_net, h, rails, op)) for h in fabric.hosts)
     net = min(nets) * _route(fabric, op, ib) * fcc
     chans = params.CHANNELS_PER_NIC * rails
@@ -275,11 +299,10 @@ def failed_hops(fabric: FabricConfig) -> list[tuple[NicRef, NicRef, Failure]]:
     and its ring predecessor's sends to it.
     """
     hosts = _Rack(fabric)
-    rails = hosts.rails()
-    if rails == 0 or len(fabric.hosts) < 2:
+    if hosts.rails == 0 or len(fabric.hosts) < 2:
         return []
     out = []
-    for a, b in hosts.ring_pairs(rails):
+    for a, b in hosts.ring_pairs():
         _, failure = hosts.connect(a, b)
         if failure is not None:
             out.append((a, b, failure))
@@ -377,8 +400,15 @@ def collective(
 
 def expected_busbw(fabric: FabricConfig, op: CollectiveOp, size: int) -> float:
     """Return the noise-free busbw at ``size`` (0 on failure): the oracle's objective."""
-    p = plan(fabric, op)
-    if p.failure is not None:
-        return 0.0
+    return expected_busbws(fabric, (op,), size)[0]
+
+
+def expected_busbws(fabric: FabricConfig, ops: Sequence[CollectiveOp], size: int) -> tuple[float, ...]:
+    """Return :func:`expected_busbw` of each collective in ``ops``, the rack indexed once for all."""
+    hosts = _Rack(fabric)
     _, n = ranks(fabric)
-    return _row(p, op, size, n, 1.0).busbw
+    out = []
+    for op in ops:
+        p = _plan(hosts, op)
+        out.append(0.0 if p.failure is not None else _row(p, op, size, n, 1.0).busbw)
+    return tuple(out)
