@@ -349,6 +349,17 @@ def _counters(
     busy = max((r.busbw for r in rows), default=0.0)
     qps = _qps(fabric)
     flows: dict[tuple[int, int], tuple[Counters, Counters]] = {}
+    sums: dict[tuple[int, int], Counters] = {}  # the same two deltas add up to the same sum
+
+    def add(ref: NicRef, delta: Counters) -> None:
+        if ref not in out:
+            out[ref] = delta
+            return
+        key = (id(out[ref]), id(delta))  # both held (by ``flows``, ``sums``) until the call returns
+        if key not in sums:
+            sums[key] = out[ref] + delta
+        out[ref] = sums[key]
+
     out: dict[NicRef, Counters] = {}
     for a, b, cp in p.classes:
         nic = fabric.hosts[a[0]].nics[a[1]]
@@ -357,8 +368,8 @@ def _counters(
             t = Traffic(busy * 8 / max(p.rails, 1), secs, link.active_mtu(nic), qps, nic.rate_gbps)
             flows[key] = flow_counters(cp, p.rho, t)
         tx, rx = flows[key]
-        out[a] = out[a] + tx if a in out else tx
-        out[b] = out[b] + rx if b in out else rx
+        add(a, tx)
+        add(b, rx)
     return out
 
 
