@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TypeVar, cast
 
 from fabtune.sim.model import link, noise, params
-from fabtune.sim.model.config import CollectiveOp, FabricConfig, GidEntry, HostConfig
+from fabtune.sim.model.config import CollectiveOp, FabricConfig, GidEntry, HostConfig, NicConfig
 from fabtune.sim.model.congestion import Traffic, f_cc, flow_counters
 from fabtune.sim.model.qos import ClassPath, class_path
 from fabtune.sim.model.results import (
@@ -81,31 +81,30 @@ def bus_factor(op: CollectiveOp, n: int) -> float:
 class _Rack:
     """A fabric's hosts indexed once per call: usable NICs, NCCL settings, per-hop results.
 
-    Hosts that hold the same NIC tuple and the same NCCL environment (the same objects, as a
-    uniformly configured rack does) share every per-host and per-hop result: each is computed once
-    and looked up for the others, so a run costs O(hosts x rails) lookups. Keys are object ids,
-    valid while the fabric (which holds the objects) is alive: only for the duration of one call.
+    Hosts with equal NICs and NCCL environments (one *kind*) share every per-host and per-hop
+    result: each is computed once, for the first host of its kind, and looked up for the others,
+    so a run costs O(hosts x rails) look-ups. Hosts holding the very same objects (a uniformly
+    configured rack) are told apart by object id alone, without comparing values; ids are valid
+    while the fabric (which holds the objects) is alive: only for the duration of one call.
     """
 
     def __init__(self, fabric: FabricConfig) -> None:
         self.fabric = fabric
-        self._hcas: dict[tuple[int, int], tuple[int, ...]] = {}
+        self.kind = _kinds(fabric.hosts)
         self._per_host: dict[tuple[object, ...], object] = {}
         self._hops: dict[tuple[object, ...], tuple[ClassPath | None, Failure | None]] = {}
         self._pairs: dict[tuple[object, ...], list[tuple[ClassPath | None, Failure | None]]] = {}
         self._classes: tuple[list[tuple[NicRef, NicRef, ClassPath]], Failure | None] | None = None
-        self.hcas = [self._usable(h) for h in fabric.hosts]
+        hcas: dict[int, tuple[int, ...]] = {}
+        for kind, h in zip(self.kind, fabric.hosts, strict=True):
+            if kind not in hcas:
+                hcas[kind] = usable_hcas(h)
+        self.hcas = [hcas[kind] for kind in self.kind]
         self.rails = min((len(h) for h in self.hcas), default=0)  # the fewest of any host
 
-    def _usable(self, host: HostConfig) -> tuple[int, ...]:
-        key = (id(host.nics), id(host.nccl_env))
-        if key not in self._hcas:
-            self._hcas[key] = usable_hcas(host)
-        return self._hcas[key]
-
-    def per_host(self, what: str, host: HostConfig, make: Callable[[], _T]) -> _T:
-        """``make()`` for ``host``, computed once for every host with the same NICs, GPUs and env."""
-        key = (what, id(host.nics), id(host.nccl_env), host.gpus)
+    def per_host(self, what: str, index: int, make: Callable[[], _T]) -> _T:
+        """``make()`` for host ``index``, computed once for every host of its kind and GPU count."""
+        key = (what, self.kind[index], self.fabric.hosts[index].gpus)
         if key not in self._per_host:
             self._per_host[key] = make()
         return cast(_T, self._per_host[key])
@@ -125,9 +124,7 @@ class _Rack:
 
     def connect(self, a: NicRef, b: NicRef) -> tuple[ClassPath | None, Failure | None]:
         """``_connect`` of one hop, computed once per distinct pair of ports, settings and leaves."""
-        ha, hb = self.fabric.hosts[a[0]], self.fabric.hosts[b[0]]
-        tx, rx = ha.nics[a[1]], hb.nics[b[1]]
-        key = (id(tx), id(rx), id(ha.nccl_env), id(hb.nccl_env), self._routed(a[0], b[0]))
+        key = (self.kind[a[0]], a[1], self.kind[b[0]], b[1], self._routed(a[0], b[0]))
         found = self._hops.get(key)
         if found is None:
             found = self._hops[key] = _connect(self.fabric, a, b)
@@ -135,8 +132,7 @@ class _Rack:
 
     def _pair(self, h: int, nxt: int) -> list[tuple[ClassPath | None, Failure | None]]:
         """The hops from host ``h`` to ``nxt``, rail by rail, up to the first that fails."""
-        ha, hb = self.fabric.hosts[h], self.fabric.hosts[nxt]
-        key = (id(ha.nics), id(ha.nccl_env), id(hb.nics), id(hb.nccl_env), self._routed(h, nxt))
+        key = (self.kind[h], self.kind[nxt], self._routed(h, nxt))
         found = self._pairs.get(key)
         if found is None:
             found = []
@@ -163,6 +159,19 @@ class _Rack:
                     return out, failure
                 out.append(((h, hcas[h][r]), (nxt, hcas[nxt][r]), cp))
         return out, None
+
+
+def _kinds(hosts: Sequence[HostConfig]) -> list[int]:
+    """Number each host by its NICs and NCCL environment: equal values, equal numbers."""
+    by_id: dict[tuple[int, int], int] = {}
+    by_value: dict[tuple[tuple[NicConfig, ...], tuple[tuple[str, str], ...]], int] = {}
+    out = []
+    for h in hosts:
+        ident = (id(h.nics), id(h.nccl_env))
+        if ident not in by_id:
+            by_id[ident] = by_value.setdefault((h.nics, h.nccl_env), len(by_value))
+        out.append(by_id[ident])
+    return out
 
 
 def _host_net(host: HostConfig, rails: int, op: CollectiveOp) -> float:
@@ -279,13 +288,18 @@ def _plan(hosts: _Rack, op: CollectiveOp) -> Plan:
     ib = link.is_ib(fabric.hosts[0].nics[hosts.hcas[0][0]])
     transport: Transport = "IB" if ib else "RoCE"
     classes, failure = hosts.classes()
-    gdr = all(hosts.per_host("gdr", h, functools.partial(_host_gdr, h, rails)) for h in fabric.hosts)
+    gdr = all(
+        hosts.per_host("gdr", i, functools.partial(_host_gdr, h, rails)) for i, h in enumerate(fabric.hosts)
+    )
     if failure is not None:
         return Plan(transport, gdr, 0, 0.0, rails, 1.0, (), failure)
     rho = 1.0 if ib else _overload(fabric, op)
     distinct = {id(cp): cp for _, _, cp in classes}.values()  # the same minimum, each class once
     fcc = min(f_cc(cp, rho, collective=True) for cp in distinct)
-    nets = (hosts.per_host(f"net {op}", h, functools.partial(_host_net, h, rails, op)) for h in fabric.hosts)
+    nets = (
+        hosts.per_host(f"net {op}", i, functools.partial(_host_net, h, rails, op))
+        for i, h in enumerate(fabric.hosts)
+    )
     net = min(nets) * _route(fabric, op, ib) * fcc
     chans = params.CHANNELS_PER_NIC * rails
     return Plan(transport, gdr, chans, _peak(fabric, op, net), rails, rho, tuple(classes))
@@ -338,17 +352,16 @@ def _row(p: Plan, op: CollectiveOp, size: int, n: int, factor: float) -> SizeRes
     return SizeResult(size, t_us, algbw, algbw * bf)
 
 
-def _counters(
-    fabric: FabricConfig, p: Plan, rows: Sequence[SizeResult], iters: int
-) -> dict[NicRef, Counters]:
+def _counters(hosts: _Rack, p: Plan, rows: Sequence[SizeResult], iters: int) -> dict[NicRef, Counters]:
     """Return counter deltas of a run: each ring hop carries its rail's share of busbw.
 
     Hops with the same class path from the same port move the same counts: computed once.
     """
     secs = sum(r.time_us for r in rows) * 1e-6 * iters
     busy = max((r.busbw for r in rows), default=0.0)
+    fabric = hosts.fabric
     qps = _qps(fabric)
-    flows: dict[tuple[int, int], tuple[Counters, Counters]] = {}
+    flows: dict[tuple[int, int, int], tuple[Counters, Counters]] = {}
     sums: dict[tuple[int, int], Counters] = {}  # the same two deltas add up to the same sum
 
     def add(ref: NicRef, delta: Counters) -> None:
@@ -362,9 +375,9 @@ def _counters(
 
     out: dict[NicRef, Counters] = {}
     for a, b, cp in p.classes:
-        nic = fabric.hosts[a[0]].nics[a[1]]
-        key = (id(cp), id(nic))
+        key = (id(cp), hosts.kind[a[0]], a[1])  # the class path and the sending port
         if key not in flows:
+            nic = fabric.hosts[a[0]].nics[a[1]]
             t = Traffic(busy * 8 / max(p.rails, 1), secs, link.active_mtu(nic), qps, nic.rate_gbps)
             flows[key] = flow_counters(cp, p.rho, t)
         tx, rx = flows[key]
@@ -396,7 +409,8 @@ def collective(
         A row per size, the transport, GDR use, channels and counter deltas; on a connection
         failure, no rows and ``failure`` set.
     """
-    p = plan(fabric, op)
+    hosts = _Rack(fabric)
+    p = _plan(hosts, op)
     if p.failure is not None:
         return CollectiveResult(op, (), p.transport, p.gdr, 0, {}, p.failure)
     _, n = ranks(fabric)
@@ -405,7 +419,7 @@ def collective(
         rng = noise.rng_for(fabric.seed, run_index, 7_000_000 + i)
         jitter = noise.factor(rng, noise.cv_for_size(size)) if noisy else 1.0
         rows.append(_row(p, op, size, n, jitter))
-    counters = _counters(fabric, p, rows, iters)
+    counters = _counters(hosts, p, rows, iters)
     return CollectiveResult(op, tuple(rows), p.transport, p.gdr, p.channels, counters)
 
 
