@@ -4,9 +4,11 @@ An emulated run is what the emulated ``all_reduce_perf`` computes on rank 0
 (``fabtune.sim.tools.nccl_tests.compute``): the model's collective over every host x GPU, out of
 place and in place (two ``collective`` calls, each with its counter deltas), here at one size,
 8 GiB. The rack is the calibration's rail-optimised RoCE rack (``calibration.rack``: 8 NICs of
-400G and 8 GPUs per host, tuned, 32 nodes per leaf). The oracle (``best_config``, what
-``fabtune.testbed.oracle`` asks) searches the knobs of a misconfigured rack of the same hardware:
-the switch lossless on priority 5 with ECN, the hosts on priority 3, MTU 1500, GPUDirect RDMA off.
+400G and 8 GPUs per host, tuned, 32 nodes per leaf), its hosts sharing one NIC tuple; then the
+same rack with each host's configuration its own (equal) objects, as the emulated tool builds it
+from each rank's JSON. The oracle (``best_config``, what ``fabtune.testbed.oracle`` asks) searches
+the knobs of a misconfigured rack of the same hardware: the switch lossless on priority 5 with
+ECN, the hosts on priority 3, MTU 1500, GPUDirect RDMA off.
 
 Usage: .venv/bin/python bench/model_scale.py [--runs 3] [--nodes 8 64 256 1024] [--oracle-nodes 8 64]
 Prints a Markdown table (median wall time of ``--runs`` repetitions) for docs/benchmarks.md.
@@ -15,6 +17,7 @@ Prints a Markdown table (median wall time of ``--runs`` repetitions) for docs/be
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
 import functools
 import statistics
@@ -69,6 +72,11 @@ def main() -> None:
         took = timed(functools.partial(emulated_run, fab), args.runs)
         print(f"| emulated all_reduce_perf run (collective + counters) | {n} | {8 * n} | {took:.3f} |",
               flush=True)
+    for n in args.nodes:
+        base = rack(n, nic())
+        fab = dataclasses.replace(base, hosts=tuple(copy.deepcopy(h) for h in base.hosts))
+        took = timed(functools.partial(emulated_run, fab), args.runs)
+        print(f"| the same, each host its own objects | {n} | {8 * n} | {took:.3f} |", flush=True)
     for n in args.oracle_nodes:
         fab = misconfigured(n)
         took = timed(functools.partial(oracle_search, fab), args.runs)

@@ -25,9 +25,7 @@ from fabtune.sim.model.collective import (
     _connect,
     _host_net,
     _local_plan,
-    _overload,
     _peak,
-    _route,
     _row,
     _socket_plan,
     failed_hops,
@@ -53,6 +51,14 @@ from fabtune.sim.model.oracle import (
 )
 from fabtune.sim.model.qos import ClassPath
 from fabtune.sim.model.results import CollectiveResult, Counters, Failure, NicRef
+from fabtune.sim.model.routing import (
+    ecmp_prior,
+    ib_ar_active,
+    ib_route_eff,
+    oversub_cap,
+    roce_route_eff,
+    spans_leaves,
+)
 from fabtune.sim.model.transport import gdr_used, usable_hcas
 
 SIZES = [8, 2**20, 8 * GIB]
@@ -85,9 +91,9 @@ def ref_plan(fabric: FabricConfig, op: CollectiveOp) -> Plan:
     gdr = all(gdr_used(h, h.nics[i]) for h in fabric.hosts for i in usable_hcas(h)[:rails])
     if failure is not None:
         return Plan("IB" if ib else "RoCE", gdr, 0, 0.0, rails, 1.0, (), failure)
-    rho = 1.0 if ib else _overload(fabric, op)
+    rho = 1.0 if ib else ref_overload(fabric, op)
     fcc = min(f_cc(cp, rho, collective=True) for _, _, cp in classes)
-    net = min(_host_net(h, rails, op) for h in fabric.hosts) * _route(fabric, op, ib) * fcc
+    net = min(_host_net(h, rails, op) for h in fabric.hosts) * ref_route(fabric, op, ib) * fcc
     peak = _peak(fabric, op, net)
     chans = params.CHANNELS_PER_NIC * rails
     return Plan("IB" if ib else "RoCE", gdr, chans, peak, rails, rho, tuple(classes))
@@ -95,6 +101,28 @@ def ref_plan(fabric: FabricConfig, op: CollectiveOp) -> Plan:
 
 def ref_qps(fabric: FabricConfig) -> int:
     return min((int(h.env("NCCL_IB_QPS_PER_CONNECTION") or 1) for h in fabric.hosts), default=1)
+
+
+def ref_overload(fabric: FabricConfig, op: CollectiveOp) -> float:
+    sw, rho = fabric.switch, 1.0
+    if spans_leaves(fabric):
+        hashed = 1 / params.F_ROUTE_AR if sw.adaptive_routing else 1 / ecmp_prior(sw.spines, ref_qps(fabric))
+        rho = max(hashed, sw.oversubscription)
+    if op == "alltoall" and len(fabric.hosts) > 2:
+        rho = max(rho, params.ALLTOALL_INCAST)
+    return rho
+
+
+def ref_route(fabric: FabricConfig, op: CollectiveOp, ib: bool) -> float:
+    if not spans_leaves(fabric):
+        return 1.0
+    if ib:
+        host = fabric.hosts[0]
+        ar = ib_ar_active(fabric, host.env("NCCL_IB_ADAPTIVE_ROUTING"), int(host.env("NCCL_IB_SL") or 0))
+        eff = ib_route_eff(fabric, op, ar)
+    else:
+        eff = roce_route_eff(fabric, ref_qps(fabric))
+    return min(eff, oversub_cap(fabric.switch))
 
 
 def ref_collective(

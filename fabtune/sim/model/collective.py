@@ -101,6 +101,20 @@ class _Rack:
                 hcas[kind] = usable_hcas(h)
         self.hcas = [hcas[kind] for kind in self.kind]
         self.rails = min((len(h) for h in self.hcas), default=0)  # the fewest of any host
+        self.firsts = [self.kind.index(kind) for kind in hcas]  # the first host of each kind, in order
+        self.distinct: dict[int, ClassPath] = {}  # the ring's class paths, each once (by id)
+        self._qps: int | None = None
+
+    def qps(self) -> int:
+        """``NCCL_IB_QPS_PER_CONNECTION`` (the smallest any host sets; default 1), read once.
+
+        The first host of each kind stands for its kind (the same value, the same error if any).
+        """
+        if self._qps is None:
+            hosts = self.fabric.hosts
+            values = (int(hosts[i].env("NCCL_IB_QPS_PER_CONNECTION") or 1) for i in self.firsts)
+            self._qps = min(values, default=1)
+        return self._qps
 
     def per_host(self, what: str, index: int, make: Callable[[], _T]) -> _T:
         """``make()`` for host ``index``, computed once for every host of its kind and GPU count."""
@@ -152,9 +166,14 @@ class _Rack:
     def _ring_classes(self) -> tuple[list[tuple[NicRef, NicRef, ClassPath]], Failure | None]:
         out: list[tuple[NicRef, NicRef, ClassPath]] = []
         n, hcas = len(self.fabric.hosts), self.hcas
+        seen: set[int] = set()
         for h in range(n):
             nxt = (h + 1) % n
-            for r, (cp, failure) in enumerate(self._pair(h, nxt)):
+            hops = self._pair(h, nxt)
+            if id(hops) not in seen:
+                seen.add(id(hops))
+                self.distinct.update((id(cp), cp) for cp, _ in hops if cp is not None)
+            for r, (cp, failure) in enumerate(hops):
                 if failure is not None or cp is None:
                     return out, failure
                 out.append(((h, hcas[h][r]), (nxt, hcas[nxt][r]), cp))
@@ -206,28 +225,25 @@ def _nccl_gid(host: HostConfig, nic: int) -> GidEntry | None:
     return resolve_gid(host.nics[nic], int(raw) if raw not in (None, "") else None)
 
 
-def _qps(fabric: FabricConfig) -> int:
-    """Return ``NCCL_IB_QPS_PER_CONNECTION`` (the smallest any host sets; default 1)."""
-    return min((int(h.env("NCCL_IB_QPS_PER_CONNECTION") or 1) for h in fabric.hosts), default=1)
-
-
-def _overload(fabric: FabricConfig, op: CollectiveOp) -> float:
+def _overload(hosts: _Rack, op: CollectiveOp) -> float:
     """Return the worst offered overload RoCE collective traffic meets (1.0 = none).
 
     Beyond one leaf the hashed uplinks carry 1/prior of a link (cal §4) or the
     oversubscription; an all-to-all over 3+ nodes adds transient incast at every receiver.
     """
+    fabric = hosts.fabric
     sw, rho = fabric.switch, 1.0
     if spans_leaves(fabric):
-        hashed = 1 / params.F_ROUTE_AR if sw.adaptive_routing else 1 / ecmp_prior(sw.spines, _qps(fabric))
+        hashed = 1 / params.F_ROUTE_AR if sw.adaptive_routing else 1 / ecmp_prior(sw.spines, hosts.qps())
         rho = max(hashed, sw.oversubscription)
     if op == "alltoall" and len(fabric.hosts) > 2:
         rho = max(rho, params.ALLTOALL_INCAST)
     return rho
 
 
-def _route(fabric: FabricConfig, op: CollectiveOp, ib: bool) -> float:
+def _route(hosts: _Rack, op: CollectiveOp, ib: bool) -> float:
     """Return f_route: 1 on one leaf; beyond it ECMP (RoCE) or SM routing / AR (IB)."""
+    fabric = hosts.fabric
     if not spans_leaves(fabric):
         return 1.0
     if ib:
@@ -236,7 +252,7 @@ def _route(fabric: FabricConfig, op: CollectiveOp, ib: bool) -> float:
         ar = ib_ar_active(fabric, host.env("NCCL_IB_ADAPTIVE_ROUTING"), sl)
         eff = ib_route_eff(fabric, op, ar)
     else:
-        eff = roce_route_eff(fabric, _qps(fabric))
+        eff = roce_route_eff(fabric, hosts.qps())
     return min(eff, oversub_cap(fabric.switch))
 
 
@@ -293,14 +309,13 @@ def _plan(hosts: _Rack, op: CollectiveOp) -> Plan:
     )
     if failure is not None:
         return Plan(transport, gdr, 0, 0.0, rails, 1.0, (), failure)
-    rho = 1.0 if ib else _overload(fabric, op)
-    distinct = {id(cp): cp for _, _, cp in classes}.values()  # the same minimum, each class once
-    fcc = min(f_cc(cp, rho, collective=True) for cp in distinct)
+    rho = 1.0 if ib else _overload(hosts, op)
+    fcc = min(f_cc(cp, rho, collective=True) for cp in hosts.distinct.values())  # each class once
     nets = (
         hosts.per_host(f"net {op}", i, functools.partial(_host_net, h, rails, op))
         for i, h in enumerate(fabric.hosts)
     )
-    net = min(nets) * _route(fabric, op, ib) * fcc
+    net = min(nets) * _route(hosts, op, ib) * fcc
     chans = params.CHANNELS_PER_NIC * rails
     return Plan(transport, gdr, chans, _peak(fabric, op, net), rails, rho, tuple(classes))
 
@@ -360,7 +375,7 @@ def _counters(hosts: _Rack, p: Plan, rows: Sequence[SizeResult], iters: int) -> 
     secs = sum(r.time_us for r in rows) * 1e-6 * iters
     busy = max((r.busbw for r in rows), default=0.0)
     fabric = hosts.fabric
-    qps = _qps(fabric)
+    qps = hosts.qps()
     flows: dict[tuple[int, int, int], tuple[Counters, Counters]] = {}
     sums: dict[tuple[int, int], Counters] = {}  # the same two deltas add up to the same sum
 
