@@ -13,10 +13,8 @@ then busbw(S) = peak / (1 + (S_half/S)^beta), plus a latency floor per size.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
-from collections.abc import Callable, Iterator, Sequence
-from typing import TypeVar, cast
+from collections.abc import Iterator, Sequence
 
 from fabtune.sim.model import link, noise, params
 from fabtune.sim.model.config import CollectiveOp, FabricConfig, GidEntry, HostConfig, NicConfig
@@ -49,7 +47,6 @@ from fabtune.sim.model.transport import (
     with_gid,
 )
 
-_T = TypeVar("_T")
 BUS_FACTOR = {"all_reduce": 2.0, "all_gather": 1.0, "reduce_scatter": 1.0, "alltoall": 1.0}
 
 
@@ -91,10 +88,8 @@ class _Rack:
     def __init__(self, fabric: FabricConfig) -> None:
         self.fabric = fabric
         self.kind = _kinds(fabric.hosts)
-        self._per_host: dict[tuple[object, ...], object] = {}
         self._hops: dict[tuple[object, ...], tuple[ClassPath | None, Failure | None]] = {}
         self._pairs: dict[tuple[object, ...], list[tuple[ClassPath | None, Failure | None]]] = {}
-        self._classes: tuple[list[tuple[NicRef, NicRef, ClassPath]], Failure | None] | None = None
         hcas: dict[int, tuple[int, ...]] = {}
         for kind, h in zip(self.kind, fabric.hosts, strict=True):
             if kind not in hcas:
@@ -103,6 +98,7 @@ class _Rack:
         self.rails = min((len(h) for h in self.hcas), default=0)  # the fewest of any host
         self.firsts = [self.kind.index(kind) for kind in hcas]  # the first host of each kind, in order
         self.distinct: dict[int, ClassPath] = {}  # the ring's class paths, each once (by id)
+        self._failure: tuple[Failure | None] | None = None
         self._qps: int | None = None
 
     def qps(self) -> int:
@@ -115,13 +111,6 @@ class _Rack:
             values = (int(hosts[i].env("NCCL_IB_QPS_PER_CONNECTION") or 1) for i in self.firsts)
             self._qps = min(values, default=1)
         return self._qps
-
-    def per_host(self, what: str, index: int, make: Callable[[], _T]) -> _T:
-        """``make()`` for host ``index``, computed once for every host of its kind and GPU count."""
-        key = (what, self.kind[index], self.fabric.hosts[index].gpus)
-        if key not in self._per_host:
-            self._per_host[key] = make()
-        return cast(_T, self._per_host[key])
 
     def ring_pairs(self) -> Iterator[tuple[NicRef, NicRef]]:
         """The (sender, receiver) NIC pairs of the inter-node ring on every rail."""
@@ -157,27 +146,40 @@ class _Rack:
             self._pairs[key] = found
         return found
 
-    def classes(self) -> tuple[list[tuple[NicRef, NicRef, ClassPath]], Failure | None]:
-        """The class path of every ring hop, or the first connection failure (once per call)."""
-        if self._classes is None:
-            self._classes = self._ring_classes()
-        return self._classes
+    def failure(self) -> Failure | None:
+        """The first ring hop's connection failure, host by host and rail by rail (None: all connect).
 
-    def _ring_classes(self) -> tuple[list[tuple[NicRef, NicRef, ClassPath]], Failure | None]:
+        Collects the ring's distinct class paths on the way (``distinct``); once per call.
+        """
+        if self._failure is None:
+            self._failure = (self._first_failure(),)
+        return self._failure[0]
+
+    def _first_failure(self) -> Failure | None:
+        n, seen = len(self.fabric.hosts), set()
+        for h in range(n):
+            hops = self._pair(h, (h + 1) % n)
+            if id(hops) in seen:
+                continue
+            seen.add(id(hops))
+            for cp, failure in hops:
+                if failure is not None or cp is None:
+                    return failure
+                self.distinct[id(cp)] = cp
+        return None
+
+    def classes(self) -> list[tuple[NicRef, NicRef, ClassPath]]:
+        """The class path of every ring hop (when :meth:`failure` is None)."""
         out: list[tuple[NicRef, NicRef, ClassPath]] = []
         n, hcas = len(self.fabric.hosts), self.hcas
-        seen: set[int] = set()
         for h in range(n):
             nxt = (h + 1) % n
-            hops = self._pair(h, nxt)
-            if id(hops) not in seen:
-                seen.add(id(hops))
-                self.distinct.update((id(cp), cp) for cp, _ in hops if cp is not None)
-            for r, (cp, failure) in enumerate(hops):
-                if failure is not None or cp is None:
-                    return out, failure
-                out.append(((h, hcas[h][r]), (nxt, hcas[nxt][r]), cp))
-        return out, None
+            out.extend(
+                ((h, hcas[h][r]), (nxt, hcas[nxt][r]), cp)
+                for r, (cp, _) in enumerate(self._pair(h, nxt))
+                if cp is not None
+            )
+        return out
 
 
 def _kinds(hosts: Sequence[HostConfig]) -> list[int]:
@@ -296,28 +298,24 @@ def plan(fabric: FabricConfig, op: CollectiveOp) -> Plan:
     return _plan(_Rack(fabric), op)
 
 
-def _plan(hosts: _Rack, op: CollectiveOp) -> Plan:
-    """:func:`plan` over an indexed rack (several collectives of one rack share its index)."""
+def _plan(hosts: _Rack, op: CollectiveOp, *, hops: bool = True) -> Plan:
+    """:func:`plan` over an indexed rack (several collectives of one rack share its index);
+    ``hops=False`` leaves out the class path of every hop (what only the counters read)."""
     fabric, rails = hosts.fabric, hosts.rails
     if rails == 0 or len(fabric.hosts) < 2:
         return _socket_plan(fabric, op) if len(fabric.hosts) > 1 else _local_plan(fabric, op)
     ib = link.is_ib(fabric.hosts[0].nics[hosts.hcas[0][0]])
     transport: Transport = "IB" if ib else "RoCE"
-    classes, failure = hosts.classes()
-    gdr = all(
-        hosts.per_host("gdr", i, functools.partial(_host_gdr, h, rails)) for i, h in enumerate(fabric.hosts)
-    )
+    failure = hosts.failure()
+    gdr = all(_host_gdr(fabric.hosts[i], rails) for i in hosts.firsts)  # each kind of host once
     if failure is not None:
         return Plan(transport, gdr, 0, 0.0, rails, 1.0, (), failure)
     rho = 1.0 if ib else _overload(hosts, op)
     fcc = min(f_cc(cp, rho, collective=True) for cp in hosts.distinct.values())  # each class once
-    nets = (
-        hosts.per_host(f"net {op}", i, functools.partial(_host_net, h, rails, op))
-        for i, h in enumerate(fabric.hosts)
-    )
-    net = min(nets) * _route(hosts, op, ib) * fcc
+    net = min(_host_net(fabric.hosts[i], rails, op) for i in hosts.firsts) * _route(hosts, op, ib) * fcc
     chans = params.CHANNELS_PER_NIC * rails
-    return Plan(transport, gdr, chans, _peak(fabric, op, net), rails, rho, tuple(classes))
+    classes = tuple(hosts.classes()) if hops else ()
+    return Plan(transport, gdr, chans, _peak(fabric, op, net), rails, rho, classes)
 
 
 def failed_hops(fabric: FabricConfig) -> list[tuple[NicRef, NicRef, Failure]]:
@@ -449,6 +447,6 @@ def expected_busbws(fabric: FabricConfig, ops: Sequence[CollectiveOp], size: int
     _, n = ranks(fabric)
     out = []
     for op in ops:
-        p = _plan(hosts, op)
+        p = _plan(hosts, op, hops=False)
         out.append(0.0 if p.failure is not None else _row(p, op, size, n, 1.0).busbw)
     return tuple(out)
