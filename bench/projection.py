@@ -279,12 +279,12 @@ def project(nodes: int, state: Mapping[str, Mapping[str, Any]] | None, name: str
 def row(p: Projection) -> str:
     kept = ", ".join(m.name for m in p.result.moves if m.outcome == "kept") or "none"
     rolled = sum(m.outcome == "rolled_back" for m in p.result.moves)
-    moves = max(len(p.result.moves), 1)
+    per_move = f"{p.ansible_s / len(p.result.moves):.0f}" if p.result.moves else "-"
     launches = sum(p.costs.launches.values())
     return (f"| {p.nodes} | {p.state} | {p.result.runs} ({launches}) | {len(p.result.moves)}: kept {kept}; "
             f"{rolled} rolled back | {p.per_launch_s('all_reduce'):.1f} / {p.per_launch_s('alltoall'):.1f} "
             f"| {p.bench_s / 60:.1f} | {p.costs.startup_s / 60:.1f} | {p.ansible_s / 60:.1f} "
-            f"| {p.ansible_s / moves:.0f} "
+            f"| {per_move} "
             f"| {(p.bench_s + p.ansible_s) / 60:.1f} |")
 
 
