@@ -6,9 +6,10 @@ whose hosts are the fabric model's (``fabtune.sim.model``): N nodes of 8 GPUs an
 400G each (rail-optimised, GPU-NIC distance PIX, GID 3 = RoCEv2 IPv4), 32 nodes per leaf, 16
 spines, hashed ECMP, the switch lossless on priority 3 with ECN on it (the calibration's switch).
 ``apply`` sets the knobs the loop sends on every host and the model's configuration follows them;
-each repetition is one emulated ``all_reduce_perf`` and one ``alltoall_perf`` at 8 GiB: the model's
-``collective`` over every host x GPU, with its noise (log-normal, 2 % CV at 8 GiB, plus its slow
-runs: 2 % of runs at 0.5-0.9x) and its counter deltas (the pause frames the loop's guard reads).
+each repetition is one emulated ``all_reduce_perf`` and one ``alltoall_perf`` at the loop's sizes
+(8 GiB): the model's ``collective`` over every host x GPU, with its noise (log-normal, 2 % CV at
+8 GiB, plus its slow runs: 2 % of runs at 0.5-0.9x) and its counter deltas (the pause frames the
+loop's guard reads).
 Runs are seeded (``--seed``): the same arguments print the same numbers.
 
 Rack states: **factory-defaults** (every NIC as shipped: PCP trust, no PFC, ECN on every priority,
@@ -17,11 +18,11 @@ same size left (its tuned desired state), tuned again.
 
 Benchmark time (every assumption; real hardware, not this machine):
 
-* one launch runs one size, 8 GiB, with the loop's ``-n 20 -w 5`` and nccl-tests' default data check
-  (``-c 1``): nccl-tests (``src/common.cu``, ``TimeTest``/``BenchTime``) warms up ``-w`` iterations
-  at the largest size and ``-w`` at the smallest (both 8 GiB here), then times ``-n`` out-of-place
-  and ``-n`` in-place iterations and runs one checked iteration after each: 2x5 + 2x20 + 2 = 52
-  collectives per launch;
+* one launch runs the loop's own nccl-tests options (``MeasureSpec.options``: today one size,
+  8 GiB, ``-n 20 -w 5``) with nccl-tests' default data check (``-c 1``): nccl-tests
+  (``src/common.cu``, ``TimeTest``/``BenchTime``) warms up ``-w`` iterations at the largest size and
+  ``-w`` at the smallest, then per size times ``-n`` out-of-place and ``-n`` in-place iterations
+  and runs one checked iteration after each: today 2x5 + 2x20 + 2 = 52 collectives of 8 GiB;
 * each collective takes S / algbw, with algbw = busbw / factor (nccl-tests ``doc/PERFORMANCE.md``:
   factor 2(n-1)/n for all_reduce, (n-1)/n for alltoall, n ranks = 8 x nodes) and busbw the run's
   own (the model's, with its noise);
@@ -60,6 +61,7 @@ from pathlib import Path
 from typing import Any
 
 from fabtune.ansible import RunOutcome
+from fabtune.bench.deadline import sweep
 from fabtune.bench.diagnose import Diagnosis
 from fabtune.journal import Journal
 from fabtune.sim.model import collective
@@ -74,12 +76,12 @@ from fabtune.sim.model.config import (
     SmConfig,
 )
 from fabtune.tune.loop import TuneOptions, Tuner, TuneResult
-from fabtune.tune.measure import Batch, Sample
+from fabtune.tune.measure import Batch, MeasureSpec, Sample
 
-SIZE = 8 << 30  # bytes: the one size the loop measures (MeasureSpec: -b 8G -e 8G)
-ITERS, WARMUP = 20, 5  # the loop's -n and -w (MeasureSpec.options)
-COLLECTIVES_PER_LAUNCH = 2 * WARMUP + 2 * ITERS + 2  # warm-ups (large, small), out/in-place, 2 checks
 NICS, GPUS, RATE_GBPS = 8, 8, 400.0
+LOOP = MeasureSpec(Path("/nonexistent"), (), GPUS, {}).options("all_reduce_perf")  # the loop's own launch
+SIZES = sweep(LOOP)  # the sizes it runs (-b .. -e); the decision reads the largest
+ITERS, WARMUP = LOOP.iters, LOOP.warmup_iters  # -n, -w
 NODES_PER_LEAF = 32
 FACTORY: dict[str, Any] = {
     "trust": "pcp", "pfc": [], "mtu": 1500, "ecn": {"np": list(range(8)), "rp": list(range(8))},
@@ -226,18 +228,20 @@ class ModelRack:
     def _launch(self, op: CollectiveOp) -> tuple[float, int]:
         """One launch through the model: its busbw, its pause frames, its time on real hardware."""
         run = sum(self.costs.launches.values())
-        res = collective(self.fabric, op, [SIZE], run, iters=2 * ITERS)
+        res = collective(self.fabric, op, SIZES, run, iters=2 * ITERS)
         if res.failure is not None or not res.rows:
             raise RuntimeError(f"{op} cannot run on the projected rack: {res.failure}")
-        busbw = res.rows[0].busbw
-        ranks = GPUS * len(self.names)
-        algbw = busbw / bus_factor(op, ranks)  # GB/s (nccl-tests PERFORMANCE.md)
+        factor = bus_factor(op, GPUS * len(self.names))
+        seconds = {r.size: r.size / (r.busbw / factor * 1e9) for r in res.rows}  # S / algbw (PERFORMANCE.md)
+        # nccl-tests TimeTest: -w warm-ups at the largest size and -w at the smallest; per size -n
+        # out-of-place and -n in-place iterations, each followed by one checked iteration (-c 1).
+        warm = WARMUP * (seconds[SIZES[-1]] + seconds[SIZES[0]])
+        data = warm + sum((2 * ITERS + 2) * t for t in seconds.values())
         self.costs.launches[op] += 1
-        took = self.launch_s + COLLECTIVES_PER_LAUNCH * SIZE / (algbw * 1e9)
-        self.costs.bench_s[op] = self.costs.bench_s.get(op, 0.0) + took
+        self.costs.bench_s[op] = self.costs.bench_s.get(op, 0.0) + self.launch_s + data
         self.costs.startup_s += self.launch_s
         pauses = sum(sum(c.rx_pause) + sum(c.tx_pause) for c in res.counters.values())
-        return busbw, pauses
+        return res.rows[-1].busbw, pauses
 
 
 @dataclass(frozen=True)
@@ -301,7 +305,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="fabtune-projection-"))
     print(f"seed {args.seed}, forks {args.forks}, launch start-up {args.launch_s:g} s "
-          f"+ {args.launch_per_node_s:g} s per node, 8 GiB, -n {ITERS} -w {WARMUP}\n")
+          f"+ {args.launch_per_node_s:g} s per node, -b {LOOP.min_bytes} -e {LOOP.max_bytes} -n {ITERS} "
+          f"-w {WARMUP}\n")
     print("| nodes | rack state | benchmark runs (launches) | moves | s per launch: all_reduce / alltoall "
           "| benchmark time (min) | of it start-up (min) | Ansible time (min) | Ansible s per move "
           "| total (min) |")
