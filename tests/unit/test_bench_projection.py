@@ -19,10 +19,10 @@ LINE = re.compile(r"^projection (\d+) nodes (factory-defaults|already-tuned): (\
 
 @pytest.fixture(scope="module")
 def projection() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("projection", SCRIPT)
+    spec = importlib.util.spec_from_file_location("fabtune_bench_projection", SCRIPT)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    sys.modules["projection"] = module  # dataclasses resolve their module by name
+    sys.modules[spec.name] = module  # dataclasses resolve their module by name
     spec.loader.exec_module(module)
     return module
 
