@@ -11,7 +11,7 @@ See docs/model.md for every equation and parameter with its source.
 """
 
 from fabtune.sim.model.calibration import calibration_markdown, calibration_rows
-from fabtune.sim.model.collective import collective, expected_busbw
+from fabtune.sim.model.collective import collective, expected_busbw, expected_busbws
 from fabtune.sim.model.config import (
     DEFAULT_GIDS,
     FabricConfig,
@@ -57,6 +57,7 @@ __all__ = [
     "ceiling_gbps",
     "collective",
     "expected_busbw",
+    "expected_busbws",
     "incast",
     "oracle",
     "p2p",

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from fabtune.sim.model import link, noise, params
-from fabtune.sim.model.config import CollectiveOp, FabricConfig, GidEntry, HostConfig
+from fabtune.sim.model.config import CollectiveOp, FabricConfig, GidEntry, HostConfig, NicConfig
 from fabtune.sim.model.congestion import Traffic, f_cc, flow_counters
 from fabtune.sim.model.qos import ClassPath, class_path
 from fabtune.sim.model.results import (
@@ -32,6 +32,7 @@ from fabtune.sim.model.routing import (
     ecmp_prior,
     ib_ar_active,
     ib_route_eff,
+    leaf_of,
     oversub_cap,
     roce_route_eff,
     spans_leaves,
@@ -74,9 +75,124 @@ def bus_factor(op: CollectiveOp, n: int) -> float:
     return BUS_FACTOR[op] * (n - 1) / n if n > 0 else 0.0
 
 
-def _rails(fabric: FabricConfig) -> int:
-    """Return the NICs per host NCCL uses (the fewest of any host; channels spread over them)."""
-    return min((len(usable_hcas(h)) for h in fabric.hosts), default=0)
+class _Rack:
+    """A fabric's hosts indexed once per call: usable NICs, NCCL settings, per-hop results.
+
+    Hosts with equal NICs and NCCL environments (one *kind*) share every per-host and per-hop
+    result: each is computed once, for the first host of its kind, and looked up for the others,
+    so a run costs O(hosts x rails) look-ups. Hosts holding the very same objects (a uniformly
+    configured rack) are told apart by object id alone, without comparing values; ids are valid
+    while the fabric (which holds the objects) is alive: only for the duration of one call.
+    """
+
+    def __init__(self, fabric: FabricConfig) -> None:
+        self.fabric = fabric
+        self.kind = _kinds(fabric.hosts)
+        self._hops: dict[tuple[object, ...], tuple[ClassPath | None, Failure | None]] = {}
+        self._pairs: dict[tuple[object, ...], list[tuple[ClassPath | None, Failure | None]]] = {}
+        hcas: dict[int, tuple[int, ...]] = {}
+        for kind, h in zip(self.kind, fabric.hosts, strict=True):
+            if kind not in hcas:
+                hcas[kind] = usable_hcas(h)
+        self.hcas = [hcas[kind] for kind in self.kind]
+        self.rails = min((len(h) for h in self.hcas), default=0)  # the fewest of any host
+        self.firsts = [self.kind.index(kind) for kind in hcas]  # the first host of each kind, in order
+        self.distinct: dict[int, ClassPath] = {}  # the ring's class paths, each once (by id)
+        self._failure: tuple[Failure | None] | None = None
+        self._qps: int | None = None
+
+    def qps(self) -> int:
+        """``NCCL_IB_QPS_PER_CONNECTION`` (the smallest any host sets; default 1), read once.
+
+        The first host of each kind stands for its kind (the same value, the same error if any).
+        """
+        if self._qps is None:
+            hosts = self.fabric.hosts
+            values = (int(hosts[i].env("NCCL_IB_QPS_PER_CONNECTION") or 1) for i in self.firsts)
+            self._qps = min(values, default=1)
+        return self._qps
+
+    def ring_pairs(self) -> Iterator[tuple[NicRef, NicRef]]:
+        """The (sender, receiver) NIC pairs of the inter-node ring on every rail."""
+        n, hcas = len(self.fabric.hosts), self.hcas
+        for h in range(n):
+            nxt = (h + 1) % n
+            for r in range(self.rails):
+                yield (h, hcas[h][r]), (nxt, hcas[nxt][r])
+
+    def _routed(self, a: int, b: int) -> bool:
+        """Whether traffic between hosts ``a`` and ``b`` crosses a routed (L3) leaf boundary."""
+        sw = self.fabric.switch
+        return sw.l3 and leaf_of(sw, a) != leaf_of(sw, b)
+
+    def connect(self, a: NicRef, b: NicRef) -> tuple[ClassPath | None, Failure | None]:
+        """``_connect`` of one hop, computed once per distinct pair of ports, settings and leaves."""
+        key = (self.kind[a[0]], a[1], self.kind[b[0]], b[1], self._routed(a[0], b[0]))
+        found = self._hops.get(key)
+        if found is None:
+            found = self._hops[key] = _connect(self.fabric, a, b)
+        return found
+
+    def _pair(self, h: int, nxt: int) -> list[tuple[ClassPath | None, Failure | None]]:
+        """The hops from host ``h`` to ``nxt``, rail by rail, up to the first that fails."""
+        key = (self.kind[h], self.kind[nxt], self._routed(h, nxt))
+        found = self._pairs.get(key)
+        if found is None:
+            found = []
+            for r in range(self.rails):
+                found.append(self.connect((h, self.hcas[h][r]), (nxt, self.hcas[nxt][r])))
+                if found[-1][1] is not None:
+                    break
+            self._pairs[key] = found
+        return found
+
+    def failure(self) -> Failure | None:
+        """The first ring hop's connection failure, host by host and rail by rail (None: all connect).
+
+        Collects the ring's distinct class paths on the way (``distinct``); once per call.
+        """
+        if self._failure is None:
+            self._failure = (self._first_failure(),)
+        return self._failure[0]
+
+    def _first_failure(self) -> Failure | None:
+        n, seen = len(self.fabric.hosts), set()
+        for h in range(n):
+            hops = self._pair(h, (h + 1) % n)
+            if id(hops) in seen:
+                continue
+            seen.add(id(hops))
+            for cp, failure in hops:
+                if failure is not None or cp is None:
+                    return failure
+                self.distinct[id(cp)] = cp
+        return None
+
+    def classes(self) -> list[tuple[NicRef, NicRef, ClassPath]]:
+        """The class path of every ring hop (when :meth:`failure` is None)."""
+        out: list[tuple[NicRef, NicRef, ClassPath]] = []
+        n, hcas = len(self.fabric.hosts), self.hcas
+        for h in range(n):
+            nxt = (h + 1) % n
+            out.extend(
+                ((h, hcas[h][r]), (nxt, hcas[nxt][r]), cp)
+                for r, (cp, _) in enumerate(self._pair(h, nxt))
+                if cp is not None
+            )
+        return out
+
+
+def _kinds(hosts: Sequence[HostConfig]) -> list[int]:
+    """Number each host by its NICs and NCCL environment: equal values, equal numbers."""
+    by_id: dict[tuple[int, int], int] = {}
+    by_value: dict[tuple[tuple[NicConfig, ...], tuple[tuple[str, str], ...]], int] = {}
+    out = []
+    for h in hosts:
+        ident = (id(h.nics), id(h.nccl_env))
+        if ident not in by_id:
+            by_id[ident] = by_value.setdefault((h.nics, h.nccl_env), len(by_value))
+        out.append(by_id[ident])
+    return out
 
 
 def _host_net(host: HostConfig, rails: int, op: CollectiveOp) -> float:
@@ -86,16 +202,9 @@ def _host_net(host: HostConfig, rails: int, op: CollectiveOp) -> float:
     return rails * min(per, default=0.0)
 
 
-def _ring_pairs(fabric: FabricConfig, rails: int) -> list[tuple[NicRef, NicRef]]:
-    """Return the (sender, receiver) NIC pairs of the inter-node ring on every rail."""
-    n = len(fabric.hosts)
-    hcas = [usable_hcas(h) for h in fabric.hosts]
-    return [((h, hcas[h][r]), ((h + 1) % n, hcas[(h + 1) % n][r])) for h in range(n) for r in range(rails)]
-
-
-def _nic(fabric: FabricConfig, ref: NicRef) -> tuple[HostConfig, int]:
-    """Return the host of a NIC reference and the NIC index."""
-    return fabric.hosts[ref[0]], ref[1]
+def _host_gdr(host: HostConfig, rails: int) -> bool:
+    """Return True when NCCL uses GPUDirect RDMA on every one of the host's first ``rails`` NICs."""
+    return all(gdr_used(host, host.nics[i]) for i in usable_hcas(host)[:rails])
 
 
 def _connect(fabric: FabricConfig, a: NicRef, b: NicRef) -> tuple[ClassPath | None, Failure | None]:
@@ -118,28 +227,25 @@ def _nccl_gid(host: HostConfig, nic: int) -> GidEntry | None:
     return resolve_gid(host.nics[nic], int(raw) if raw not in (None, "") else None)
 
 
-def _qps(fabric: FabricConfig) -> int:
-    """Return ``NCCL_IB_QPS_PER_CONNECTION`` (the smallest any host sets; default 1)."""
-    return min((int(h.env("NCCL_IB_QPS_PER_CONNECTION") or 1) for h in fabric.hosts), default=1)
-
-
-def _overload(fabric: FabricConfig, op: CollectiveOp) -> float:
+def _overload(hosts: _Rack, op: CollectiveOp) -> float:
     """Return the worst offered overload RoCE collective traffic meets (1.0 = none).
 
     Beyond one leaf the hashed uplinks carry 1/prior of a link (cal §4) or the
     oversubscription; an all-to-all over 3+ nodes adds transient incast at every receiver.
     """
+    fabric = hosts.fabric
     sw, rho = fabric.switch, 1.0
     if spans_leaves(fabric):
-        hashed = 1 / params.F_ROUTE_AR if sw.adaptive_routing else 1 / ecmp_prior(sw.spines, _qps(fabric))
+        hashed = 1 / params.F_ROUTE_AR if sw.adaptive_routing else 1 / ecmp_prior(sw.spines, hosts.qps())
         rho = max(hashed, sw.oversubscription)
     if op == "alltoall" and len(fabric.hosts) > 2:
         rho = max(rho, params.ALLTOALL_INCAST)
     return rho
 
 
-def _route(fabric: FabricConfig, op: CollectiveOp, ib: bool) -> float:
+def _route(hosts: _Rack, op: CollectiveOp, ib: bool) -> float:
     """Return f_route: 1 on one leaf; beyond it ECMP (RoCE) or SM routing / AR (IB)."""
+    fabric = hosts.fabric
     if not spans_leaves(fabric):
         return 1.0
     if ib:
@@ -148,7 +254,7 @@ def _route(fabric: FabricConfig, op: CollectiveOp, ib: bool) -> float:
         ar = ib_ar_active(fabric, host.env("NCCL_IB_ADAPTIVE_ROUTING"), sl)
         eff = ib_route_eff(fabric, op, ar)
     else:
-        eff = roce_route_eff(fabric, _qps(fabric))
+        eff = roce_route_eff(fabric, hosts.qps())
     return min(eff, oversub_cap(fabric.switch))
 
 
@@ -173,19 +279,6 @@ def _peak(fabric: FabricConfig, op: CollectiveOp, net: float) -> float:
     return min(params.B_INTRA_RING, net)
 
 
-def _classes(
-    fabric: FabricConfig, rails: int
-) -> tuple[list[tuple[NicRef, NicRef, ClassPath]], Failure | None]:
-    """Return the class path of every ring hop, or the first connection failure."""
-    out: list[tuple[NicRef, NicRef, ClassPath]] = []
-    for a, b in _ring_pairs(fabric, rails):
-        cp, failure = _connect(fabric, a, b)
-        if failure is not None or cp is None:
-            return out, failure
-        out.append((a, b, cp))
-    return out, None
-
-
 def _socket_plan(fabric: FabricConfig, op: CollectiveOp) -> Plan:
     """Return the plan of a run that fell back to NCCL's socket transport."""
     net = min((socket_gbytes(h) for h in fabric.hosts), default=0.0)
@@ -202,20 +295,27 @@ def plan(fabric: FabricConfig, op: CollectiveOp) -> Plan:
     Returns:
         The plan; ``failure`` is set when RoCE connections cannot come up.
     """
-    rails = _rails(fabric)
+    return _plan(_Rack(fabric), op)
+
+
+def _plan(hosts: _Rack, op: CollectiveOp, *, hops: bool = True) -> Plan:
+    """:func:`plan` over an indexed rack (several collectives of one rack share its index);
+    ``hops=False`` leaves out the class path of every hop (what only the counters read)."""
+    fabric, rails = hosts.fabric, hosts.rails
     if rails == 0 or len(fabric.hosts) < 2:
         return _socket_plan(fabric, op) if len(fabric.hosts) > 1 else _local_plan(fabric, op)
-    ib = link.is_ib(fabric.hosts[0].nics[usable_hcas(fabric.hosts[0])[0]])
+    ib = link.is_ib(fabric.hosts[0].nics[hosts.hcas[0][0]])
     transport: Transport = "IB" if ib else "RoCE"
-    classes, failure = _classes(fabric, rails)
-    gdr = all(gdr_used(h, h.nics[i]) for h in fabric.hosts for i in usable_hcas(h)[:rails])
+    failure = hosts.failure()
+    gdr = all(_host_gdr(fabric.hosts[i], rails) for i in hosts.firsts)  # each kind of host once
     if failure is not None:
         return Plan(transport, gdr, 0, 0.0, rails, 1.0, (), failure)
-    rho = 1.0 if ib else _overload(fabric, op)
-    fcc = min(f_cc(cp, rho, collective=True) for _, _, cp in classes)
-    net = min(_host_net(h, rails, op) for h in fabric.hosts) * _route(fabric, op, ib) * fcc
+    rho = 1.0 if ib else _overload(hosts, op)
+    fcc = min(f_cc(cp, rho, collective=True) for cp in hosts.distinct.values())  # each class once
+    net = min(_host_net(fabric.hosts[i], rails, op) for i in hosts.firsts) * _route(hosts, op, ib) * fcc
     chans = params.CHANNELS_PER_NIC * rails
-    return Plan(transport, gdr, chans, _peak(fabric, op, net), rails, rho, tuple(classes))
+    classes = tuple(hosts.classes()) if hops else ()
+    return Plan(transport, gdr, chans, _peak(fabric, op, net), rails, rho, classes)
 
 
 def failed_hops(fabric: FabricConfig) -> list[tuple[NicRef, NicRef, Failure]]:
@@ -225,12 +325,12 @@ def failed_hops(fabric: FabricConfig) -> list[tuple[NicRef, NicRef, Failure]]:
     completion from peer ... status=12 ... (Send)"); a host with a wrong GID fails its own sends
     and its ring predecessor's sends to it.
     """
-    rails = _rails(fabric)
-    if rails == 0 or len(fabric.hosts) < 2:
+    hosts = _Rack(fabric)
+    if hosts.rails == 0 or len(fabric.hosts) < 2:
         return []
     out = []
-    for a, b in _ring_pairs(fabric, rails):
-        _, failure = _connect(fabric, a, b)
+    for a, b in hosts.ring_pairs():
+        _, failure = hosts.connect(a, b)
         if failure is not None:
             out.append((a, b, failure))
     return out
@@ -265,20 +365,37 @@ def _row(p: Plan, op: CollectiveOp, size: int, n: int, factor: float) -> SizeRes
     return SizeResult(size, t_us, algbw, algbw * bf)
 
 
-def _counters(
-    fabric: FabricConfig, p: Plan, rows: Sequence[SizeResult], iters: int
-) -> dict[NicRef, Counters]:
-    """Return counter deltas of a run: each ring hop carries its rail's share of busbw."""
+def _counters(hosts: _Rack, p: Plan, rows: Sequence[SizeResult], iters: int) -> dict[NicRef, Counters]:
+    """Return counter deltas of a run: each ring hop carries its rail's share of busbw.
+
+    Hops with the same class path from the same port move the same counts: computed once.
+    """
     secs = sum(r.time_us for r in rows) * 1e-6 * iters
     busy = max((r.busbw for r in rows), default=0.0)
+    fabric = hosts.fabric
+    qps = hosts.qps()
+    flows: dict[tuple[int, int, int], tuple[Counters, Counters]] = {}
+    sums: dict[tuple[int, int], Counters] = {}  # the same two deltas add up to the same sum
+
+    def add(ref: NicRef, delta: Counters) -> None:
+        if ref not in out:
+            out[ref] = delta
+            return
+        key = (id(out[ref]), id(delta))  # both held (by ``flows``, ``sums``) until the call returns
+        if key not in sums:
+            sums[key] = out[ref] + delta
+        out[ref] = sums[key]
+
     out: dict[NicRef, Counters] = {}
     for a, b, cp in p.classes:
-        h, i = _nic(fabric, a)
-        nic = h.nics[i]
-        t = Traffic(busy * 8 / max(p.rails, 1), secs, link.active_mtu(nic), _qps(fabric), nic.rate_gbps)
-        tx, rx = flow_counters(cp, p.rho, t)
-        out[a] = out.get(a, Counters()) + tx
-        out[b] = out.get(b, Counters()) + rx
+        key = (id(cp), hosts.kind[a[0]], a[1])  # the class path and the sending port
+        if key not in flows:
+            nic = fabric.hosts[a[0]].nics[a[1]]
+            t = Traffic(busy * 8 / max(p.rails, 1), secs, link.active_mtu(nic), qps, nic.rate_gbps)
+            flows[key] = flow_counters(cp, p.rho, t)
+        tx, rx = flows[key]
+        add(a, tx)
+        add(b, rx)
     return out
 
 
@@ -305,7 +422,8 @@ def collective(
         A row per size, the transport, GDR use, channels and counter deltas; on a connection
         failure, no rows and ``failure`` set.
     """
-    p = plan(fabric, op)
+    hosts = _Rack(fabric)
+    p = _plan(hosts, op)
     if p.failure is not None:
         return CollectiveResult(op, (), p.transport, p.gdr, 0, {}, p.failure)
     _, n = ranks(fabric)
@@ -314,14 +432,21 @@ def collective(
         rng = noise.rng_for(fabric.seed, run_index, 7_000_000 + i)
         jitter = noise.factor(rng, noise.cv_for_size(size)) if noisy else 1.0
         rows.append(_row(p, op, size, n, jitter))
-    counters = _counters(fabric, p, rows, iters)
+    counters = _counters(hosts, p, rows, iters)
     return CollectiveResult(op, tuple(rows), p.transport, p.gdr, p.channels, counters)
 
 
 def expected_busbw(fabric: FabricConfig, op: CollectiveOp, size: int) -> float:
     """Return the noise-free busbw at ``size`` (0 on failure): the oracle's objective."""
-    p = plan(fabric, op)
-    if p.failure is not None:
-        return 0.0
+    return expected_busbws(fabric, (op,), size)[0]
+
+
+def expected_busbws(fabric: FabricConfig, ops: Sequence[CollectiveOp], size: int) -> tuple[float, ...]:
+    """Return :func:`expected_busbw` of each collective in ``ops``, the rack indexed once for all."""
+    hosts = _Rack(fabric)
     _, n = ranks(fabric)
-    return _row(p, op, size, n, 1.0).busbw
+    out = []
+    for op in ops:
+        p = _plan(hosts, op, hops=False)
+        out.append(0.0 if p.failure is not None else _row(p, op, size, n, 1.0).busbw)
+    return tuple(out)

@@ -12,7 +12,7 @@ import dataclasses
 import itertools
 from collections.abc import Callable, Iterable
 
-from fabtune.sim.model.collective import expected_busbw
+from fabtune.sim.model.collective import expected_busbw, expected_busbws
 from fabtune.sim.model.config import (
     CollectiveOp,
     FabricConfig,
@@ -81,13 +81,37 @@ def _env(host: HostConfig, k: Knobs) -> tuple[tuple[str, str], ...]:
 
 
 def apply(fabric: FabricConfig, k: Knobs) -> FabricConfig:
-    """Return ``fabric`` with every knob of ``k`` applied to every host, NIC and the SM."""
+    """Return ``fabric`` with every knob of ``k`` applied to every host, NIC and the SM.
+
+    Hosts that share their NIC tuple and NCCL environment (the same objects) share the results
+    too: the model computes what identical hosts have in common once.
+    """
+    nics: dict[int, tuple[NicConfig, ...]] = {}
+    envs: dict[int, tuple[tuple[str, str], ...]] = {}
+    for h in fabric.hosts:
+        if id(h.nics) not in nics:
+            nics[id(h.nics)] = tuple(_nic(n, k) for n in h.nics)
+        if id(h.nccl_env) not in envs:
+            envs[id(h.nccl_env)] = _env(h, k)
     hosts = tuple(
-        dataclasses.replace(h, nics=tuple(_nic(n, k) for n in h.nics), nccl_env=_env(h, k))
-        for h in fabric.hosts
+        dataclasses.replace(h, nics=nics[id(h.nics)], nccl_env=envs[id(h.nccl_env)]) for h in fabric.hosts
     )
     sm = dataclasses.replace(fabric.sm, routing_engine=k.routing_engine, adaptive_routing=k.ar)
     return dataclasses.replace(fabric, hosts=hosts, sm=sm if fabric.fabric == "ib" else fabric.sm)
+
+
+def shared(fabric: FabricConfig) -> FabricConfig:
+    """Return ``fabric`` with equal NIC tuples and equal NCCL environments as one object each.
+
+    The same values: only what :func:`apply` and the model share between identical hosts changes.
+    """
+    nics: dict[tuple[NicConfig, ...], tuple[NicConfig, ...]] = {}
+    envs: dict[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]] = {}
+    hosts = []
+    for h in fabric.hosts:
+        env = envs.setdefault(h.nccl_env, h.nccl_env)
+        hosts.append(dataclasses.replace(h, nics=nics.setdefault(h.nics, h.nics), nccl_env=env))
+    return dataclasses.replace(fabric, hosts=tuple(hosts))
 
 
 def current_knobs(fabric: FabricConfig) -> Knobs:
@@ -171,8 +195,8 @@ def score(
 
 def _key(fabric: FabricConfig, k: Knobs, op: CollectiveOp, size: int) -> tuple[float, float]:
     """Return (objective, tie-breaker): ties go to the config that also carries incast best."""
-    cand = apply(fabric, k)
-    return expected_busbw(cand, op, size), expected_busbw(cand, "alltoall", size)
+    objective, incast = expected_busbws(apply(fabric, k), (op, "alltoall"), size)
+    return objective, incast
 
 
 def best_config(
@@ -193,14 +217,18 @@ def best_config(
     Returns:
         The best configuration found and its noise-free busbw in GB/s.
     """
+    fabric = shared(fabric)
     best = current_knobs(fabric)
-    best_key = _key(fabric, best, op, size)
+    keys = {best: _key(fabric, best, op, size)}
+    best_key = keys[best]
     improved = True
     while improved:
         improved = False
         for group in GROUPS:
             for cand in group(fabric, best):
-                key = _key(fabric, cand, op, size)
+                if cand not in keys:  # every sweep meets the current point again, and grids overlap
+                    keys[cand] = _key(fabric, cand, op, size)
+                key = keys[cand]
                 if _better(key, best_key):
                     best, best_key, improved = cand, key, True
     return apply(fabric, best), best_key[0]
