@@ -32,6 +32,8 @@ from tests.integration.tunerack import inventory
 pytestmark = pytest.mark.testbed
 NOISE = 0.05  # nccl-tests busbw varies by about 2 % run to run on the emulated fabric
 WANTS = "/etc/systemd/system/multi-user.target.wants/fabtune-boot.service"
+# fabtune-rdma-cm.service (role roce_tos) re-applies the RoCE ToS and mode at boot too.
+WANTS_CM = "/etc/systemd/system/multi-user.target.wants/fabtune-rdma-cm.service"
 
 
 @pytest.fixture(scope="module")
@@ -85,9 +87,9 @@ def test_a_rebooted_rack_keeps_its_settings_and_bandwidth_and_loses_them_without
     again = _busbw(rack)
     assert abs(again / tuned - 1) < NOISE, (tuned, again)
 
-    # The control: the same reboot with the unit disabled loses every NIC knob and the bandwidth.
+    # The control: the same reboot with the units disabled loses every NIC knob and the bandwidth.
     for host in rack.hosts:
-        _on(rack, host.name, f"rm {WANTS}")
+        _on(rack, host.name, f"rm {WANTS} {WANTS_CM}")
     reboot(rack.name)
     found = _drift(rack, desired)
     knobs = {(h, k.split(".", 1)[-1]) for h, k, _e, _f in found if "." in k and not k.startswith("/")}

@@ -227,6 +227,15 @@ def test_extend_after_the_host_reverted_fails_and_rearms_nothing(module_args: An
     assert host.calls == [] and not saved.exists()
 
 
+def test_extend_in_check_mode_after_a_check_mode_arming_changes_nothing(module_args: Any, host: Host,
+                                                                          tmp_path: Path) -> None:
+    run_module(module_args, args(tmp_path), check_mode=True)  # what apply.yml --check does first
+    result = run_module(module_args, {"run_id": "run1.move-2", "state": "extended",
+                                      "state_dir": str(tmp_path / "revert")}, check_mode=True)
+    assert "failed" not in result and result["armed"] is False and "would extend" in result["msg"]
+    assert host.calls == [] and not (tmp_path / "revert").exists()
+
+
 def test_extend_of_a_run_never_armed_fails(module_args: Any, host: Host, tmp_path: Path) -> None:
     result = run_module(module_args, {"run_id": "run9", "state": "extended",
                                       "state_dir": str(tmp_path / "revert")})

@@ -237,6 +237,10 @@ class Revert(object):
                                   % (MIN_DEADLINE_S, deadline_s), **self.result())
         with locked(self.state_dir) if not self.module.check_mode else _nothing():
             self.gone()
+            if self.module.check_mode and not os.path.exists(self.path):
+                # An apply in check mode armed nothing: its extension would move that deadline.
+                return self.result(changed=True, armed=False, reverted=False,
+                                   msg="check mode: would extend the revert armed by this apply")
             try:
                 with open(self.path) as handle:
                     record = json.load(handle)
