@@ -55,7 +55,7 @@ import json
 import math
 import tempfile
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -79,9 +79,10 @@ from fabtune.tune.loop import TuneOptions, Tuner, TuneResult
 from fabtune.tune.measure import Batch, MeasureSpec, Sample
 
 NICS, GPUS, RATE_GBPS = 8, 8, 400.0
-LOOP = MeasureSpec(Path("/nonexistent"), (), GPUS, {}).options("all_reduce_perf")  # the loop's own launch
-SIZES = sweep(LOOP)  # the sizes it runs (-b .. -e); the decision reads the largest
-ITERS, WARMUP = LOOP.iters, LOOP.warmup_iters  # -n, -w
+_SPEC = MeasureSpec(Path("/nonexistent"), (), GPUS, {})
+LOOP = {op: _SPEC.options(f"{op}_perf") for op in ("all_reduce", "alltoall")}  # the loop's own launches
+SIZES = {op: sweep(opts) for op, opts in LOOP.items()}  # the sizes each runs (-b .. -e)
+ITERS, WARMUP = LOOP["all_reduce"].iters, LOOP["all_reduce"].warmup_iters  # -n, -w (both tests alike)
 NODES_PER_LEAF = 32
 FACTORY: dict[str, Any] = {
     "trust": "pcp", "pfc": [], "mtu": 1500, "ecn": {"np": list(range(8)), "rp": list(range(8))},
@@ -189,7 +190,8 @@ class ModelRack:
         pass
 
     def apply(self, desired: Mapping[str, Mapping[str, Any]], *, run_id: str | None = None,
-              snapshots: Mapping[str, Mapping[str, Any]] | None = None, exact: bool = False) -> RunOutcome:
+              snapshots: Mapping[str, Mapping[str, Any]] | None = None, exact: bool = False,
+              roles: Sequence[str] | None = None) -> RunOutcome:
         self.costs.calls["rollback apply" if exact else "armed apply"] += 1
         for host, tree in desired.items():
             if exact:
@@ -228,14 +230,15 @@ class ModelRack:
     def _launch(self, op: CollectiveOp) -> tuple[float, int]:
         """One launch through the model: its busbw, its pause frames, its time on real hardware."""
         run = sum(self.costs.launches.values())
-        res = collective(self.fabric, op, SIZES, run, iters=2 * ITERS)
+        sizes = SIZES[op]
+        res = collective(self.fabric, op, sizes, run, iters=2 * ITERS)
         if res.failure is not None or not res.rows:
             raise RuntimeError(f"{op} cannot run on the projected rack: {res.failure}")
         factor = bus_factor(op, GPUS * len(self.names))
         seconds = {r.size: r.size / (r.busbw / factor * 1e9) for r in res.rows}  # S / algbw (PERFORMANCE.md)
         # nccl-tests TimeTest: -w warm-ups at the largest size and -w at the smallest; per size -n
         # out-of-place and -n in-place iterations, each followed by one checked iteration (-c 1).
-        warm = WARMUP * (seconds[SIZES[-1]] + seconds[SIZES[0]])
+        warm = WARMUP * (seconds[sizes[-1]] + seconds[sizes[0]])
         data = warm + sum((2 * ITERS + 2) * t for t in seconds.values())
         self.costs.launches[op] += 1
         self.costs.bench_s[op] = self.costs.bench_s.get(op, 0.0) + self.launch_s + data
@@ -305,7 +308,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="fabtune-projection-"))
     print(f"seed {args.seed}, forks {args.forks}, launch start-up {args.launch_s:g} s "
-          f"+ {args.launch_per_node_s:g} s per node, -b {LOOP.min_bytes} -e {LOOP.max_bytes} -n {ITERS} "
+          f"+ {args.launch_per_node_s:g} s per node, -b/-e all_reduce {LOOP['all_reduce'].max_bytes}, "
+          f"alltoall {LOOP['alltoall'].max_bytes}, -n {ITERS} "
           f"-w {WARMUP}\n")
     print("| nodes | rack state | benchmark runs (launches) | moves | s per launch: all_reduce / alltoall "
           "| benchmark time (min) | of it start-up (min) | Ansible time (min) | Ansible s per move "

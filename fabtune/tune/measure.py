@@ -85,18 +85,21 @@ class MeasureSpec:
     netdevs: Mapping[str, Sequence[str]]
     launcher: str = "mpirun"
     oob_interface: str | None = None
-    # The decision reads one row, the largest size's busbw: only that size is run (a 1G..8G sweep
-    # spent three quarters of each launch on rows nobody read).
-    min_bytes: str = "8G"
-    max_bytes: str = "8G"
+    # The decision reads one row per test, its busbw at one size: only that size is run (a 1G..8G
+    # sweep spent three quarters of each launch on rows nobody read). all_reduce at 8 GiB, where its
+    # busbw is bandwidth-bound; alltoall at 1 GiB, where it is too (each rank's message to each
+    # peer is 1 GiB / ranks: 4 MiB at 256 ranks) and a launch takes an eighth of the time (at
+    # 8 GiB an alltoall launch took 1.5-3x an all_reduce one: docs/benchmarks.md, projection).
+    sizes: Mapping[str, str] = field(default_factory=lambda: {"all_reduce_perf": "8G", "alltoall_perf": "1G"})
     deadline_s: int | None = None  # each launch's deadline; None: derived from the sweep and host count
     ceilings: Mapping[str, float] = field(default_factory=dict)  # per test, the busbw ceiling (GB/s)
 
     def options(self, test: str) -> NcclOptions:
+        size = self.sizes[test]
         return NcclOptions(
             test=test,
-            min_bytes=self.min_bytes,
-            max_bytes=self.max_bytes,
+            min_bytes=size,
+            max_bytes=size,
             gpus_per_process=self.gpus,
             iters=20,
             warmup_iters=5,
