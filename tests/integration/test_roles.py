@@ -164,3 +164,34 @@ def test_snapshot_restores_the_exact_prior_state(rack: TestbedSpec, before: dict
     after = facts(rack)
     for host in HOSTS:
         assert knobs(after[host]) == knobs(before[host])
+
+
+def _host_files(spec: TestbedSpec, host: str) -> str:
+    """What the roles wrote on a host, byte for byte (checksums of fabtune's files and links)."""
+    paths = ("/etc/nccl.conf /etc/fabtune /usr/local/sbin/fabtune-* /usr/local/lib/fabtune "
+             "/etc/systemd/system/fabtune-* /etc/systemd/system/multi-user.target.wants")
+    return on_host(spec, host, f"find {paths} -type f -o -type l 2>/dev/null | sort | xargs sha256sum")
+
+
+def test_an_apply_sliced_in_two_gives_the_state_of_one_run(rack: TestbedSpec, before: dict[str, Any]) -> None:
+    """AWX job slicing runs a playbook once per slice of the inventory (each slice its own job):
+    the apply playbook must leave every host as one run over the whole inventory does."""
+    def state() -> tuple[dict[str, Any], dict[str, str]]:
+        return ({h: knobs(f) for h, f in facts(rack).items()}, {h: _host_files(rack, h) for h in HOSTS})
+
+    def restore() -> None:
+        for host in HOSTS:
+            ansible.run_playbook("apply.yml", inventory(rack), limit=host, extravars={
+                "fabric_desired": knobs(before[host]), "fabric_enforce_couplings": False,
+            }).raise_for_failure("restore")
+
+    for host in HOSTS:  # two slices, one host each
+        ansible.run_playbook("apply.yml", inventory(rack), limit=host,
+                             extravars={"fabric_desired": PROFILE}).raise_for_failure(f"slice {host}")
+    sliced = state()
+    restore()
+    apply(rack, PROFILE).raise_for_failure("one run")
+    whole = state()
+    restore()
+    assert sliced == whole
+    assert sliced[0] != {h: knobs(before[h]) for h in HOSTS}  # the profile changed something
