@@ -56,11 +56,11 @@ def affinity(
 
 def transport(host: str, summary: NcclDebugSummary, raw: str, *, expect_gdr: bool = True) -> CheckResult:
     """NCCL must use NET/IB (RoCE or IB), with GPUDirect RDMA where expected, and never NET/Socket."""
-    socket_lines = [c for c in summary.channels if c.transport.startswith("Socket")]
-    if summary.ib_no_device or "Socket" in summary.networks or socket_lines:
+    if summary.ib_no_device or summary.socket_fallback:
         return _fallback(host, summary, raw)
-    ib = [c for c in summary.channels if c.transport.startswith("IB")]
-    if not ib and "IB" not in summary.networks:
+    # Channel transports read "NET/IB" ("NET/IBext_v8" through NVIDIA's net plugin); networks "IB".
+    ib = [c for c in summary.channels if c.transport.startswith("NET/IB")]
+    if not ib and not any(n.startswith("IB") for n in summary.networks):
         return CheckResult(
             "transport",
             host,
