@@ -46,10 +46,21 @@ LONG_ONLY: dict[str, bool] = {
 }
 LONG: dict[str, bool] = {**dict(SHORT.values()), **LONG_ONLY}
 LONG_TO_SHORT = {name: letter for letter, (name, _) in SHORT.items()}
-RANGES: dict[str, tuple[str, int, int]] = {
-    "size": ("Message Size", 1, MAX_SIZE), "qp": ("num of Qps", 1, 16384),
-    "iters": ("Iteration num", 5, 100000000), "sl": ("SL", 0, 15), "ib-port": ("IB Port", 1, 3),
-    "port": ("Port", 0, 65535), "tclass": ("Traffic class", 0, 255), "tos": ("TOS", 0, 255),
+# Options perftest keeps in a uint8_t (the GID index; the GRH traffic class, as in
+# struct ibv_global_route): the value wraps before any check (seen on Debian's ib_write_bw 6.06).
+BYTE_FIELDS = frozenset(("gid-index", "tclass"))
+# The parser's own range checks: option -> (low, high or None, the line it prints). As Debian 12's
+# perftest 6.06 prints them (tests/fidelity runs the real ib_write_bw beside this parser); the port
+# (-p), the GID index's type, --tclass and --mtu are not checked by the parser at all.
+RANGES: dict[str, tuple[int, int | None, str]] = {
+    "size": (1, MAX_SIZE, f" Message Size should be between 1 and {MAX_SIZE}"),
+    "qp": (1, 16384, " num of Qps should be between 1 and 16384"),
+    "iters": (5, 100000000, " Iteration num should be between 5 and 100000000"),
+    "sl": (0, 15, " Only 15 Service levels"),
+    "ib-port": (1, None, "IB Port can't be less than 1"),
+    "tx-depth": (1, 15000, " Tx depth should be between 1 and 15000"),
+    "gid-index": (0, 64, " Gid index should be between 0 and 64"),
+    "tos": (0, 255, " TOS should be between 0 and 255"),
 }
 
 
@@ -192,10 +203,12 @@ def _number(value: str) -> int:
 
 def _checked(name: str, value: str) -> int:
     number = _number(value)
+    if name in BYTE_FIELDS:  # stored in a uint8_t first, then checked: -x 300 is GID index 44
+        number &= 0xFF
     if name in RANGES:
-        label, low, high = RANGES[name]
-        if not low <= number <= high:
-            err(f" {label} should be between {low} and {high}")
+        low, high, message = RANGES[name]
+        if number < low or (high is not None and number > high):
+            err(message)
             err(" Parser function exited with Error")
             raise ParseExit(1)
     return number

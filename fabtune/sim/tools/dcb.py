@@ -101,6 +101,33 @@ def objects_of(version: tuple[int, int, int]) -> tuple[str, ...]:
 
 
 HELP = help_text(objects_of(DEFAULT_VERSION))
+# Each object's help, as Debian 12's dcb (iproute2 6.1.0) prints it (tests/fidelity compares them
+# byte for byte with the real tool): ``dcb OBJ`` and ``dcb OBJ help`` print the whole help
+# (dcb_OBJ_help()), a command without its ``dev`` that command's part (dcb_OBJ_help_show(),
+# dcb_OBJ_help_set()). Later releases are taken to print the same, except dcb app's pcp-prio (6.2).
+SHOW_HELPS = {
+    "pfc": "Usage: dcb [ -s ] pfc show dev STRING\n"
+           "           [ pfc-cap ] [ prio-pfc ] [ macsec-bypass ]\n"
+           "           [ delay ] [ requests ] [ indications ]\n",
+    "ets": "Usage: dcb ets show dev STRING\n"
+           "           [ willing ] [ ets-cap ] [ cbs ] [ tc-tsa ]\n"
+           "           [ reco-tc-tsa ] [ pg-bw ] [ tc-bw ] [ reco-tc-bw ]\n"
+           "           [ prio-tc ] [ reco-prio-tc ]\n",
+    "app": "Usage: dcb app { show | flush } dev STRING\n"
+           "           [ default-prio ]\n"
+           "           [ ethtype-prio ]\n"
+           "           [ stream-port-prio ]\n"
+           "           [ dgram-port-prio ]\n"
+           "           [ port-prio ]\n"
+           "           [ dscp-prio ]\n",
+    "apptrust": "Usage: dcb apptrust show dev STRING\n"
+                "       [ order ]\n",
+    "buffer": "Usage: dcb buffer show dev STRING\n"
+              "           [ prio-buffer ] [ buffer-size ] [ total-size ]\n",
+    "maxrate": "Usage: dcb [ -i ] maxrate show dev STRING\n"
+               "           [ tc-maxrate ]\n",
+    "dcbx": "Usage: dcb dcbx show dev STRING\n",
+}
 HELPS = {
     "pfc": "Usage: dcb pfc set dev STRING\n"
            "           [ prio-pfc PFC-MAP ]\n"
@@ -108,13 +135,23 @@ HELPS = {
            "           [ delay INTEGER ]\n"
            "\n"
            " where PFC-MAP := [ PFC-MAP ] PFC-MAPPING\n"
-           "       PFC-MAPPING := { all | PRIO }:{ on | off }\n"
-           "       PRIO := { 0 .. 7 }\n",
+           "       PFC-MAPPING := { all | TC }:PFC\n"
+           "       TC := { 0 .. 7 }\n"
+           "       PFC := { on | off }\n",
     "ets": "Usage: dcb ets set dev STRING\n"
            "           [ willing { on | off } ]\n"
            "           [ { tc-tsa | reco-tc-tsa } TSA-MAP ]\n"
            "           [ { pg-bw | tc-bw | reco-tc-bw } BW-MAP ]\n"
-           "           [ { prio-tc | reco-prio-tc } PRIO-MAP ]\n",
+           "           [ { prio-tc | reco-prio-tc } PRIO-MAP ]\n"
+           "\n"
+           " where TSA-MAP := [ TSA-MAP ] TSA-MAPPING\n"
+           "       TSA-MAPPING := { all | TC }:{ strict | cbs | ets | vendor }\n"
+           "       BW-MAP := [ BW-MAP ] BW-MAPPING\n"
+           "       BW-MAPPING := { all | TC }:INTEGER\n"
+           "       PRIO-MAP := [ PRIO-MAP ] PRIO-MAPPING\n"
+           "       PRIO-MAPPING := { all | PRIO }:TC\n"
+           "       TC := { 0 .. 7 }\n"
+           "       PRIO := { 0 .. 7 }\n",
     "app": "Usage: dcb app { add | del | replace } dev STRING\n"
            "           [ default-prio PRIO ]\n"
            "           [ ethtype-prio ET:PRIO ]\n"
@@ -122,17 +159,44 @@ HELPS = {
            "           [ dgram-port-prio PORT:PRIO ]\n"
            "           [ port-prio PORT:PRIO ]\n"
            "           [ dscp-prio INTEGER:PRIO ]\n"
-           "           [ pcp-prio PCP:PRIO ]\n",
+           "           [ pcp-prio PCP:PRIO ]\n"
+           "\n"
+           " where PRIO := { 0 .. 7 }\n"
+           "       ET := { 0x600 .. 0xffff }\n"
+           "       PORT := { 1 .. 65535 }\n"
+           "       DSCP := { 0 .. 63 }\n"
+           "       PCP := { 0(nd/de) .. 7(nd/de) }\n",
     "apptrust": "Usage: dcb apptrust set dev STRING\n"
                 "       [ order [ ethtype | stream-port | dgram-port | port | dscp | pcp ] ]\n",
     "buffer": "Usage: dcb buffer set dev STRING\n"
               "           [ prio-buffer PRIO-MAP ]\n"
-              "           [ buffer-size SIZE-MAP ]\n",
+              "           [ buffer-size SIZE-MAP ]\n"
+              "\n"
+              " where PRIO-MAP := [ PRIO-MAP ] PRIO-MAPPING\n"
+              "       PRIO-MAPPING := { all | PRIO }:BUFFER\n"
+              "       SIZE-MAP := [ SIZE-MAP ] SIZE-MAPPING\n"
+              "       SIZE-MAPPING := { all | BUFFER }:INTEGER\n"
+              "       PRIO := { 0 .. 7 }\n"
+              "       BUFFER := { 0 .. 7 }\n",
     "maxrate": "Usage: dcb maxrate set dev STRING\n"
-               "           [ tc-maxrate RATE-MAP ]\n",
+               "           [ tc-maxrate RATE-MAP ]\n"
+               "\n"
+               " where RATE-MAP := [ RATE-MAP ] RATE-MAPPING\n"
+               "       RATE-MAPPING := { all | TC }:RATE\n"
+               "       TC := { 0 .. 7 }\n",
     "dcbx": "Usage: dcb dcbx set dev STRING\n"
-            "           [ host ] [ lld-managed ] [ cee ] [ ieee ] [ static ]\n",
+            "           [ host | lld-managed ]\n"
+            "           [ cee | ieee ] [ static ]\n",
 }
+APP_SHOW_HELP_6_2 = SHOW_HELPS["app"] + "           [ pcp-prio ]\n"
+"""6.2's dcb_app_help_show_flush() (iproute2 commit "dcb: add new pcp-prio parameter")."""
+
+
+def object_help(obj: str, show: str, set_: str) -> str:
+    """``dcb_OBJ_help()``: its own line, then the show and set parts, each after a blank line."""
+    return f"Usage: dcb {obj} help\n\n{show}\n{set_}"
+
+
 APP_KEYS = ("ethtype-prio", "default-prio", "dscp-prio", "stream-port-prio", "dgram-port-prio",
             "port-prio", "pcp-prio")
 APP_KEYS_6_1 = APP_KEYS[:-1]
@@ -177,9 +241,10 @@ def _incomplete() -> DcbError:
     return _fail('Command line is not complete. Try option "help"', 255)
 
 
-def _what(word: str, obj: str) -> DcbError:
+def _what(word: str, obj: str, help_: str | None = None) -> DcbError:
+    """``What is "WORD"?`` and the help of where it was met (default: the object's set help)."""
     err(f'What is "{word}"?')
-    err(HELPS.get(obj, HELP))
+    err(help_ if help_ is not None else HELPS.get(obj, HELP))
     return DcbError(1)
 
 
@@ -364,15 +429,31 @@ class Dcb:
         err(self.app_help)
         return DcbError(1)
 
-    def device(self, args: Args, obj: str) -> str:
-        """``dev DEV`` (``dcb_cmd_parse_dev``), checked against the emulated NICs."""
+    def show_help(self, obj: str) -> str:
+        if obj == "app" and self.version[:2] >= (6, 2):
+            return APP_SHOW_HELP_6_2
+        return SHOW_HELPS.get(obj, HELP)
+
+    def set_help(self, obj: str) -> str:
+        return self.app_help if obj == "app" else HELPS.get(obj, HELP)
+
+    def full_help(self, obj: str) -> str:
+        """``dcb OBJ help``: the object's own line, its show part and its set part."""
+        if obj not in SHOW_HELPS:
+            return HELP
+        return object_help(obj, self.show_help(obj), self.set_help(obj))
+
+    def device(self, args: Args, obj: str, cmd: str = "set") -> str:
+        """``dev DEV`` (``dcb_cmd_parse_dev``), checked against the emulated NICs; without it, the
+        command's own help (its show or its set part)."""
+        part = self.show_help(obj) if cmd in ("show", "flush") else self.set_help(obj)
         if not args or matches(args.peek(), "help"):
-            err(HELPS.get(obj, HELP))
+            err(part)
             raise DcbError(0)
         word = args.pop()
         if not matches(word, "dev"):
             err(f"Expected `dev DEV', not `{word}'")
-            err(HELPS.get(obj, HELP))
+            err(part)
             raise DcbError(1)
         dev = args.value()
         if dev not in self.state.netdevs():
@@ -382,7 +463,7 @@ class Dcb:
     def run(self, obj: str, args: Args) -> None:
         """Dispatch ``OBJECT COMMAND dev DEV ...``."""
         if not args or matches(args.peek(), "help"):
-            err(HELPS.get(obj, HELP))
+            err(self.full_help(obj))
             return
         cmd = args.pop()
         commands = ["show", "set"] if obj != "app" else ["show", "flush", "add", "del", "replace"]
@@ -391,8 +472,8 @@ class Dcb:
         else:
             chosen = next((c for c in commands if matches(cmd, c)), None)
         if chosen is None:
-            raise _what(cmd, obj)
-        dev = self.device(args, obj)
+            raise _what(cmd, obj, self.full_help(obj))
+        dev = self.device(args, obj, chosen)
         if obj == "rewr":
             raise _fail("Attribute read: Operation not supported")
         if chosen != "show":  # every change is an RTM_SETDCB request: CAP_NET_ADMIN or EPERM
@@ -411,11 +492,11 @@ class Dcb:
         while args:
             word = args.pop()
             if matches(word, "help"):
-                err(HELPS.get(obj, HELP))
+                err(self.show_help(obj))
                 return
             key = next((k for k in items if matches(word, k)), None)
             if key is None:
-                raise _what(word, obj)
+                raise _what(word, obj, self.show_help(obj))
             items[key](emit)
             emit.nl()
         self._flush(emit)
