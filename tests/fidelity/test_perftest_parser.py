@@ -22,7 +22,8 @@ import pytest
 from fabtune.sim.tools import _perftest_args
 
 REAL = shutil.which("ib_write_bw")
-pytestmark = pytest.mark.skipif(REAL is None, reason="Debian's perftest is not installed (scripts/install.sh)")
+pytestmark = pytest.mark.skipif(REAL is None,
+                                reason="Debian's perftest is not installed (scripts/install.sh)")
 NO_DEVICE = "Did not detect devices"
 
 CORPUS = [
