@@ -47,7 +47,7 @@ from fabtune.bench.checks import CheckResult
 from fabtune.bench.deadline import timed_out
 from fabtune.bench.fabric import HostView, read_hosts
 from fabtune.bench.parsers.ibstat import IbStat
-from fabtune.bench.schedule import Pair, all_pairs_rounds, rail_pairs
+from fabtune.bench.schedule import Pair, pair_rounds
 from fabtune.changes import knob_changes
 from fabtune.errors import ExitStatus, FabtuneError
 from fabtune.hostpackages import check_tools
@@ -437,7 +437,7 @@ def acceptance(inventory: Path, info: InventoryInfo, report: BootstrapReport, sa
     rails = min(len(v.rails) for v in views.values())
     opts = PerftestOptions(size=PAIR_SIZE, duration_s=2)
     if len(hosts) >= 2:
-        rounds = _matrix_rounds(hosts, rails)
+        rounds = pair_rounds(hosts, rails)
         done = pairs.run_rounds(
             inventory,
             rounds,
@@ -507,17 +507,6 @@ def acceptance(inventory: Path, info: InventoryInfo, report: BootstrapReport, sa
     report.checks += diagnose.transport_results(
         hosts, run.output, failed=not rows, why=why, gids=diagnose.gid_tables(views)
     )
-
-
-def _matrix_rounds(hosts: Sequence[str], rails: int) -> list[list[Pair]]:
-    if len(hosts) % 2 == 0:
-        return rail_pairs(all_pairs_rounds(hosts), rails)
-    # odd count: a phantom host sits out one host per round
-    phantom = "\x00"
-    rounds = [
-        [(a, b) for a, b in rnd if phantom not in (a, b)] for rnd in all_pairs_rounds([*hosts, phantom])
-    ]
-    return rail_pairs(rounds, rails)
 
 
 def run_bootstrap(

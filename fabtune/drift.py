@@ -27,7 +27,7 @@ from fabtune import ansible
 from fabtune.bench import nccl, pairs
 from fabtune.bench.argv import NcclOptions, PerftestOptions
 from fabtune.bench.fabric import HostView, read_hosts
-from fabtune.bench.schedule import Pair, all_pairs_rounds, rail_pairs
+from fabtune.bench.schedule import Pair, covering_rounds, rail_pairs
 from fabtune.changes import knob_changes
 from fabtune.desired import load_tuned, tuned_path
 from fabtune.errors import ConfigError, ExitStatus, FabtuneError, PlaybookFailed
@@ -223,13 +223,10 @@ class Bandwidth:
 
 
 def one_round(hosts: Sequence[str], rails: int) -> list[list[Pair]]:
-    """One round in which every host is in a pair (odd counts: a second round for the last host)."""
+    """The fewest runs of the pair schedule that put every host in a pair: its first round, and for
+    an odd count the schedule's next pair of the host that round leaves idle."""
     ordered = sorted(hosts)
-    even = ordered[: len(ordered) - len(ordered) % 2]
-    rounds = rail_pairs(all_pairs_rounds(even)[:1], rails) if len(even) >= 2 else []
-    if len(ordered) % 2 and len(ordered) >= 3:
-        rounds += rail_pairs([[(ordered[0], ordered[-1])]], rails)
-    return rounds
+    return rail_pairs(covering_rounds(ordered), rails) if len(ordered) >= 2 else []
 
 
 def measure(

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from fabtune.errors import ConfigError
+from fabtune.knobs import LosslessClass
 from fabtune.paths import check_name
 
 LAUNCHERS = ("mpirun", "srun")
@@ -39,6 +40,7 @@ class InventoryInfo:
     launcher: str
     oob_interface: str | None
     bench_timeout_s: int | None = None  # fabtune_bench_timeout_s: every benchmark launch's deadline
+    lossless: LosslessClass | None = None  # fabtune_lossless: the class the switches run (RoCE)
 
 
 def _ansible_inventory(path: Path) -> dict[str, Any]:
@@ -128,7 +130,8 @@ def read_inventory(path: Path) -> InventoryInfo:
         raise ConfigError(str(path), [f"fabtune_launcher: {launcher!r} must be one of {known}"])
     return InventoryInfo(path, name, fabric, tuple(hosts), tuple(_group_hosts(data, "subnet_managers")),
                          str(launcher), first.get("fabtune_oob_interface"),
-                         bench_timeout(path, first.get("fabtune_bench_timeout_s")))
+                         bench_timeout(path, first.get("fabtune_bench_timeout_s")),
+                         lossless_class(path, fabric, {h: hostvars.get(h, {}).get(LOSSLESS) for h in hosts}))
 
 
 BENCH_TIMEOUT = "fabtune_bench_timeout_s"
@@ -149,3 +152,91 @@ def bench_timeout(path: Path, value: Any) -> int | None:
     if not 10 <= seconds <= MAX_BENCH_TIMEOUT_S:
         raise ConfigError(str(path), [f"{BENCH_TIMEOUT}: {seconds} must be from 10 to {MAX_BENCH_TIMEOUT_S}"])
     return seconds
+
+
+LOSSLESS = "fabtune_lossless"
+_LOSSLESS_FIELDS = {"priority": 7, "dscp": 63, "cnp_priority": 7, "cnp_dscp": 63}  # field: highest value
+
+
+def lossless_class(path: Path, fabric: str, declared: dict[str, Any]) -> LosslessClass | None:
+    """``fabtune_lossless`` (``{priority: 0-7, dscp: 0-63}``, optionally ``cnp_priority``, ``cnp_dscp``):
+    the lossless class the switches run, one for the whole fabric; None when no host declares it.
+
+    Args:
+        declared: each host's value of the variable (None where it has none).
+
+    Raises:
+        ConfigError: naming the field and its value (a bad value, an unknown or missing field, hosts
+            that declare different classes, a class on an InfiniBand fabric).
+    """
+    value = _one_value(path, declared)
+    if value is None:
+        return None
+    if fabric != "roce":
+        raise ConfigError(
+            str(path), [f"{LOSSLESS}: {value!r} is for RoCE fabrics; this inventory is {fabric}"]
+        )
+    if not isinstance(value, dict):
+        shape = "must be a mapping {priority: 0-7, dscp: 0-63}"
+        raise ConfigError(str(path), [f"{LOSSLESS}: {value!r} {shape}"])
+    problems = [
+        f"{LOSSLESS}: unknown field {key!r} (fields: {', '.join(_LOSSLESS_FIELDS)})"
+        for key in value
+        if key not in _LOSSLESS_FIELDS
+    ]
+    problems += [f"{LOSSLESS}.{key}: missing" for key in ("priority", "dscp") if key not in value]
+    numbers = {key: _whole(value[key], top) for key, top in _LOSSLESS_FIELDS.items() if key in value}
+    problems += [
+        f"{LOSSLESS}.{key}: {value[key]!r} must be a whole number from 0 to {_LOSSLESS_FIELDS[key]}"
+        for key, number in numbers.items()
+        if number is None
+    ]
+    if problems:
+        raise ConfigError(str(path), problems)
+    return _with_cnp_class(path, {k: n for k, n in numbers.items() if n is not None})
+
+
+def _one_value(path: Path, declared: dict[str, Any]) -> Any:
+    """The value every host declares (None: no host does); hosts that differ are refused by name."""
+    values = {h: v for h, v in declared.items() if v is not None}
+    if not values:
+        return None
+    first = sorted(values)[0]
+    value = values[first]
+    differ = [h for h in sorted(declared) if declared[h] != value]
+    if differ:
+        said = ", ".join(f"{h}: {'none' if declared[h] is None else repr(declared[h])}" for h in differ[:3])
+        more = f" and {len(differ) - 3} more" if len(differ) > 3 else ""
+        raise ConfigError(
+            str(path),
+            [f"{LOSSLESS}: {first} declares {value!r}, but {said}{more}; a fabric runs one lossless class"],
+        )
+    return value
+
+
+def _whole(value: Any, top: int) -> int | None:
+    """``value`` as a whole number from 0 to ``top`` (an int or a string of digits), else None."""
+    if isinstance(value, bool) or not isinstance(value, int | str) or not str(value).strip().isdigit():
+        return None
+    number = int(value)
+    return number if number <= top else None
+
+
+def _with_cnp_class(path: Path, numbers: dict[str, int]) -> LosslessClass:
+    """The declared class with the CNPs' own: priority 6 (7 when the data is on 6), DSCP 48 (CS6),
+    unless declared; CNPs in the data class are refused."""
+    prio, dscp = numbers["priority"], numbers["dscp"]
+    cnp_prio = numbers.get("cnp_priority", 7 if prio == 6 else 6)
+    cnp_dscp = numbers.get("cnp_dscp", 48)
+    problems = [
+        f"{LOSSLESS}.{cnp}: {got} is the lossless class's {data} too: CNPs would queue behind the "
+        f"traffic they throttle (declare {cnp} apart from {data})"
+        for cnp, got, data, used in (
+            ("cnp_priority", cnp_prio, "priority", prio),
+            ("cnp_dscp", cnp_dscp, "dscp", dscp),
+        )
+        if got == used
+    ]
+    if problems:
+        raise ConfigError(str(path), problems)
+    return LosslessClass(prio, dscp, cnp_prio, cnp_dscp)

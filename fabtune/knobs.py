@@ -138,8 +138,20 @@ class Candidate:
 
 
 @dataclass(frozen=True)
+class LosslessClass:
+    """The lossless class the fabric runs, as the inventory declares it (``fabtune_lossless``): the
+    priority its switches give PFC and ECN, the DSCP they map to it, and the CNPs' own class."""
+
+    priority: int
+    dscp: int
+    cnp_priority: int = 6
+    cnp_dscp: int = 48
+
+
+@dataclass(frozen=True)
 class View:
-    """What the planner knows of the rack: current state (one host's, all hosts alike) and hardware."""
+    """What the planner knows of the rack: current state (one host's, all hosts alike), hardware,
+    and the lossless class the fabric declares (None: not declared)."""
 
     fabric: Fabric
     nic: Mapping[str, Any]
@@ -148,23 +160,25 @@ class View:
     rocev2_gid_index: int | None
     hosts: int
     gpu_nic_distance: str
+    lossless: LosslessClass | None = None
 
 
-def lossless_change(prio: int, cnp_prio: int = 6) -> Change:
+def lossless_change(prio: int, cnp_prio: int = 6, *, dscp: int | None = None, cnp_dscp: int = 48) -> Change:
     """The coupled lossless-class settings for RoCE priority ``prio``: DSCP trust, the DSCP that maps
     to it, PFC and ECN on it, the RoCE ToS and NCCL_IB_TC carrying that DSCP with ECT(0), and CNPs
-    on their own priority."""
-    dscp = prio * 8 + 2  # in the class selector of prio: 26 (AF31) for priority 3, the common choice
+    on their own priority and DSCP. ``dscp`` defaults to AFx2 in the class selector of ``prio``."""
+    if dscp is None:
+        dscp = prio * 8 + 2  # in the class selector of prio: 26 (AF31) for priority 3, the common choice
     tos = dscp << 2 | ECT0
     cnp = cnp_prio if cnp_prio != prio else 7
     return Change(
         nic={
             "trust": "dscp",
-            "dscp2prio": {dscp: prio, 48: cnp},
+            "dscp2prio": {dscp: prio, cnp_dscp: cnp},
             "pfc": [prio],
             "ecn": {"np": [prio], "rp": [prio]},
             "roce_tos": tos,
-            "cnp_dscp": 48,
+            "cnp_dscp": cnp_dscp,
             "cnp_prio": cnp,
         },
         nccl={"NCCL_IB_TC": str(tos)},
@@ -198,14 +212,26 @@ def changes_anything(view: View, change: Change) -> bool:
 
 
 def _lossless(view: View) -> list[Candidate]:
+    """The class the inventory declares, else a guess in the usual order (and the why says which)."""
     if view.fabric != "roce":
         return []
+    declared = view.lossless
+    if declared is not None:
+        p, d = declared.priority, declared.dscp
+        change = lossless_change(p, declared.cnp_priority, dscp=d, cnp_dscp=declared.cnp_dscp)
+        why = (
+            f"declared in the inventory (fabtune_lossless): PFC, DSCP trust and ToS agree on priority {p}, "
+            f"DSCP {d}, with ECN/DCQCN on it and CNPs on priority {declared.cnp_priority}, "
+            f"DSCP {declared.cnp_dscp}"
+        )
+        return [Candidate("lossless", f"lossless priority {p}, DSCP {d}", change, why)]
     return [
         Candidate(
             "lossless",
             f"lossless priority {p}",
             lossless_change(p),
-            f"PFC, DSCP trust and ToS agree on priority {p}, with ECN/DCQCN on it",
+            f"no lossless class declared: trying priority {p} (a guess; the inventory's fabtune_lossless "
+            f"names the switches' class): PFC, DSCP trust and ToS agree on it, with ECN/DCQCN on it",
         )
         for p in LOSSLESS_ORDER
     ]

@@ -11,7 +11,7 @@ from rich.table import Table
 from fabtune.bench import nccl, pairs
 from fabtune.bench.argv import NCCL_TESTS, PERFTEST_VERBS, NcclOptions, PerftestOptions
 from fabtune.bench.fabric import read_hosts
-from fabtune.bench.schedule import all_pairs_rounds, incast_stage, rail_pairs
+from fabtune.bench.schedule import incast_stage, pair_rounds
 from fabtune.commands import _console
 from fabtune.commands._common import INVENTORY_OPTION, JSON_OPTION, OOB_OPTION, require_file, write_json
 from fabtune.errors import BenchmarkError
@@ -73,13 +73,13 @@ def pairs_cmd(
     tclass: int | None,
     rails: int | None,
 ) -> None:
-    """All host pairs in N-1 concurrent rounds, NIC i to NIC i."""
+    """All host pairs in concurrent rounds (an odd count: one host idle per round), NIC i to NIC i."""
     require_file(inventory, "inventory")
     console = _console.err()
     views = read_hosts(inventory)
     hosts = sorted(views)
     count = min(len(v.rails) for v in views.values()) if rails is None else rails
-    rounds = rail_pairs(all_pairs_rounds(hosts), count)
+    rounds = pair_rounds(hosts, count)
     opts = PerftestOptions(verb, size, qps, duration, None, tclass)
     with console.status("pair matrix") as shown:
         done = pairs.run_rounds(

@@ -25,7 +25,7 @@ from fabtune.bench.checks import CheckResult
 from fabtune.bench.diagnose import Diagnosis
 from fabtune.errors import BenchmarkError, ExitStatus, FabtuneError
 from fabtune.journal import Journal
-from fabtune.knobs import LADDERS, Candidate, plan, roles_of
+from fabtune.knobs import LADDERS, Candidate, LosslessClass, plan, roles_of
 from fabtune.tune.measure import Batch, FailedRun, Sample
 from fabtune.tune.state import differences, snapshot_of, view_of, with_change
 from fabtune.tune.stats import Decision, DecisionPolicy, decide, noise_floor
@@ -134,6 +134,7 @@ class TuneOptions:
     pause_guard: float = 10.0
     guard_loss: float = 0.05
     skip_groups: tuple[str, ...] = ()
+    lossless: LosslessClass | None = None  # the inventory's fabtune_lossless (not a profile key)
 
 
 @dataclass
@@ -520,7 +521,7 @@ class Tuner:
         transport = self.baseline()
         baseline = _ar(self.reference)
         moves: list[MoveRecord] = []
-        groups = plan(view_of(facts, self.fabric), self.options.skip_groups)
+        groups = plan(view_of(facts, self.fabric, self.options.lossless), self.options.skip_groups)
         for group in groups:
             for cand in group:
                 if cand.name in done:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -9,7 +10,7 @@ from typing import Any
 from fabtune import report
 from fabtune.desired import save_tuned
 from fabtune.errors import ConfigError
-from fabtune.inventory import read_inventory
+from fabtune.inventory import InventoryInfo, read_inventory
 from fabtune.journal import Journal, JournalError, Run, Step, UnknownRun, check_run_id, default_path
 from fabtune.lock import fabric_lock
 from fabtune.paths import check_name, under_home
@@ -18,13 +19,17 @@ from fabtune.tune.backend import AnsibleBackend, prerun_record_path
 from fabtune.tune.loop import Event, RevertFired, TuneOptions, Tuner, TuneResult, restore_and_verify
 
 
-def options_from(raw: Mapping[str, Any] | None) -> tuple[TuneOptions, int]:
-    """Tuning options from a profile's ``fabtune_tune`` section (or a run's journaled options).
+def options_from(raw: Mapping[str, Any] | None, info: InventoryInfo | None = None) -> tuple[TuneOptions, int]:
+    """Tuning options from a profile's ``fabtune_tune`` section (or a run's journaled options), with
+    what the inventory declares for the planner (``fabtune_lossless``).
 
     Raises:
         ConfigError: listing each unknown key and invalid value (``fabtune.profile`` checks them).
     """
-    return tune_options(raw)
+    options, deadline = tune_options(raw)
+    if info is not None:
+        options = dataclasses.replace(options, lossless=info.lossless)
+    return options, deadline
 
 
 def runs_dir(run_id: str) -> Path:
@@ -93,7 +98,7 @@ def tune(
     info = read_inventory(inventory)
     if profile is not None:
         check_against_rack(profile, info)
-    options, deadline = options_from(raw_options)
+    options, deadline = options_from(raw_options, info)
     journal = Journal()
     with fabric_lock(info.name, "tune") as stale:
         run_id = journal.open_run("tune", info.name, str(inventory), None)
@@ -270,7 +275,7 @@ def resume(
     steps = journal.steps(run_id)
     if raw_options is None:
         raw_options = next((s.payload for s in steps if s.kind == "options"), None)
-    options, deadline = options_from(raw_options)
+    options, deadline = options_from(raw_options, info)
     decided = [s.name for s in steps if s.kind == "move" and s.state in ("kept", "rolled_back")]
     with fabric_lock(info.name, f"resume {run_id}"):
         journal.claim(run_id)

@@ -10,7 +10,7 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-from fabtune.knobs import Change, View
+from fabtune.knobs import Change, LosslessClass, View
 
 MANAGED = ("nics", "nccl", "sm")
 DISTANCE_ORDER = ("X", "PIX", "PXB", "PHB", "NODE", "SYS")
@@ -71,8 +71,11 @@ def _distance(facts: Mapping[str, Any]) -> str:
     return worst
 
 
-def view_of(facts: Mapping[str, Mapping[str, Any]], fabric: str) -> View:
-    """What the planner needs: the first host's NIC and NCCL state, the GID index, the worst affinity."""
+def view_of(
+    facts: Mapping[str, Mapping[str, Any]], fabric: str, lossless: LosslessClass | None = None
+) -> View:
+    """What the planner needs: the first host's NIC and NCCL state, the GID index, the worst affinity,
+    and the lossless class the fabric declares (the inventory's ``fabtune_lossless``)."""
     first = facts[sorted(facts)[0]]
     nics = first.get("nics") or {}
     nic = nics[sorted(nics)[0]] if nics else {}
@@ -87,4 +90,5 @@ def view_of(facts: Mapping[str, Mapping[str, Any]], fabric: str) -> View:
         rocev2_gid_index=gid,
         hosts=len(facts),
         gpu_nic_distance=worst,
+        lossless=lossless,
     )

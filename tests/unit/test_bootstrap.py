@@ -7,6 +7,7 @@ import pytest
 from fabtune import bootstrap as b
 from fabtune.bench.pairs import PairResult
 from fabtune.bench.parsers.ibstat import IbCa, IbStat
+from fabtune.bench.schedule import pair_rounds
 from fabtune.errors import ExitStatus
 
 
@@ -108,7 +109,7 @@ def test_report_verdict_and_exit_code() -> None:
 
 
 def test_odd_host_count_matrix_covers_every_pair() -> None:
-    rounds = b._matrix_rounds(["h01", "h02", "h03"], 1)
+    rounds = pair_rounds(["h01", "h02", "h03"], 1)
     seen = sorted(tuple(sorted((p.server, p.client))) for rnd in rounds for p in rnd)
     assert seen == [("h01", "h02"), ("h01", "h03"), ("h02", "h03")]
 

@@ -23,6 +23,7 @@ from fabtune import drift as d
 from fabtune.ansible import RunOutcome, TaskResult
 from fabtune.bench.checks import CheckResult
 from fabtune.bench.pairs import PairResult
+from fabtune.bench.schedule import pair_rounds
 from fabtune.inventory import InventoryInfo
 from fabtune.journal import Journal
 from fabtune.profile import Profile
@@ -98,7 +99,7 @@ def tune_run_journal(journal: Journal, home: Path) -> tuple[str, Any]:
 
 
 def _pairs_of(cable_fault: bool) -> list[PairResult]:
-    rounds = b._matrix_rounds(list(HOSTS), 2)
+    rounds = pair_rounds(list(HOSTS), 2)
     rng = np.random.default_rng(3)
     out = []
     for rnd in rounds:
