@@ -114,11 +114,12 @@ def runs(limit: int, output: ResultOutput) -> None:
 @RUN_ID_ARGUMENT
 @result_output()
 def show(run_id: str, output: ResultOutput) -> None:
-    """Every journaled step of a run."""
+    """Every journaled step of a run, and the Ansible runs it made with their artifact directories."""
     journal = Journal()
     try:
         run = journal.run(run_id)
         steps = journal.steps(run_id)
+        artifacts = journal.artifacts(run_id)
     finally:
         journal.close()
     console = output.console()
@@ -128,7 +129,13 @@ def show(run_id: str, output: ResultOutput) -> None:
         detail = s.payload.get("reason") or s.payload.get("why") or ""
         table.add_row(str(s.seq), s.kind, s.name, s.state, Text(str(detail)))
     console.print(table)
-    output.write({"kind": "show", "run": run, "steps": steps})
+    if artifacts:
+        shown = Table("ansible run", "status", "artifacts", title="Ansible artifacts")
+        for a in artifacts:
+            kept = "" if Path(a.path).is_dir() else " (rotated away)"
+            shown.add_row(a.kind, a.status, Text(a.path + kept))
+        console.print(shown)
+    output.write({"kind": "show", "run": run, "steps": steps, "artifacts": artifacts})
 
 
 @click.command("rollback")
