@@ -36,7 +36,11 @@ def _item(result: Mapping[str, Any]) -> str:
 
 
 def _command(result: Mapping[str, Any]) -> str | None:
-    cmd = result.get("cmd")
+    """The command line a task ran: the result's ``cmd`` (command, shell, async_status of one),
+    else the argv it was given (``invocation``)."""
+    invocation = result.get("invocation") or {}
+    args = invocation.get("module_args") or {} if isinstance(invocation, Mapping) else {}
+    cmd = result.get("cmd") or (args.get("argv") if isinstance(args, Mapping) else None)
     if isinstance(cmd, list):
         return shlex.join(str(a) for a in cmd)
     return cmd if isinstance(cmd, str) and cmd else None

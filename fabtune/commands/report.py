@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from fabtune import report as lib
+from fabtune.commands import _console
 from fabtune.commands._common import RUN_ID_ARGUMENT
 from fabtune.errors import ConfigError
 from fabtune.journal import Journal
@@ -56,4 +57,4 @@ def report(run_id: str, fmt: str, output: Path | None, as_json: bool) -> None:
         return
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(text)
-    click.echo(f"wrote {output}", err=True)
+    _console.err().print(f"wrote {output}", markup=False, highlight=False)
