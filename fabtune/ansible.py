@@ -3,6 +3,11 @@
 Every Ansible run of fabtune goes through :func:`run_playbook` or :func:`run_module`: typed
 arguments, a private data directory per run with its artifacts kept, and an outcome read from
 runner status, stats and events, never from stdout text.
+
+Observers (:func:`observing`) see each run as it goes: every task result as its event arrives, and
+the outcome with its artifact directory when the run ends. The CLI's ``-v`` prints the task stream
+through one; the journal links each run's artifact directories to the fabtune run through another.
+With no observer a run is exactly what it is without them.
 """
 
 from __future__ import annotations
@@ -11,12 +16,14 @@ import json
 import os
 import shlex
 import sys
+import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import ansible_runner
 
@@ -110,6 +117,48 @@ class RunOutcome:
         raise PlaybookFailed(f"{what} failed: {detail} (artifacts: {self.artifact_dir})")
 
 
+class Observer(Protocol):
+    """Something that watches Ansible runs: ``kind`` is the playbook's stem or the module's name."""
+
+    def task(self, kind: str, result: TaskResult) -> None:
+        """One host's result of one task, as its runner event arrives."""
+
+    def finished(self, kind: str, outcome: RunOutcome) -> None:
+        """The run ended (any status); ``outcome.artifact_dir`` holds its artifacts."""
+
+
+_OBSERVERS: list[Observer] = []
+_OBSERVERS_LOCK = threading.Lock()
+
+
+def add_observer(observer: Observer) -> None:
+    """Let ``observer`` watch every Ansible run that starts from now on, in any thread."""
+    with _OBSERVERS_LOCK:
+        _OBSERVERS.append(observer)
+
+
+def remove_observer(observer: Observer) -> None:
+    """Stop ``observer`` watching new runs (no error when it was not watching)."""
+    with _OBSERVERS_LOCK:
+        if observer in _OBSERVERS:
+            _OBSERVERS.remove(observer)
+
+
+@contextmanager
+def observing(observer: Observer) -> Iterator[Observer]:
+    """``observer`` watches the runs started inside the block."""
+    add_observer(observer)
+    try:
+        yield observer
+    finally:
+        remove_observer(observer)
+
+
+def _observers() -> tuple[Observer, ...]:
+    with _OBSERVERS_LOCK:
+        return tuple(_OBSERVERS)
+
+
 def _message(result: Mapping[str, Any]) -> str:
     msg = result.get("msg") or result.get("stderr") or result.get("module_stderr") or "failed"
     return str(msg).strip().splitlines()[0][:300] if str(msg).strip() else "failed"
@@ -150,9 +199,13 @@ def _envvars() -> dict[str, str]:
 class _Collector:
     """Keeps the task results of a run (cheap handler; drops nothing from the artifacts)."""
 
-    def __init__(self, on_task: TaskCallback | None) -> None:
+    def __init__(
+        self, on_task: TaskCallback | None, kind: str = "", observers: Sequence[Observer] = ()
+    ) -> None:
         self.tasks: list[TaskResult] = []
         self.on_task = on_task
+        self.kind = kind
+        self.observers = tuple(observers)
 
     def __call__(self, event: Mapping[str, Any]) -> bool:
         name = event.get("event", "")
@@ -167,6 +220,8 @@ class _Collector:
             self.tasks.append(task)
             if self.on_task is not None:
                 self.on_task(task)
+            for observer in self.observers:
+                observer.task(self.kind, task)
         return True
 
 
@@ -188,7 +243,8 @@ def _absolute(inventory: Path) -> str:
 
 def _run(kind: str, on_task: TaskCallback | None, timeout_s: int, **kwargs: Any) -> RunOutcome:
     private, ident = _private_dir(kind)
-    collector = _Collector(on_task)
+    observers = _observers()
+    collector = _Collector(on_task, kind, observers)
     extravars = kwargs.pop("extravars", None)
     varfile = _extravars_file(private, ident, extravars) if extravars else None
     if varfile is not None:
@@ -203,10 +259,13 @@ def _run(kind: str, on_task: TaskCallback | None, timeout_s: int, **kwargs: Any)
     finally:
         if varfile is not None:
             varfile.unlink(missing_ok=True)
-    return RunOutcome(
+    outcome = RunOutcome(
         status=str(runner.status), rc=int(runner.rc), stats=runner.stats or {},
         tasks=tuple(collector.tasks), artifact_dir=Path(runner.config.artifact_dir),
     )
+    for observer in observers:
+        observer.finished(kind, outcome)
+    return outcome
 
 
 def _extravars_file(private: Path, ident: str, extravars: Mapping[str, Any]) -> Path:

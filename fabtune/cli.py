@@ -13,8 +13,9 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
-from fabtune import __version__, plugins
-from fabtune.commands import COMMANDS
+from fabtune import __version__, ansible, plugins
+from fabtune.commands import COMMANDS, _console
+from fabtune.commands._verbose import AnsibleStream
 from fabtune.errors import ConfigError, ExitStatus, FabtuneError, Terminated
 from fabtune.paths import private_umask
 
@@ -32,11 +33,25 @@ class _Verbs(click.Group):
 @click.group(cls=_Verbs, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="fabtune")
 @click.option("--debug", is_flag=True, help="Show the traceback of an error.")
+@click.option(
+    "-v", "--verbose", count=True,
+    help="-v: Ansible's task stream live on stderr (host, task, ok/changed/failed) and each run's "
+    "artifacts; -vv: also the command lines run (the benchmarks').",
+)
+@click.option("-q", "--quiet", is_flag=True, help="Only the result: no progress (errors still on stderr).")
 @click.pass_context
-def cli(ctx: click.Context, debug: bool) -> None:
+def cli(ctx: click.Context, debug: bool, verbose: int, quiet: bool) -> None:
     """Tune RDMA fabrics (RoCE, InfiniBand) of multi-node GPU clusters."""
+    if verbose and quiet:
+        raise click.UsageError("-v and -q exclude each other")
     ctx.ensure_object(dict)
     ctx.obj["debug"] = debug
+    ctx.obj["verbosity"] = -1 if quiet else verbose
+    if quiet:
+        token = _console.QUIET.set(True)
+        ctx.call_on_close(lambda: _console.QUIET.reset(token))
+    if verbose:
+        ctx.with_resource(ansible.observing(AnsibleStream(verbose)))
 
 
 for _command in COMMANDS:

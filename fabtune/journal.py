@@ -2,8 +2,10 @@
 
 Tables: ``runs`` (one per tuning, bootstrap or drift run, with the process that owns it),
 ``steps`` (each phase and move with its state: intent first, outcome after), ``snapshots`` (per
-move and host, the managed state read before anything changed). A crash between an intent and its
-outcome leaves the intent on disk.
+move and host, the managed state read before anything changed), ``artifacts`` (each Ansible run
+made while a run was open here: its playbook or module, status and artifact directory, announced
+by the adapter's observers and written with the journal's next write). A crash between an intent
+and its outcome leaves the intent on disk.
 
 The journal defends itself: it is integrity-checked when opened (``PRAGMA quick_check``), every
 SQLite failure (damaged file, read-only or full disk, lock held) becomes one :class:`JournalError`
@@ -20,6 +22,7 @@ import os
 import re
 import socket
 import sqlite3
+import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping
@@ -29,6 +32,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from fabtune import ansible
 from fabtune.errors import ExitStatus, FabtuneError
 from fabtune.paths import fabtune_home
 
@@ -46,6 +50,10 @@ CREATE TABLE IF NOT EXISTS steps (
 CREATE TABLE IF NOT EXISTS snapshots (
     run_id TEXT NOT NULL REFERENCES runs(id), step INTEGER NOT NULL, host TEXT NOT NULL,
     state TEXT NOT NULL, PRIMARY KEY (run_id, step, host)
+);
+CREATE TABLE IF NOT EXISTS artifacts (
+    run_id TEXT NOT NULL REFERENCES runs(id), at REAL NOT NULL, kind TEXT NOT NULL,
+    status TEXT NOT NULL, path TEXT NOT NULL
 );
 """
 # Columns added after the first release: (name, SQL type), added to older journals on open.
@@ -82,6 +90,39 @@ class Step:
     state: str
     payload: Mapping[str, Any]
     at: float
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """One Ansible run made during a fabtune run: what ran, how it ended, where its artifacts are."""
+
+    kind: str
+    status: str
+    path: str
+    at: float
+
+
+class _ArtifactLinker:
+    """An observer of the Ansible adapter: collects the artifact directories of the runs made while
+    a journal run is open, for the journal to write in its own thread (the adapter may run Ansible
+    from others)."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        self._pending: list[tuple[str, float, str, str, str]] = []
+        self._lock = threading.Lock()
+
+    def task(self, kind: str, result: ansible.TaskResult) -> None:
+        """Task results are not journaled here (the artifacts hold them)."""
+
+    def finished(self, kind: str, outcome: ansible.RunOutcome) -> None:
+        with self._lock:
+            self._pending.append((self.run_id, time.time(), kind, outcome.status, str(outcome.artifact_dir)))
+
+    def take(self) -> list[tuple[str, float, str, str, str]]:
+        with self._lock:
+            taken, self._pending = self._pending, []
+        return taken
 
 
 @dataclass(frozen=True)
@@ -175,6 +216,7 @@ class Journal:
     def __init__(self, path: Path | None = None) -> None:
         self.path = path or default_path()
         self.backups = self.path.parent / "backups"
+        self._linker: _ArtifactLinker | None = None
         with self._guard("open"):
             self.path.parent.mkdir(parents=True, exist_ok=True)
             # On read-only media (no -shm/-wal can be made) the journal is still readable, read-only.
@@ -205,7 +247,24 @@ class Journal:
                 self._db.execute(f"ALTER TABLE runs ADD COLUMN {name} {kind}")
 
     def close(self) -> None:
+        self._unlink_artifacts()
         self._db.close()
+
+    def _link_artifacts(self, run_id: str) -> None:
+        """From now on, link the artifact directory of every Ansible run to ``run_id``."""
+        self._unlink_artifacts()
+        self._linker = _ArtifactLinker(run_id)
+        ansible.add_observer(self._linker)
+
+    def _unlink_artifacts(self) -> None:
+        if self._linker is None:
+            return
+        ansible.remove_observer(self._linker)
+        pending = self._linker.take()
+        self._linker = None
+        if pending and not self.read_only:
+            with suppress(sqlite3.Error):  # a journal that cannot be written said so at its last write
+                self._db.executemany("INSERT INTO artifacts VALUES (?,?,?,?,?)", pending)
 
     def newest_backup(self) -> Path | None:
         found = sorted(self.backups.glob("journal-*.sqlite")) if self.backups.is_dir() else []
@@ -248,6 +307,8 @@ class Journal:
         with self._guard(what):
             self._db.execute("BEGIN IMMEDIATE")
             try:
+                if self._linker is not None and (pending := self._linker.take()):
+                    self._db.executemany("INSERT INTO artifacts VALUES (?,?,?,?,?)", pending)
                 yield self._db
                 self._db.execute("COMMIT")
             except BaseException:
@@ -294,6 +355,7 @@ class Journal:
                 (run_id, kind, fabric, inventory, profile, "running", time.time(), None, "{}",
                  owner.pid, owner.start, owner.host),
             )
+        self._link_artifacts(run_id)
         return run_id
 
     def claim(self, run_id: str) -> None:
@@ -304,6 +366,7 @@ class Journal:
                 "UPDATE runs SET state='running', ended=NULL, pid=?, pid_start=?, host=? WHERE id=?",
                 (owner.pid, owner.start, owner.host, run_id),
             )
+        self._link_artifacts(run_id)
 
     def step(
         self, run_id: str, kind: str, name: str, payload: Mapping[str, Any], state: str = "intent"
@@ -347,6 +410,8 @@ class Journal:
                 "UPDATE runs SET state=?, ended=?, summary=? WHERE id=?",
                 (state, time.time(), json.dumps(summary, sort_keys=True), run_id),
             )
+        if self._linker is not None and self._linker.run_id == run_id:
+            self._unlink_artifacts()
 
     def has_run(self, run_id: str) -> bool:
         """Whether ``run_id`` is a run id present in the journal."""
@@ -398,6 +463,19 @@ class Journal:
                 "SELECT seq, kind, name, state, payload, at FROM steps WHERE run_id=? ORDER BY seq", (run_id,)
             ).fetchall()
         return [Step(r[0], r[1], r[2], r[3], json.loads(r[4]), r[5]) for r in rows]
+
+    def artifacts(self, run_id: str) -> list[Artifact]:
+        """The Ansible runs of ``run_id`` with their artifact directories, oldest first."""
+        if self._linker is not None and self._linker.run_id == run_id and not self.read_only:
+            with self._tx("journaling artifacts"):
+                pass  # writes what is pending
+        with self._guard("reading artifacts"):
+            if self._db.execute("SELECT 1 FROM sqlite_master WHERE name='artifacts'").fetchone() is None:
+                return []  # a read-only journal from before artifacts were linked
+            rows = self._db.execute(
+                "SELECT kind, status, path, at FROM artifacts WHERE run_id=? ORDER BY at, rowid", (run_id,)
+            ).fetchall()
+        return [Artifact(r[0], r[1], r[2], r[3]) for r in rows]
 
     def snapshot_at(self, run_id: str, step: int) -> dict[str, Any]:
         """Per host, the snapshot journaled for ``step``."""

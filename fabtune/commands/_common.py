@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
+from rich.console import Console
 
+from fabtune.commands import _console
 from fabtune.errors import ConfigError
 from fabtune.journal import RUN_ID_RE, Journal
 
@@ -39,9 +45,6 @@ INVENTORY_OPTION = click.option(
     callback=absolute_path,
     help="Ansible inventory (e.g. the path 'fabtune testbed inventory' prints).",
 )
-JSON_OPTION = click.option(
-    "--json", "json_file", type=click.Path(path_type=Path), help="Also write results as JSON."
-)
 OOB_OPTION = click.option(
     "--oob-interface",
     default=None,
@@ -56,11 +59,97 @@ def require_file(path: Path, what: str) -> Path:
     return path
 
 
-def write_json(path: Path | None, payload: Any) -> None:
-    """Write dataclasses (nested) as JSON when a path was given."""
-    if path is None:
-        return
-    path.write_text(json.dumps(_plain(payload), indent=2, sort_keys=True) + "\n")
+F = TypeVar("F", bound=Callable[..., Any])
+STDOUT = "-"
+
+
+@dataclass(frozen=True)
+class ResultOutput:
+    """Where a verb's result goes: the one output convention of every verb that prints a result.
+
+    ``--json`` writes the JSON document to stdout and nothing else goes there (the table a person
+    reads is left out; progress stays on stderr). ``-o FILE`` / ``--output FILE`` writes the
+    document to FILE and the table to stdout as usual; ``-o -`` is stdout, as ``--json``.
+    """
+
+    path: Path | None = None
+    to_stdout: bool = False
+
+    @property
+    def wanted(self) -> bool:
+        return self.to_stdout or self.path is not None
+
+    def console(self) -> Console:
+        """The console for the human result: stdout, or nothing when the JSON owns stdout."""
+        return Console(quiet=True) if self.to_stdout else _console.out()
+
+    def echo(self, text: str) -> None:
+        """A line of the human result (click.echo), left out when the JSON owns stdout."""
+        if not self.to_stdout:
+            click.echo(text)
+
+    def write(self, payload: Any) -> None:
+        """Write the JSON document (dataclasses nested) where it was asked for, if it was."""
+        if not self.wanted:
+            return
+        text = json.dumps(_plain(payload), indent=2, sort_keys=True) + "\n"
+        if self.to_stdout:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+        if self.path is not None:
+            self.path.write_text(text)
+
+
+def _legacy_json(value: str | None) -> bool:
+    """--json (optionally ``--json -``): True; the retired ``--json PATH`` form gets one clear error."""
+    if value is None:
+        return False
+    if value != STDOUT:
+        raise click.BadParameter(
+            f"{value!r}: --json no longer takes a file; --json prints the JSON on stdout, "
+            f"-o {value} writes it to {value}",
+            param_hint="'--json'",
+        )
+    return True
+
+
+def result_output(legacy: bool = False) -> Callable[[F], F]:
+    """The ``--json`` and ``-o/--output FILE`` options, passed to the verb as ``output`` (a
+    :class:`ResultOutput`).
+
+    ``legacy``: the verb used to take ``--json PATH`` (check, bench, bootstrap, drift) and has no
+    positional argument: ``--json`` accepts an optional value there, ``-`` only, and any other
+    value is refused with the option to use instead, rather than read as a stray argument.
+    """
+
+    def decorate(f: F) -> F:
+        json_help = "Print the result as JSON on stdout (nothing else goes to stdout)."
+        if legacy:
+            json_opt = click.option(
+                "--json", "json_", is_flag=False, flag_value=STDOUT, default=None, metavar="",
+                help=json_help,
+            )
+        else:
+            json_opt = click.option("--json", "json_", is_flag=True, default=False, help=json_help)
+        out_opt = click.option(
+            "-o", "--output", "output_path", default=None, metavar="FILE",
+            type=click.Path(dir_okay=False, allow_dash=True, path_type=str),
+            help="Write the result as JSON to FILE ('-': stdout, as --json).",
+        )
+
+        def wrapper(*args: Any, json_: Any, output_path: str | None, **kwargs: Any) -> Any:
+            to_stdout = _legacy_json(json_) if legacy else bool(json_)
+            path = None
+            if output_path == STDOUT:
+                to_stdout = True
+            elif output_path is not None:
+                path = Path(output_path).absolute()
+            return f(*args, output=ResultOutput(path, to_stdout), **kwargs)
+
+        wrapped = functools.update_wrapper(wrapper, f)
+        return out_opt(json_opt(wrapped))  # type: ignore[return-value]
+
+    return decorate
 
 
 def _plain(value: Any) -> Any:

@@ -9,11 +9,15 @@ is rich's own. ``NO_COLOR`` is honoured by rich itself.
 from __future__ import annotations
 
 import sys
+from contextvars import ContextVar
 
 from rich.console import Console
 
 # Wide enough that no table or line is ever folded or cut when nothing bounds the width.
 PIPE_WIDTH = 100_000
+# ``fabtune -q``: progress, status and notes on stderr are left out (errors are printed by the CLI's
+# own console, never this one; results on stdout stay).
+QUIET: ContextVar[bool] = ContextVar("fabtune_quiet", default=False)
 
 
 def out() -> Console:
@@ -22,7 +26,9 @@ def out() -> Console:
 
 
 def err() -> Console:
-    """The console for progress, status and errors (stderr)."""
+    """The console for progress and status (stderr); silent under ``fabtune -q``."""
+    if QUIET.get():
+        return Console(stderr=True, quiet=True)
     return _console(stderr=True)
 
 

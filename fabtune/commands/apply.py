@@ -9,7 +9,7 @@ import click
 
 from fabtune.ansible import RunOutcome, run_playbook
 from fabtune.changes import knob_changes
-from fabtune.commands._common import absolute_path
+from fabtune.commands._common import ResultOutput, absolute_path, result_output
 from fabtune.errors import ConfigError
 from fabtune.inventory import read_inventory
 from fabtune.profile import check_against_rack, load_profile
@@ -41,7 +41,8 @@ def _show(value: Any) -> str:
               help="Profile (YAML with fabric_desired), or a shipped one by name: roce, ib.")
 @click.option("--check", is_flag=True, help="Change nothing: show what would change (drift).")
 @click.option("--limit", default=None, help="Only these hosts (an Ansible host pattern).")
-def apply(inventory: Path, profile_path: Path, check: bool, limit: str | None) -> None:
+@result_output()
+def apply(inventory: Path, profile_path: Path, check: bool, limit: str | None, output: ResultOutput) -> None:
     """Apply a fabric profile to every host and show, per host, each knob changed (before -> after).
 
     Nothing changes on any host unless the profile validates, first here (schema, couplings, and
@@ -56,9 +57,16 @@ def apply(inventory: Path, profile_path: Path, check: bool, limit: str | None) -
         raise ConfigError(f"profile {profile_path}", problems)
     changes = knob_changes(outcome.tasks)
     verb = "would change" if check else "changed"
-    for host in sorted(set(outcome.stats.get("ok", {})) | set(changes)):
+    hosts = sorted(set(outcome.stats.get("ok", {})) | set(changes))
+    for host in hosts:
         items = changes.get(host, [])
-        click.echo(f"{host}: {len(items)} knob(s) {verb}" if items else f"{host}: unchanged")
+        output.echo(f"{host}: {len(items)} knob(s) {verb}" if items else f"{host}: unchanged")
         for item in items:
-            click.echo(f"  {item.knob}: {_show(item.before)} -> {_show(item.after)}")
+            output.echo(f"  {item.knob}: {_show(item.before)} -> {_show(item.after)}")
+    output.write({
+        "kind": "apply", "check": check, "ok": outcome.ok, "failed_hosts": outcome.failed_hosts,
+        "unreachable_hosts": outcome.unreachable_hosts, "artifacts": str(outcome.artifact_dir),
+        "changes": {h: [{"knob": c.knob, "before": c.before, "after": c.after} for c in changes.get(h, [])]
+                    for h in hosts},
+    })
     outcome.raise_for_failure("fabtune apply")

@@ -13,7 +13,7 @@ from fabtune.bench.argv import NCCL_TESTS, PERFTEST_VERBS, NcclOptions, Perftest
 from fabtune.bench.fabric import read_hosts
 from fabtune.bench.schedule import incast_stage, pair_rounds
 from fabtune.commands import _console
-from fabtune.commands._common import INVENTORY_OPTION, JSON_OPTION, OOB_OPTION, require_file, write_json
+from fabtune.commands._common import INVENTORY_OPTION, OOB_OPTION, ResultOutput, require_file, result_output
 from fabtune.errors import BenchmarkError
 from fabtune.inventory import read_inventory
 
@@ -61,11 +61,11 @@ def _print_pairs(results: list[pairs.PairResult], console: Console) -> None:
 
 @bench.command("pairs")
 @INVENTORY_OPTION
-@JSON_OPTION
+@result_output(legacy=True)
 @_perftest_options
 def pairs_cmd(
     inventory: Path,
-    json_file: Path | None,
+    output: ResultOutput,
     verb: str,
     size: int,
     qps: int,
@@ -91,18 +91,18 @@ def pairs_cmd(
             deadline_s=read_inventory(inventory).bench_timeout_s,
         )
     flat = [r for rnd in done for r in rnd]
-    _print_pairs(flat, _console.out())
-    write_json(json_file, {"kind": "pairs", "rounds": done})
+    _print_pairs(flat, output.console())
+    output.write({"kind": "pairs", "rounds": done})
 
 
 @bench.command("incast")
 @INVENTORY_OPTION
-@JSON_OPTION
+@result_output(legacy=True)
 @click.option("--fan-in", type=int, default=None, help="Senders per receiver (default: all other hosts).")
 @_perftest_options
 def incast_cmd(
     inventory: Path,
-    json_file: Path | None,
+    output: ResultOutput,
     fan_in: int | None,
     verb: str,
     size: int,
@@ -119,13 +119,13 @@ def incast_cmd(
     opts = PerftestOptions(verb, size, qps, duration, None, tclass)
     deadline = read_inventory(inventory).bench_timeout_s
     results = pairs.run_round(inventory, stage, views, opts, deadline_s=deadline)
-    _print_pairs(results, _console.out())
-    write_json(json_file, {"kind": "incast", "fan_in": len(stage), "results": results})
+    _print_pairs(results, output.console())
+    output.write({"kind": "incast", "fan_in": len(stage), "results": results})
 
 
 @bench.command("nccl")
 @INVENTORY_OPTION
-@JSON_OPTION
+@result_output(legacy=True)
 @OOB_OPTION
 @click.option("--test", type=click.Choice(NCCL_TESTS), default="all_reduce_perf", show_default=True)
 @click.option("--min-bytes", default="8M", show_default=True)
@@ -134,7 +134,7 @@ def incast_cmd(
 @click.option("--launcher", type=click.Choice(["mpirun", "srun"]), default="mpirun", show_default=True)
 def nccl_cmd(
     inventory: Path,
-    json_file: Path | None,
+    output: ResultOutput,
     oob_interface: str | None,
     test: str,
     min_bytes: str,
@@ -169,9 +169,9 @@ def nccl_cmd(
             f"{row.in_place.busbw_gbps:.2f}",
             str(row.out_of_place.wrong),
         )
-    _console.out().print(table)
-    _console.out().print(
+    output.console().print(table)
+    output.console().print(
         f"Avg bus bandwidth per GPU: {run.result.avg_busbw_gbps} GB/s over {len(hosts)} hosts x "
         f"{per_host} GPUs"
     )
-    write_json(json_file, {"kind": "nccl", "rc": run.rc, "result": run.result})
+    output.write({"kind": "nccl", "rc": run.rc, "result": run.result})

@@ -11,7 +11,7 @@ from rich.table import Table
 from fabtune import bootstrap as lib
 from fabtune import report as reports
 from fabtune.commands import _console
-from fabtune.commands._common import absolute_path, require_file, write_json
+from fabtune.commands._common import ResultOutput, absolute_path, require_file, result_output
 from fabtune.commands._progress import Progress
 from fabtune.inventory import read_inventory
 from fabtune.journal import Journal
@@ -73,7 +73,7 @@ def _print(report: lib.BootstrapReport, console: Console) -> None:
     type=click.Path(path_type=Path),
     help="The baseline profile (YAML with fabric_desired).",
 )
-@click.option("--json", "json_file", type=click.Path(path_type=Path), help="Also write the report as JSON.")
+@result_output(legacy=True)
 @click.option(
     "--pair-threshold",
     type=click.FloatRange(0.0, 1.0),
@@ -91,7 +91,7 @@ def _print(report: lib.BootstrapReport, console: Console) -> None:
 def bootstrap(
     inventory: Path,
     profile_path: Path,
-    json_file: Path | None,
+    output: ResultOutput,
     pair_threshold: float,
     busbw_threshold: float,
 ) -> None:
@@ -139,10 +139,10 @@ def bootstrap(
         raise
     finally:
         journal.close()
-    _print(report, _console.out())
+    _print(report, output.console())
     if written:
-        _console.out().print(f"report: {written['html']}", soft_wrap=True, highlight=False)
-    write_json(json_file, {"kind": "bootstrap", "run_id": run_id, "passed": report.passed, "report": report})
+        _console.err().print(f"report: {written['html']}", soft_wrap=True, highlight=False)
+    output.write({"kind": "bootstrap", "run_id": run_id, "passed": report.passed, "report": report})
     if not report.passed:
         raise lib.BootstrapFailed(
             f"bootstrap of {report.fabric} failed at {report.phase}; hosts at fault: "

@@ -9,7 +9,7 @@ from rich.table import Table
 
 from fabtune.bench.checkrun import run_checks
 from fabtune.commands import _console
-from fabtune.commands._common import INVENTORY_OPTION, JSON_OPTION, OOB_OPTION, require_file, write_json
+from fabtune.commands._common import INVENTORY_OPTION, OOB_OPTION, ResultOutput, require_file, result_output
 from fabtune.errors import ExitStatus
 
 STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red"}
@@ -17,12 +17,12 @@ STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red"}
 
 @click.command("check")
 @INVENTORY_OPTION
-@JSON_OPTION
+@result_output(legacy=True)
 @OOB_OPTION
 @click.option("--no-nccl", is_flag=True, help="Skip the short nccl-tests run that checks the transport.")
 @click.pass_context
 def check(
-    ctx: click.Context, inventory: Path, json_file: Path | None, oob_interface: str | None, no_nccl: bool
+    ctx: click.Context, inventory: Path, output: ResultOutput, oob_interface: str | None, no_nccl: bool
 ) -> None:
     """GPU-NIC affinity, RDMA transport (no TCP fallback), GID index, links, subnet manager.
 
@@ -34,7 +34,7 @@ def check(
     table = Table("check", "host", "verdict", "summary", "evidence", show_lines=False)
     for r in results:
         table.add_row(r.check, r.host, f"[{STYLE[r.verdict]}]{r.verdict}[/]", r.summary, r.evidence)
-    _console.out().print(table)
-    write_json(json_file, {"kind": "check", "results": results})
+    output.console().print(table)
+    output.write({"kind": "check", "results": results})
     if any(r.verdict == "fail" for r in results):
         ctx.exit(int(ExitStatus.CHECK_FAILED))

@@ -13,7 +13,7 @@ from rich.text import Text
 from fabtune import drift as lib
 from fabtune import report as reports
 from fabtune.commands import _console
-from fabtune.commands._common import absolute_path, write_json
+from fabtune.commands._common import ResultOutput, absolute_path, result_output
 from fabtune.commands._progress import Progress
 from fabtune.errors import ExitStatus
 from fabtune.inventory import read_inventory
@@ -86,7 +86,7 @@ def _print(result: lib.DriftResult, console: Console) -> None:
     default=None,
     help="Write Prometheus metrics here (node_exporter textfile collector), atomically.",
 )
-@click.option("--json", "json_file", type=click.Path(path_type=Path), help="Also write the result as JSON.")
+@result_output(legacy=True)
 @click.option(
     "--tolerance",
     type=click.FloatRange(0.0, 0.5),
@@ -117,7 +117,7 @@ def drift(
     profile_path: Path | None,
     remediate: bool,
     textfile: Path | None,
-    json_file: Path | None,
+    output: ResultOutput,
     tolerance: float,
     install_timer: bool,
     unit_dir: Path,
@@ -149,12 +149,12 @@ def drift(
             home=fabtune_home(),
         )
         for path in lib.install_units(units, unit_dir):
-            click.echo(f"wrote {path}")
+            output.echo(f"wrote {path}")
         if not enable:
-            click.echo(f"enable it with: systemctl daemon-reload && systemctl enable --now {lib.TIMER}")
+            output.echo(f"enable it with: systemctl daemon-reload && systemctl enable --now {lib.TIMER}")
             return
         for argv in lib.enable_timer():
-            click.echo(f"ran: {' '.join(argv)}")
+            output.echo(f"ran: {' '.join(argv)}")
         return
     info = read_inventory(inventory)
     source = lib.desired_for(info, profile_path)
@@ -186,10 +186,10 @@ def drift(
         result = lib.DriftResult(
             info.name, source.source, result.report, result.remediation, lib.describe_error(err)
         )
-        _finish(journal, run_id, result, textfile, json_file)
+        _finish(journal, run_id, result, textfile, output)
         raise
-    _finish(journal, run_id, result, textfile, json_file)
-    _print(result, _console.out())
+    _finish(journal, run_id, result, textfile, output)
+    _print(result, output.console())
     status = result.exit_status
     if status == ExitStatus.DRIFT_FOUND:
         hosts = sorted({*result.report.drifted_hosts, *result.report.failed})
@@ -202,7 +202,7 @@ def drift(
 
 
 def _finish(
-    journal: Journal, run_id: str, result: lib.DriftResult, textfile: Path | None, json_file: Path | None
+    journal: Journal, run_id: str, result: lib.DriftResult, textfile: Path | None, output: ResultOutput
 ) -> None:
     state = {ExitStatus.OK: "clean", ExitStatus.DRIFT_FOUND: "drift"}.get(result.exit_status, "failed")
     if result.remediation is not None:
@@ -226,6 +226,4 @@ def _finish(
         _console.err().print(f"report: {written['html']}", soft_wrap=True, highlight=False)
     if textfile is not None:
         lib.write_textfile(textfile, lib.prometheus_text(result))
-    write_json(
-        json_file, {"kind": "drift", "run_id": run_id, "exit": int(result.exit_status), "result": result}
-    )
+    output.write({"kind": "drift", "run_id": run_id, "exit": int(result.exit_status), "result": result})

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import click
-from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
@@ -27,6 +26,7 @@ from fabtune.bench.parsers import (
     show_gids,
     topo,
 )
+from fabtune.commands._common import ResultOutput, result_output
 from fabtune.errors import ConfigError, ParseError
 
 PARSERS: dict[str, Callable[[str], Any]] = {
@@ -54,8 +54,8 @@ MAX_TABLE_ROWS = 200  # rows shown per table; --json prints every row
 @click.command("parse")
 @click.argument("tool", type=click.Choice(sorted(PARSERS)))
 @click.argument("file", type=click.Path(dir_okay=False, allow_dash=True))
-@click.option("--json", "as_json", is_flag=True, help="Print the parsed record as JSON.")
-def parse(tool: str, file: str, as_json: bool) -> None:
+@result_output()
+def parse(tool: str, file: str, output: ResultOutput) -> None:
     """Parse saved output of TOOL from FILE ('-' reads standard input)."""
     with _open(file) as stream:
         streaming = STREAM_PARSERS.get(tool)
@@ -63,12 +63,10 @@ def parse(tool: str, file: str, as_json: bool) -> None:
             record = streaming(stream) if streaming else PARSERS[tool](_read(file, stream))
         except ParseError as err:  # name the input: the parser knows only the text
             raise ParseError(f"{'standard input' if file == '-' else file}: {err}") from err
-    console = Console(highlight=False, soft_wrap=True)
-    if as_json:
-        click.echo(json.dumps(dataclasses.asdict(record), indent=2, default=str))
-        return
+    console = output.console()
     for renderable in _render(record):
-        console.print(renderable)
+        console.print(renderable, highlight=False)
+    output.write(json.loads(json.dumps(dataclasses.asdict(record), default=str)))
 
 
 @contextlib.contextmanager

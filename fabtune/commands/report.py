@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from fabtune import report as lib
+from fabtune.commands import _console
 from fabtune.commands._common import RUN_ID_ARGUMENT
 from fabtune.errors import ConfigError
 from fabtune.journal import Journal
@@ -26,16 +27,19 @@ from fabtune.journal import Journal
 @click.option(
     "--output",
     "-o",
-    type=click.Path(path_type=Path),
+    type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),
     default=None,
-    help="Write here instead of standard output.",
+    help="Write here instead of standard output ('-': standard output).",
 )
-def report(run_id: str, fmt: str, output: Path | None) -> None:
+@click.option("--json", "as_json", is_flag=True, help="The JSON document (as --format json, the default).")
+def report(run_id: str, fmt: str, output: Path | None, as_json: bool) -> None:
     """The report of RUN_ID (tune, bootstrap or drift), rebuilt from the run journal.
 
     Runs also write report.json, report.html and report.md into $FABTUNE_HOME/runs/RUN_ID/ when
     they end; this rebuilds the same documents at any later time. 'fabtune runs' lists the runs.
     """
+    if as_json and fmt != "json":
+        raise click.UsageError(f"--json and --format {fmt} exclude each other")
     journal = Journal()
     try:
         try:
@@ -43,13 +47,14 @@ def report(run_id: str, fmt: str, output: Path | None) -> None:
         except ValueError as err:
             raise ConfigError(f"run {run_id}", [str(err)]) from err
         lib.validate(doc)
-        html_path = str(output) if fmt == "html" and output else str(lib.report_dir(run_id) / "report.html")
+        to_file = output is not None and str(output) != "-"
+        html_path = str(output) if fmt == "html" and to_file else str(lib.report_dir(run_id) / "report.html")
         text = lib.render(doc, fmt, html_path)
     finally:
         journal.close()
-    if output is None:
+    if output is None or str(output) == "-":
         click.echo(text, nl=False)
         return
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(text)
-    click.echo(f"wrote {output}", err=True)
+    _console.err().print(f"wrote {output}", markup=False, highlight=False)

@@ -7,10 +7,17 @@ from pathlib import Path
 
 import click
 from rich.table import Table
+from rich.text import Text
 
 from fabtune import plugins
-from fabtune.commands import _console
-from fabtune.commands._common import INVENTORY_OPTION, RUN_ID_ARGUMENT, absolute_path, require_file
+from fabtune.commands._common import (
+    INVENTORY_OPTION,
+    RUN_ID_ARGUMENT,
+    ResultOutput,
+    absolute_path,
+    require_file,
+    result_output,
+)
 from fabtune.commands._progress import Progress
 from fabtune.journal import Journal
 from fabtune.profile import Profile, load_profile
@@ -41,9 +48,11 @@ def summary_table(result: TuneResult) -> Table:
     return table
 
 
-def print_result(result: TuneResult, report: Path) -> None:
-    """The closing summary, the bandwidth change and where the report is (tune, resume, demo)."""
-    console = _console.out()
+def print_result(result: TuneResult, report: Path, output: ResultOutput | None = None) -> None:
+    """The closing summary, the bandwidth change and where the report is (tune, resume, demo);
+    the result as JSON where ``output`` asks for it."""
+    output = output or ResultOutput()
+    console = output.console()
     console.print(summary_table(result))
     base = sorted(result.baseline)[len(result.baseline) // 2]
     final = sorted(result.final)[len(result.final) // 2]
@@ -53,6 +62,14 @@ def print_result(result: TuneResult, report: Path) -> None:
     )
     html = report.with_suffix(".html")  # what a person opens; the JSON beside it is for scripts
     console.print(f"report: {html if html.is_file() else report}", soft_wrap=True, highlight=False)
+    output.write({"kind": "tune", "run_id": result.run_id, "report": str(report),
+                  "report_html": str(html) if html.is_file() else None, "result": result})
+
+
+def _jsonl_alone(jsonl: bool, output: ResultOutput) -> None:
+    """--jsonl (the event stream) and a JSON result on stdout would share stdout: refused."""
+    if jsonl and output.to_stdout:
+        raise click.UsageError("--jsonl streams events on stdout: write the result with -o FILE, not --json")
 
 
 @click.command("tune")
@@ -60,9 +77,14 @@ def print_result(result: TuneResult, report: Path) -> None:
 @click.option(
     "--profile", type=click.Path(path_type=Path), help="Profile with a fabtune_tune section (options)."
 )
-@click.option("--jsonl", is_flag=True, help="Progress as JSON lines on stdout (for automation).")
-def tune(inventory: Path, profile: Path | None, jsonl: bool) -> None:
+@click.option(
+    "--jsonl", is_flag=True,
+    help="Progress events as JSON lines on stdout, as they happen (the result: --json / -o FILE).",
+)
+@result_output()
+def tune(inventory: Path, profile: Path | None, jsonl: bool, output: ResultOutput) -> None:
     """Measure, change one knob group, keep what improves bandwidth, roll back the rest."""
+    _jsonl_alone(jsonl, output)
     loaded = _tune_profile(profile)
     result, report = tune_run.tune(
         inventory,
@@ -71,32 +93,49 @@ def tune(inventory: Path, profile: Path | None, jsonl: bool) -> None:
         oracle=plugins.oracle,
         profile=loaded,
     )
-    print_result(result, report)
+    print_result(result, report, output)
 
 
 @click.command("runs")
 @click.option("--limit", type=int, default=20, show_default=True)
-def runs(limit: int) -> None:
+@result_output()
+def runs(limit: int, output: ResultOutput) -> None:
     """The run history (tune, bootstrap, drift)."""
     table = Table("run", "kind", "fabric", "state", "started", "summary")
-    for r in Journal().runs(limit):
+    found = Journal().runs(limit)
+    for r in found:
         started = time.strftime("%Y-%m-%d %H:%M", time.localtime(r.started))
         table.add_row(r.id, r.kind, r.fabric, r.state, started, str(r.summary.get("report", "")))
-    _console.out().print(table)
+    output.console().print(table)
+    output.write({"kind": "runs", "runs": found})
 
 
 @click.command("show")
 @RUN_ID_ARGUMENT
-def show(run_id: str) -> None:
-    """Every journaled step of a run."""
+@result_output()
+def show(run_id: str, output: ResultOutput) -> None:
+    """Every journaled step of a run, and the Ansible runs it made with their artifact directories."""
     journal = Journal()
-    run = journal.run(run_id)
-    _console.out().print(f"run {run.id}: {run.kind} on {run.fabric} ({run.inventory}), {run.state}")
+    try:
+        run = journal.run(run_id)
+        steps = journal.steps(run_id)
+        artifacts = journal.artifacts(run_id)
+    finally:
+        journal.close()
+    console = output.console()
+    console.print(f"run {run.id}: {run.kind} on {run.fabric} ({run.inventory}), {run.state}", highlight=False)
     table = Table("#", "kind", "name", "state", "detail")
-    for s in journal.steps(run_id):
+    for s in steps:
         detail = s.payload.get("reason") or s.payload.get("why") or ""
-        table.add_row(str(s.seq), s.kind, s.name, s.state, str(detail))
-    _console.out().print(table)
+        table.add_row(str(s.seq), s.kind, s.name, s.state, Text(str(detail)))
+    console.print(table)
+    if artifacts:
+        shown = Table("ansible run", "status", "artifacts", title="Ansible artifacts")
+        for a in artifacts:
+            kept = "" if Path(a.path).is_dir() else " (rotated away)"
+            shown.add_row(a.kind, a.status, Text(a.path + kept))
+        console.print(shown)
+    output.write({"kind": "show", "run": run, "steps": steps, "artifacts": artifacts})
 
 
 @click.command("rollback")
@@ -114,7 +153,8 @@ def show(run_id: str) -> None:
     is_flag=True,
     help="Restore from the pre-run records the hosts keep, not the journal (a lost or damaged journal).",
 )
-def rollback(run_id: str, inventory: Path | None, from_hosts: bool) -> None:
+@result_output()
+def rollback(run_id: str, inventory: Path | None, from_hosts: bool, output: ResultOutput) -> None:
     """Restore every managed knob on every host to its value before RUN_ID (verified).
 
     The pre-run state comes from the journal; with --from-hosts, or when the journal cannot be
@@ -124,7 +164,8 @@ def rollback(run_id: str, inventory: Path | None, from_hosts: bool) -> None:
     if inventory is not None:
         require_file(inventory, "inventory")
     hosts = tune_run.rollback(run_id, Progress(), inventory=inventory, from_hosts=from_hosts)
-    _console.out().print(f"restored {len(hosts)} hosts to their state before {run_id}: {', '.join(hosts)}")
+    output.write({"kind": "rollback", "run_id": run_id, "restored": hosts})
+    output.console().print(f"restored {len(hosts)} hosts to their state before {run_id}: {', '.join(hosts)}")
 
 
 @click.command("resume")
@@ -134,12 +175,17 @@ def rollback(run_id: str, inventory: Path | None, from_hosts: bool) -> None:
     type=click.Path(path_type=Path),
     help="Profile whose fabtune_tune section replaces the run's own options.",
 )
-@click.option("--jsonl", is_flag=True, help="Progress as JSON lines on stdout.")
-def resume(run_id: str, profile: Path | None, jsonl: bool) -> None:
+@click.option(
+    "--jsonl", is_flag=True,
+    help="Progress events as JSON lines on stdout, as they happen (the result: --json / -o FILE).",
+)
+@result_output()
+def resume(run_id: str, profile: Path | None, jsonl: bool, output: ResultOutput) -> None:
     """Continue an interrupted run: undo its unfinished move, then try the moves not yet decided.
 
     The run keeps the tuning options it started with, unless --profile gives others.
     """
+    _jsonl_alone(jsonl, output)
     loaded = _tune_profile(profile)
     result, report = tune_run.resume(run_id, Progress(jsonl), loaded.tune if loaded else None, profile=loaded)
-    print_result(result, report)
+    print_result(result, report, output)

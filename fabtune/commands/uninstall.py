@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from fabtune import uninstall as lib
-from fabtune.commands._common import INVENTORY_OPTION, require_file
+from fabtune.commands._common import INVENTORY_OPTION, ResultOutput, require_file, result_output
 from fabtune.commands._progress import Progress
 
 
@@ -21,7 +21,8 @@ from fabtune.commands._progress import Progress
     help="First put every host back to its state before RUN (the journal's pre-run snapshot, verified).",
 )
 @click.option("--check", is_flag=True, help="Change nothing: show what would be removed.")
-def uninstall(inventory: Path, restore: str | None, check: bool) -> None:
+@result_output()
+def uninstall(inventory: Path, restore: str | None, check: bool, output: ResultOutput) -> None:
     """Remove everything fabtune installed on the hosts: the boot units, udev rule and scripts, the
     host-side revert and its records, /etc/nccl.conf when fabtune wrote it.
 
@@ -32,11 +33,12 @@ def uninstall(inventory: Path, restore: str | None, check: bool) -> None:
     require_file(inventory, "inventory")
     result = lib.uninstall(inventory, restore=restore, check=check, on_event=Progress())
     if result.restored:
-        click.echo(f"restored {len(result.restored)} hosts to their state before {restore}: "
+        output.echo(f"restored {len(result.restored)} hosts to their state before {restore}: "
                    f"{', '.join(result.restored)}")
     verb = "would remove" if check else "removed"
     if not result.removed:
-        click.echo("nothing of fabtune's is installed on the hosts")
+        output.echo("nothing of fabtune's is installed on the hosts")
     for host, items in sorted(result.removed.items()):
-        click.echo(f"{host}: {verb} {len(items)}: {', '.join(items)}")
-    click.echo(f"run {result.run_id}")
+        output.echo(f"{host}: {verb} {len(items)}: {', '.join(items)}")
+    output.echo(f"run {result.run_id}")
+    output.write({"kind": "uninstall", "result": result})

@@ -10,6 +10,7 @@ import click
 from rich.table import Table
 
 from fabtune.commands import _console
+from fabtune.commands._common import ResultOutput, result_output
 from fabtune.errors import ExitStatus, TestbedError
 from fabtune.testbed import build, layout
 from fabtune.testbed.access import ssh_argv
@@ -83,13 +84,14 @@ def reboot(name: str, hosts: tuple[str, ...]) -> None:
 
 @testbed.command("status")
 @click.option("--name", default=None, callback=_testbed_name, help="Testbed name (default: list them all).")
+@result_output()
 @click.pass_context
-def status(ctx: click.Context, name: str | None) -> None:
+def status(ctx: click.Context, name: str | None, output: ResultOutput) -> None:
     """Show each host's namespace, init process and sshd; exit non-zero unless all are up.
 
     Without --name, list every testbed here with its fabric and hosts."""
     if name is None:
-        _list_testbeds()
+        _list_testbeds(output)
         return
     rows = build.status(name)
     if not rows:
@@ -100,19 +102,24 @@ def status(ctx: click.Context, name: str | None) -> None:
         table.add_row(
             row.name, row.mgmt_ip, *("yes" if v else "NO" for v in (row.netns, row.running, row.ssh))
         )
-    _console.out().print(table)
+    output.console().print(table)
+    output.write({"kind": "testbed-status", "name": name, "hosts": rows})
     if not all(r.netns and r.running and r.ssh for r in rows):
         ctx.exit(int(ExitStatus.TESTBED))
 
 
-def _list_testbeds() -> None:
+def _list_testbeds(output: ResultOutput) -> None:
     table = Table("testbed", "fabric", "hosts", "inventory")
+    found = []
     for name in build.existing():
         state = build.load_state(name) or {}
         spec = state.get("spec", {})
-        table.add_row(name, str(spec.get("fabric", "?")), str(spec.get("hosts", "?")),
-                      str(layout.testbed_dir(name) / "inventory.yml"))
-    _console.out().print(table if table.row_count else "no testbed is up here (run 'fabtune testbed up')")
+        found.append({"name": name, "fabric": spec.get("fabric"), "hosts": spec.get("hosts"),
+                      "inventory": str(layout.testbed_dir(name) / "inventory.yml")})
+        table.add_row(name, str(spec.get("fabric", "?")), str(spec.get("hosts", "?")), found[-1]["inventory"])
+    shown = table if table.row_count else "no testbed is up here (run 'fabtune testbed up')"
+    output.console().print(shown)
+    output.write({"kind": "testbeds", "testbeds": found})
 
 
 @testbed.command("inventory")

@@ -60,7 +60,7 @@ def test_check_fails_the_transport_on_the_bad_host_with_its_gid_row(
 ) -> None:
     before = current_state(rack)
     out = tmp_path / "check.json"
-    done = fabtune("check", "-i", str(inventory(rack)), "--oob-interface", "eth0", "--json", str(out))
+    done = fabtune("check", "-i", str(inventory(rack)), "--oob-interface", "eth0", "-o", str(out))
     assert done.returncode == ExitStatus.CHECK_FAILED, done.stdout[-3000:] + done.stderr[-3000:]
     transport = {r["host"]: r for r in json.loads(out.read_text())["results"] if r["check"] == "transport"}
     assert transport["h02"]["verdict"] == "fail", transport

@@ -52,7 +52,7 @@ BASE = {
 def _bootstrap(inventory: Path, profile: Path, report: Path) -> int:
     if "bootstrap" not in cli.commands:
         cli.add_command(bootstrap_command)
-    return main(["bootstrap", "-i", str(inventory), "--profile", str(profile), "--json", str(report)])
+    return main(["bootstrap", "-i", str(inventory), "--profile", str(profile), "-o", str(report)])
 
 
 def _nics(inventory: Path) -> dict[str, str]:

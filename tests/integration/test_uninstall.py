@@ -162,7 +162,7 @@ def test_check_names_the_missing_tool_its_host_and_package(rack: TestbedSpec, tm
     on_host(rack, host, "mv /usr/bin/ib_write_bw /root/ib_write_bw.aside")
     report = tmp_path / "check.json"
     try:
-        code = main(["check", "-i", str(inventory(rack)), "--no-nccl", "--json", str(report)])
+        code = main(["check", "-i", str(inventory(rack)), "--no-nccl", "-o", str(report)])
     finally:
         on_host(rack, host, "mv /root/ib_write_bw.aside /usr/bin/ib_write_bw")
     assert code == ExitStatus.CHECK_FAILED

@@ -487,6 +487,25 @@ def test_report_command(journal: Journal, home: Path, tmp_path: Path) -> None:
     assert runner.invoke(command, ["no-such-run"]).exit_code != 0
 
 
+
+def test_report_command_follows_the_output_convention(
+    journal: Journal, home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from click.testing import CliRunner
+
+    from fabtune.commands.report import report as command
+
+    run_id, _ = tune_run_journal(journal, home)
+    runner = CliRunner()
+    out = runner.invoke(command, [run_id, "--json"])
+    assert out.exit_code == 0 and json.loads(out.stdout)["run"]["id"] == run_id
+    monkeypatch.chdir(tmp_path)
+    out = runner.invoke(command, [run_id, "-o", "-"])
+    assert out.exit_code == 0 and json.loads(out.stdout)["run"]["id"] == run_id
+    assert not (tmp_path / "-").exists()
+    assert runner.invoke(command, [run_id, "--json", "--format", "md"]).exit_code == 2
+
+
 def test_progress_lines_and_eta(monkeypatch: pytest.MonkeyPatch) -> None:
     from fabtune.commands._progress import Progress
 
