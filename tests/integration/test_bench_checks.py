@@ -118,5 +118,9 @@ def test_checks_flag_tcp_fallback_and_cross_socket_nic(rack: TestbedSpec, invent
     assert "NET/Socket" in failed[("transport", "h01")].evidence
     passed = {(r.check, r.host) for r in results if r.verdict == "pass"}
     assert {("gid_index", "*"), ("link", "*")} <= passed
-    again = {(r.check, r.host): r.verdict for r in checkrun.run_checks(inventory, oob_interface="eth0")}
-    assert again[("transport", "h01")] == again[("transport", "h04")] == "pass"
+    again = {(r.check, r.host): r for r in checkrun.run_checks(inventory, oob_interface="eth0")}
+    # Back on NET/IB: a pass, or the warning that some channels run without GPUDirect RDMA (h03's
+    # NIC is on the far socket: NCCL stages its traffic through host memory).
+    for host in ("h01", "h04"):
+        found = again[("transport", host)]
+        assert found.verdict == "pass" or "without GPUDirect RDMA" in found.summary, found
