@@ -364,15 +364,16 @@ class Tuner:
         """Measure the rack as it is now against the reference until the decision is clear.
 
         ``armed``: the rack holds a move whose revert is armed. Its deadline is extended before each
-        batch, and once more before the verdict, which proves no host reverted the move while it was
-        measured: the deadline only has to outlast one batch, whatever the rack's size.
+        batch after the first (the apply extended it at its end), and once more before the verdict,
+        which proves no host reverted the move while it was measured: the deadline only has to
+        outlast one batch, whatever the rack's size.
         """
         policy = self.options.policy
         per_metric = dataclasses.replace(policy, alpha=policy.alpha / 2)  # either metric can earn a keep
         samples: list[Sample] = []
         pauses = 0
         while True:
-            if armed:
+            if armed and samples:  # the apply's last play extended it just before the first batch
                 self._hold()
             batch = self._measure(policy.batch if samples else policy.min_runs)
             samples += batch.samples
