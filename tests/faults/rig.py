@@ -85,10 +85,12 @@ class Child:
 
     proc: subprocess.Popen[str]
     out: Path
+    started: float  # wall clock, as the journal's run.started
 
     @classmethod
     def start(cls, tmp: Path, *args: str) -> Child:
         out = tmp / f"child-{time.monotonic_ns()}.out"
+        started = time.time()
         proc = subprocess.Popen(
             [sys.executable, "-m", "fabtune", *args],
             stdout=out.open("w"),
@@ -96,7 +98,7 @@ class Child:
             text=True,
             start_new_session=True,
         )
-        return cls(proc, out)
+        return cls(proc, out, started)
 
     def kill9(self) -> None:
         """SIGKILL the controller and every process under it at once, as when its machine or
@@ -138,13 +140,22 @@ def _descendants(pid: int) -> list[int]:
 
 
 def wait_step(
-    child: Child | None, pred: Callable[[Run, Step], bool], timeout: float = 600
+    child: Child | None,
+    pred: Callable[[Run, Step], bool],
+    timeout: float = 600,
+    *,
+    new_run: bool = True,
 ) -> tuple[Run, Step]:
-    """The newest run's first step that satisfies ``pred``, polled from the journal."""
+    """The newest run's first step that satisfies ``pred``, polled from the journal.
+
+    With ``new_run`` (and a child) only runs the child started count: the journal is shared by
+    every test file a worker runs, and an earlier row's killed run keeps its steps' last states.
+    """
     deadline = time.monotonic() + timeout
+    since = child.started - 1.0 if child is not None and new_run else 0.0
     while time.monotonic() < deadline:
         journal = Journal()
-        for run in journal.runs(3):
+        for run in [r for r in journal.runs(3) if r.started >= since]:
             for step in journal.steps(run.id):
                 if pred(run, step):
                     return run, step

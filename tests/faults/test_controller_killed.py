@@ -81,7 +81,11 @@ def test_kill_9_mid_rollback_then_rollback_again_restores(rack: TestbedSpec, tmp
     run_id, _ = _killed_at(rack, tmp_path, "applied")
     undo = Child.start(tmp_path, "rollback", run_id)
     try:
-        wait_step(undo, lambda r, s: r.id == run_id and s.kind == "rollback" and s.state == "intent")
+        wait_step(
+            undo,
+            lambda r, s: r.id == run_id and s.kind == "rollback" and s.state == "intent",
+            new_run=False,
+        )
         time.sleep(3)  # inside the restoring apply
     finally:
         undo.kill9()

@@ -82,7 +82,11 @@ def test_host_lost_mid_rollback_then_rollback_again_restores(rack: TestbedSpec, 
         child.kill9()
     undo = Child.start(tmp_path, "rollback", run.id)
     try:
-        wait_step(undo, lambda r, s: r.id == run.id and s.kind == "rollback" and s.state == "intent")
+        wait_step(
+            undo,
+            lambda r, s: r.id == run.id and s.kind == "rollback" and s.state == "intent",
+            new_run=False,
+        )
         mgmt_link(rack, "h02", up=False)
         rc = undo.wait(timeout=900)
     finally:

@@ -47,10 +47,6 @@ def _boot_log(rack: TestbedSpec, host: str) -> str:
     return path.read_text() if path.exists() else ""
 
 
-# Known flaky under the full suite's load (passed alone; in one full run the move was journaled
-# applied but not yet seen on either host): kept running, not allowed to block the suite until the
-# journal/apply ordering it depends on is pinned down. See the closing note.
-@pytest.mark.xfail(strict=False, reason="flaky under load: move journaled applied before it shows")
 def test_host_rebooted_mid_run_boots_at_the_pre_move_state_and_the_run_fails_cleanly(
     rack: TestbedSpec, tmp_path: Path
 ) -> None:
