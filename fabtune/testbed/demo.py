@@ -9,6 +9,7 @@ import click
 from fabtune.commands import _console
 from fabtune.commands._progress import Progress
 from fabtune.commands.tune import print_result
+from fabtune.profile import load_profile
 from fabtune.testbed import build
 from fabtune.testbed.oracle import testbed_oracle
 from fabtune.testbed.spec import load_spec
@@ -29,9 +30,15 @@ DEMO_SPEC = Path(__file__).resolve().parent / "specs" / "demo.yml"
 @click.option(
     "--keep/--down", default=True, show_default=True, help="Keep the rack afterwards (to look around)."
 )
-def demo(spec_file: Path, keep: bool) -> None:
+@click.option(
+    "--profile",
+    type=click.Path(path_type=Path),
+    help="Tuning options for the demo's run (a profile with a fabtune_tune section), as for tune.",
+)
+def demo(spec_file: Path, keep: bool, profile: Path | None) -> None:
     """Build a small misconfigured RoCE rack, tune it, and say where the report is."""
     console = _console.err()
+    loaded = None if profile is None else load_profile(profile, need="fabtune_tune")
     spec = load_spec(spec_file, {})
     with console.status(f"building testbed {spec.name!r} ({len(spec.hosts)} hosts)"):
         tb_dir = build.up(spec)
@@ -39,7 +46,9 @@ def demo(spec_file: Path, keep: bool) -> None:
     console.print(f"testbed {spec.name!r} is up: {len(spec.hosts)} hosts; inventory {inventory}",
                   soft_wrap=True, highlight=False)
     try:
-        result, report = tune_run.tune(inventory, None, Progress(), oracle=testbed_oracle)
+        result, report = tune_run.tune(
+            inventory, loaded.tune if loaded else None, Progress(), oracle=testbed_oracle, profile=loaded
+        )
         print_result(result, report)
     finally:
         if not keep:

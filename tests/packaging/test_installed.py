@@ -8,6 +8,7 @@ path: what works here works for ``pip install``/``pipx install`` and for an AWX 
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -101,15 +102,23 @@ def test_the_wheel_carries_the_collection_profiles_and_specs(venv: Path, elsewhe
         "\n", "").replace(" ", "")
 
 
-# The demo is a whole tune (minutes, more on a loaded machine): its own deadline, not the suite's.
+# What the installed wheel must carry is proven by one move as well as by all of them (the whole
+# loop is tests/integration/test_tune.py's): the demo's run tries the lossless class only.
+SHORT_RUN = {"fabtune_tune": {"skip_groups": ["routing", "mtu", "qps", "gdr"], "baseline_runs": 2,
+                              "min_runs": 2, "max_runs": 4}}
+
+
+# The demo is a tune (minutes, more on a loaded machine): its own deadline, not the suite's.
 @pytest.mark.timeout(1800)
 def test_demo_runs_to_its_report_from_the_installed_wheel(venv: Path, elsewhere: Path) -> None:
     spec = _spec(venv, elsewhere, *DEMO)
     home = elsewhere / "home-demo"
     fabtune = str(venv / "bin/fabtune")
+    options = elsewhere / "short-run.yml"
+    options.write_text(yaml.safe_dump(SHORT_RUN))
     try:
-        proc = _run([fabtune, "demo", "--spec", str(spec), "--down"], elsewhere, timeout=1700,
-                    FABTUNE_HOME=str(home))
+        proc = _run([fabtune, "demo", "--spec", str(spec), "--down", "--profile", str(options)],
+                    elsewhere, timeout=1700, FABTUNE_HOME=str(home))
     finally:  # a demo stopped half-way leaves its rack up
         _run([fabtune, "testbed", "down", "--name", DEMO[0]], elsewhere, FABTUNE_HOME=str(home))
     out = _ok(proc)
@@ -117,6 +126,8 @@ def test_demo_runs_to_its_report_from_the_installed_wheel(venv: Path, elsewhere:
     report = Path(line.removeprefix("report: "))
     assert report.is_relative_to(home / "runs") and report.is_file(), line
     assert (report.parent / "report.html").is_file()
+    decided = json.loads(report.read_text())["tune"]["decisions"]
+    assert len(decided) == 1 and decided[0]["outcome"] in ("kept", "rolled_back"), decided
 
 
 @pytest.fixture(scope="module")

@@ -55,3 +55,13 @@ def test_status_of_an_unknown_name_lists_the_known(home: Path, capsys: pytest.Ca
     _testbed(home, "demo")
     assert main(["testbed", "status", "--name", "fab"]) == ExitStatus.TESTBED
     assert "testbeds here: demo" in capsys.readouterr().err
+
+
+def test_demo_refuses_options_without_a_tune_section_before_building(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    options = tmp_path / "options.yml"
+    options.write_text("fabtune_tnue: {max_runs: 4}\n")  # misspelled: no fabtune_tune section
+    assert main(["demo", "--profile", str(options)]) == ExitStatus.CONFIG
+    assert "fabtune_tnue" in capsys.readouterr().err
+    assert not (home / "testbeds").exists()  # refused before any rack was built
