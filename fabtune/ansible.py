@@ -28,7 +28,7 @@ from typing import Any, Protocol
 import ansible_runner
 
 from fabtune.errors import ConfigError, PlaybookFailed
-from fabtune.inventory import STRICT_INVENTORY_ENV
+from fabtune.inventory import STRICT_INVENTORY_ENV, host_count
 from fabtune.paths import private_dir, under_home
 
 # Everything Ansible runs ships inside this package (package data of the wheel): the collection
@@ -53,6 +53,26 @@ TaskCallback = Callable[["TaskResult"], None]
 # (ansible-runner kills the ansible-playbook process group; the outcome's status is "timeout").
 TASK_TIMEOUT_S = 600
 RUN_TIMEOUT_S = 3600
+# Parallel hosts: one fork per host of the inventory (as this process read it), at most MAX_FORKS
+# (each fork is a Python process of some tens of MB on the controller); FABTUNE_FORKS sets it.
+FORKS_ENV = "FABTUNE_FORKS"
+MAX_FORKS = 128
+UNKNOWN_INVENTORY_FORKS = 32
+
+
+def forks_for(inventory: Path) -> int:
+    """Ansible's forks for a run on ``inventory``: FABTUNE_FORKS, else its host count, capped.
+
+    Raises:
+        ConfigError: when FABTUNE_FORKS is not a whole number from 1 to 1000.
+    """
+    raw = os.environ.get(FORKS_ENV)
+    if raw:
+        if not raw.strip().isdigit() or not 1 <= int(raw) <= 1000:
+            raise ConfigError(FORKS_ENV, [f"{raw!r} must be a whole number from 1 to 1000"])
+        return int(raw)
+    hosts = host_count(inventory)
+    return UNKNOWN_INVENTORY_FORKS if hosts is None else max(1, min(hosts, MAX_FORKS))
 
 
 @dataclass(frozen=True)
@@ -289,7 +309,7 @@ def run_playbook(
     limit: str | None = None,
     check: bool = False,
     diff: bool = False,
-    forks: int = 32,
+    forks: int | None = None,
     tags: Sequence[str] = (),
     on_task: TaskCallback | None = None,
     timeout_s: int = RUN_TIMEOUT_S,
@@ -304,7 +324,7 @@ def run_playbook(
         limit: a host pattern to restrict the run.
         check: run in check mode.
         diff: report diffs.
-        forks: parallel hosts.
+        forks: parallel hosts (default: ``forks_for(inventory)``).
         tags: only run tasks with these tags.
         on_task: called with each task result as it arrives (for progress).
         timeout_s: the whole run's deadline; past it the run is stopped (status ``timeout``).
@@ -322,7 +342,8 @@ def run_playbook(
         flags.append(f"--tags={','.join(tags)}")
     return _run(
         path.stem, on_task, timeout_s, playbook=str(path), inventory=inventory_path,
-        extravars=dict(extravars or {}), limit=limit, forks=forks, cmdline=" ".join(flags) or None,
+        extravars=dict(extravars or {}), limit=limit, forks=forks or forks_for(Path(inventory_path)),
+        cmdline=" ".join(flags) or None,
     )
 
 
@@ -332,7 +353,7 @@ def run_module(
     inventory: Path,
     pattern: str = "all",
     *,
-    forks: int = 32,
+    forks: int | None = None,
     timeout_s: int = RUN_TIMEOUT_S,
 ) -> RunOutcome:
     """Run one module ad hoc on ``pattern`` (``ansible.builtin.ping`` for reachability)."""
@@ -340,5 +361,5 @@ def run_module(
     module_args = args if isinstance(args, str) else " ".join(f"{k}={v}" for k, v in args.items())
     return _run(
         module.rsplit(".", 1)[-1], None, timeout_s, module=module, module_args=module_args or None,
-        host_pattern=pattern, inventory=inventory_path, forks=forks,
+        host_pattern=pattern, inventory=inventory_path, forks=forks or forks_for(Path(inventory_path)),
     )

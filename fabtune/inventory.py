@@ -97,6 +97,16 @@ def _fabric_name(path: Path, first: dict[str, Any]) -> str:
     return check_name("inventory file name (no fabtune_fabric_name set)", path.stem)
 
 
+# Hosts per inventory read in this process (absolute path -> count): the Ansible adapter sizes its
+# forks from it without reading the inventory again.
+_HOST_COUNTS: dict[Path, int] = {}
+
+
+def host_count(path: Path) -> int | None:
+    """How many hosts ``path`` lists, when this process has read it (``read_inventory``)."""
+    return _HOST_COUNTS.get(Path(path).absolute())
+
+
 def read_inventory(path: Path) -> InventoryInfo:
     """Read an inventory through ``ansible-inventory`` (any format Ansible reads).
 
@@ -115,6 +125,7 @@ def read_inventory(path: Path) -> InventoryInfo:
     hosts = _group_hosts(data, "all")
     if not hosts:
         raise ConfigError(str(path), ["hosts: the inventory has no hosts"])
+    _HOST_COUNTS[path] = len(hosts)
     hostvars = data.get("_meta", {}).get("hostvars", {})
     duplicates = _duplicate_endpoints(hosts, hostvars)
     if duplicates:
