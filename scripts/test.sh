@@ -10,4 +10,4 @@ COLLECTION=fabtune/content/ansible_collections/fabtune/fabric
 .venv/bin/ansible-lint --profile production "$COLLECTION/roles" "$COLLECTION/playbooks"
 # Three workers (integration and fault tests mostly wait on SSH, Ansible and timers; a fourth made
 # applies outlast 60 s revert deadlines), one test file each.
-.venv/bin/pytest -q -n 3 --dist loadfile --durations=15 "$@"
+.venv/bin/pytest -q -n 3 --dist loadfile --durations=40 "$@"

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, Protocol
@@ -61,6 +62,9 @@ def reverted_hosts(outcome: ansible.RunOutcome) -> list[str]:
     return sorted({t.host for t in outcome.failures() if t.result.get("reverted")})
 
 
+# What the loop leaves between the next batch's expected end and the revert deadline before it extends
+# it: the extend playbook's own start-up and any stall of the controller.
+HOLD_MARGIN_S = 30.0
 REBOOT_WHY = "the host rebooted"  # what fabtune-boot writes in the record of a run it reverted
 
 
@@ -200,8 +204,15 @@ class Tuner:
         *,
         options: TuneOptions | None = None,
         on_event: Event | None = None,
+        revert_deadline_s: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """``revert_deadline_s``: the deadline the backend arms moves with; knowing it, the loop
+        extends it only when the next batch might outlast it (None: before every batch)."""
         self.backend, self.journal, self.run_id, self.fabric = backend, journal, run_id, fabric
+        self.revert_deadline_s, self.clock = revert_deadline_s, clock
+        self.held_until = 0.0  # no host reverts the move before this (clock time); 0: unknown
+        self.run_s = 0.0  # the longest one repetition has taken (wall time, clock seconds)
         self.options = options or TuneOptions()
         self.emit: Event = on_event or (lambda kind, message, data: None)
         self.current: dict[str, dict[str, Any]] = {}
@@ -217,6 +228,12 @@ class Tuner:
         Raises:
             BenchmarkFailed: when the retry fails too.
         """
+        start = self.clock()
+        batch = self._measure_once(repetitions)
+        self.run_s = max(self.run_s, (self.clock() - start) / max(repetitions, 1))
+        return batch
+
+    def _measure_once(self, repetitions: int) -> Batch:
         self.runs += repetitions
         batch = self.backend.measure(repetitions)
         if not batch.failures:
@@ -324,6 +341,7 @@ class Tuner:
             "",
             reference=statistics.median(_ar(self.reference)),
         )
+        self.held_until = self._deadline_from(self.clock())  # armed at the apply's start at the latest
         applied = self.backend.apply(
             desired, run_id=self.run_id, snapshots=self.current, roles=roles_of(record.knobs)
         )
@@ -349,6 +367,20 @@ class Tuner:
             return self._keep(seq, record, judged, desired)
         return self._undo(seq, record, judged.reason, desired)
 
+    def _deadline_from(self, armed_at: float) -> float:
+        return 0.0 if self.revert_deadline_s is None else armed_at + self.revert_deadline_s
+
+    def _hold_for(self, repetitions: int) -> None:
+        """Extend the revert deadline unless it surely outlasts the next ``repetitions`` runs (each
+        taking up to 1.5x the longest one so far, plus HOLD_MARGIN_S): on a rack whose batches are
+        short against the deadline, most batches need no Ansible run for it."""
+        need = 1.5 * self.run_s * repetitions + HOLD_MARGIN_S
+        if self.clock() + need <= self.held_until:
+            return
+        start = self.clock()
+        self._hold()
+        self.held_until = self._deadline_from(start)
+
     def _hold(self) -> None:
         """Extend every host's revert deadline: the controller is alive, the move still held.
 
@@ -363,10 +395,11 @@ class Tuner:
     def judge(self, *, armed: bool = False) -> Judgement:
         """Measure the rack as it is now against the reference until the decision is clear.
 
-        ``armed``: the rack holds a move whose revert is armed. Its deadline is extended before each
-        batch after the first (the apply extended it at its end), and once more before the verdict,
-        which proves no host reverted the move while it was measured: the deadline only has to
-        outlast one batch, whatever the rack's size.
+        ``armed``: the rack holds a move whose revert is armed. Its deadline is extended before a
+        batch after the first (the apply extended it at its end) that might outlast it: the deadline
+        only has to outlast one batch, whatever the rack's size. No host reverted the move while it
+        was measured is proven after the verdict: keep and roll back both confirm the run first
+        thing, and a host that reverted it answers so (the move's runs are then discarded).
         """
         policy = self.options.policy
         per_metric = dataclasses.replace(policy, alpha=policy.alpha / 2)  # either metric can earn a keep
@@ -374,7 +407,7 @@ class Tuner:
         pauses = 0
         while True:
             if armed and samples:  # the apply's last play extended it just before the first batch
-                self._hold()
+                self._hold_for(policy.batch)
             batch = self._measure(policy.batch if samples else policy.min_runs)
             samples += batch.samples
             pauses += batch.pause_frames
@@ -386,8 +419,6 @@ class Tuner:
                 {"all_reduce": _ar(samples), "alltoall": _aa(samples)},
             )
             if self._settled(ar, aa) or len(samples) >= policy.max_runs:
-                if armed:
-                    self._hold()
                 verdict, reason = self._verdict((ar, aa), pauses / max(len(samples), 1))
                 return Judgement(verdict, reason, ar, aa, samples, pauses)
 
@@ -443,6 +474,7 @@ class Tuner:
         self, seq: int, record: MoveRecord, hosts: list[str], rebooted: Sequence[str] = ()
     ) -> NoReturn:
         """The move was measured, at least in part, on hosts that had reverted it: discard, undo, stop."""
+        record.all_reduce, record.alltoall, record.decision = [], [], {}  # its runs are discarded
         restore_and_verify(self.backend, self.current)  # the other hosts may still hold the move
         if rebooted and set(rebooted) == set(hosts):
             reason = (

@@ -110,7 +110,8 @@ def tune(
             message = f"run {run_id} on {info.name} ({len(info.hosts)} hosts){note}"
             on_event("run", message, {"stale_lock": stale})
         tuner = Tuner(
-            AnsibleBackend(info, deadline), journal, run_id, info.fabric, options=options, on_event=on_event
+            AnsibleBackend(info, deadline), journal, run_id, info.fabric, options=options,
+            on_event=on_event, revert_deadline_s=deadline,
         )
         try:
             result = tuner.run()
@@ -280,7 +281,8 @@ def resume(
     with fabric_lock(info.name, f"resume {run_id}"):
         journal.claim(run_id)
         backend = AnsibleBackend(info, deadline)
-        tuner = Tuner(backend, journal, run_id, info.fabric, options=options, on_event=on_event)
+        tuner = Tuner(backend, journal, run_id, info.fabric, options=options, on_event=on_event,
+                      revert_deadline_s=deadline)
         try:
             _undo_open_moves(journal, run_id, backend, steps)
             result = tuner.run(done=decided)

@@ -1,8 +1,10 @@
 """Fault matrix: the host-side revert fires while the controller is alive and still measuring.
 
 A revert deadline (30 s) shorter than one move's apply and measurement (16 runs): the hosts undo
-the move by themselves mid-measurement. The controller must find out before it decides, discard
-those runs, restore every host to the state before the move (verified), journal why, and stop.
+the move by themselves mid-measurement. The controller must find out before its decision takes
+effect (keep and roll back both confirm the run first thing, and a reverted host answers so),
+discard those runs, restore every host to the state before the move (verified), journal why, and
+stop.
 """
 
 from __future__ import annotations

@@ -82,6 +82,18 @@ def armed_deadline(outcome: ansible.RunOutcome) -> float:
     return max(deadlines)
 
 
+def shorten(spec: TestbedSpec, run_id: str, seconds: int) -> float:
+    """Move the armed revert of ``run_id`` to ``seconds`` from now on every host (extend.yml, as the
+    loop extends it), once the apply is done: a test then waits that long, not the DEADLINE an apply
+    under load needs. Returns the latest new deadline (epoch seconds)."""
+    outcome = ansible.run_playbook("extend.yml", inventory(spec), extravars={
+        "fabric_run_id": run_id, "fabric_revert_deadline_s": seconds}).raise_for_failure("extend")
+    extended = outcome.results("Extend the revert deadline (the controller is alive)")
+    deadlines = [float(r["deadline"]) for r in extended.values() if r.get("deadline")]
+    assert len(deadlines) == len(HOSTS), extended
+    return max(deadlines)
+
+
 def confirm(spec: TestbedSpec, run_id: str) -> ansible.RunOutcome:
     return ansible.run_playbook("confirm.yml", inventory(spec), extravars={"fabric_run_id": run_id})
 

@@ -20,6 +20,7 @@ from tests.integration.ccrack import (
     confirm,
     facts,
     on_host,
+    shorten,
     timer_active,
     tool_state,
     wait_reverted,
@@ -34,7 +35,8 @@ def rack() -> Iterator[TestbedSpec]:
 
 
 def test_confirmed_change_stays_after_the_deadline(rack: TestbedSpec, snapshot: Any) -> None:
-    deadline = armed_deadline(apply_armed(rack, PROFILE, "cc-keep", snapshot).raise_for_failure("apply"))
+    armed_deadline(apply_armed(rack, PROFILE, "cc-keep", snapshot).raise_for_failure("apply"))
+    deadline = shorten(rack, "cc-keep", 45)  # the confirm below takes seconds
     confirm(rack, "cc-keep").raise_for_failure("confirm")
     for host in HOSTS:
         assert not timer_active(rack, host, "cc-keep")
@@ -56,10 +58,11 @@ def test_rearming_replaces_the_timer(rack: TestbedSpec, snapshot: Any) -> None:
     kept = facts(rack)  # the confirmed profile of the previous test
     apply_armed(rack, changed, "cc-rearm", kept, deadline=300).raise_for_failure("arm long")
     first = on_host(rack, "h01", "cat /run/systemd/transient/fabtune-revert-cc-rearm.timer")
-    deadline = armed_deadline(apply_armed(rack, changed, "cc-rearm", kept).raise_for_failure("re-arm"))
+    armed_deadline(apply_armed(rack, changed, "cc-rearm", kept).raise_for_failure("re-arm"))
     second = on_host(rack, "h01", "cat /run/systemd/transient/fabtune-revert-cc-rearm.timer")
     assert "OnActiveSec=300s" in first and f"OnActiveSec={DEADLINE}s" in second
     assert tool_state(rack, "h01")["pfc"] == [3, 4]
+    deadline = shorten(rack, "cc-rearm", 20)
     wait_reverted(rack, "cc-rearm", deadline + 5 - time.time())
     assert facts(rack) == kept
     for host in HOSTS:

@@ -27,7 +27,16 @@ from fabtune.testbed import layout
 from fabtune.testbed.access import ssh_argv
 from fabtune.testbed.spec import TestbedSpec
 from fabtune.tune import run as tune_run
-from tests.integration.ccrack import HOSTS, NIC, apply_armed, armed_deadline, facts, on_host, wait_reverted
+from tests.integration.ccrack import (
+    HOSTS,
+    NIC,
+    apply_armed,
+    armed_deadline,
+    facts,
+    on_host,
+    shorten,
+    wait_reverted,
+)
 from tests.integration.conftest import make_testbed
 from tests.integration.tunerack import FACTORY_NICS, current_state, inventory
 
@@ -129,8 +138,9 @@ def test_a_revert_armed_through_sudo_fires_as_root(rack: TestbedSpec) -> None:
     """Commit-confirmed as ops: the revert is installed and armed via sudo and, unconfirmed, fires."""
     snapshot = facts(rack)
     outcome = apply_armed(rack, {"nics": {"all": {"mtu": 9000}}}, "nr-revert", snapshot)
-    deadline = armed_deadline(outcome.raise_for_failure("apply"))
+    armed_deadline(outcome.raise_for_failure("apply"))
     assert {h: s["nics"][NIC]["mtu"] for h, s in facts(rack).items()} == {"h01": 9000, "h02": 9000}
+    deadline = shorten(rack, "nr-revert", 20)  # extended through sudo as well
     wait_reverted(rack, "nr-revert", deadline + 5 - time.time())
     assert facts(rack) == snapshot
     for host in HOSTS:

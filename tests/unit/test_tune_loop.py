@@ -119,6 +119,9 @@ class FakeRack:
 def tuner(rack: FakeRack, tmp_path: Path) -> Tuner:
     journal = Journal(tmp_path / "j.sqlite")
     run_id = journal.open_run("tune", "rack", "inv.yml", None)
+    if isinstance(rack, ClockRack):  # the loop knows the deadline and reads the rack's clock
+        return Tuner(rack, journal, run_id, "roce", options=TuneOptions(skip_groups=("qps", "gdr")),
+                     revert_deadline_s=rack.deadline_s, clock=lambda: rack.now)
     return Tuner(rack, journal, run_id, "roce", options=TuneOptions(skip_groups=("qps", "gdr")))
 
 
@@ -300,17 +303,25 @@ class ClockRack(FakeRack):
 def test_a_deadline_shorter_than_a_moves_measurement_holds_as_each_batch_extends_it(
     tmp_path: Path,
 ) -> None:
-    rack = ClockRack(deadline_s=30, run_s=5)  # a batch (2 runs, 10 s) fits; a move's 4+ runs do not
+    rack = ClockRack(deadline_s=40, run_s=5)  # a batch (2 runs, 10 s) fits; a move's 4+ runs do not
     result = tuner(rack, tmp_path).run()
     assert rack.longest > rack.deadline_s  # a move was held and measured for longer than the deadline
     assert ("lossless priority 4", "kept") in [(m.name, m.outcome) for m in result.moves]
     assert not any("revert fired" in m.reason for m in result.moves)
-    # Before each batch after the first (the apply extended it) and before each verdict: one per batch.
-    batches = [1 + (len(m.all_reduce) - 2) // 2 for m in result.moves]  # min_runs 2, batch 2
-    assert rack.extends == sum(batches)
+    # Before a batch after the first (the apply extended it) that might outlast the deadline: with a
+    # 40 s deadline and 10 s batches (15 s with the loop's 1.5x, +30 s margin), before every one.
+    batches = [(len(m.all_reduce) - 2) // 2 for m in result.moves]  # min_runs 2, batch 2
+    assert rack.extends == sum(batches) > 0
 
 
-def test_a_deadline_shorter_than_one_batch_is_found_before_the_verdict(tmp_path: Path) -> None:
+def test_a_deadline_far_beyond_the_moves_is_never_extended(tmp_path: Path) -> None:
+    rack = ClockRack(deadline_s=600, run_s=5)  # the longest move (12 runs, 60 s) fits ten times
+    result = tuner(rack, tmp_path).run()
+    assert ("lossless priority 4", "kept") in [(m.name, m.outcome) for m in result.moves]
+    assert rack.extends == 0 and rack.longest > 20  # moves of several batches, none extended
+
+
+def test_a_deadline_shorter_than_one_batch_is_found_by_the_verdicts_confirm(tmp_path: Path) -> None:
     rack = ClockRack(deadline_s=30, run_s=20)  # the first batch alone (2 runs, 40 s) outlasts it
     run = tuner(rack, tmp_path)
     before = copy.deepcopy(rack.state)
