@@ -370,11 +370,11 @@ class Tuner:
     def _deadline_from(self, armed_at: float) -> float:
         return 0.0 if self.revert_deadline_s is None else armed_at + self.revert_deadline_s
 
-    def _hold_for(self, repetitions: int) -> None:
-        """Extend the revert deadline unless it surely outlasts the next ``repetitions`` runs (each
-        taking up to 1.5x the longest one so far, plus HOLD_MARGIN_S): on a rack whose batches are
+    def _hold_for(self, expected_s: float) -> None:
+        """Extend the revert deadline unless it surely outlasts the next measurement, expected to
+        take ``expected_s`` (held for 1.5x that, plus HOLD_MARGIN_S): on a rack whose batches are
         short against the deadline, most batches need no Ansible run for it."""
-        need = 1.5 * self.run_s * repetitions + HOLD_MARGIN_S
+        need = 1.5 * expected_s + HOLD_MARGIN_S
         if self.clock() + need <= self.held_until:
             return
         start = self.clock()
@@ -407,7 +407,7 @@ class Tuner:
         pauses = 0
         while True:
             if armed and samples:  # the apply's last play extended it just before the first batch
-                self._hold_for(policy.batch)
+                self._hold_for(self.run_s * policy.batch)
             batch = self._measure(policy.batch if samples else policy.min_runs)
             samples += batch.samples
             pauses += batch.pause_frames
