@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from html import escape
 from typing import Any
 
 from fabtune.report import svg
+from fabtune.report.build import NOISE_BAND, deciding_metric, noise_band
 
 CSS = """
 body{font-family:'DejaVu Sans',Helvetica,Arial,sans-serif;margin:24px auto;max-width:1040px;color:#111;
@@ -29,12 +31,17 @@ table.data td{padding:4px 8px;border-bottom:1px solid #eef0f2;vertical-align:top
 td.v-pass,span.v-pass,td.o-kept,td.o-in_effect,td.o-applied,td.o-remediated{color:#1a8a3a;font-weight:bold}
 td.v-warn,span.v-warn{color:#b45309;font-weight:bold}
 td.v-fail,span.v-fail,td.o-rolled_back{color:#b91c1c;font-weight:bold}
+code.entry{margin-right:2px;white-space:nowrap}
 code{font-family:'DejaVu Sans Mono',monospace;font-size:12px;background:#f6f8fa;padding:1px 4px;
  border-radius:3px;word-break:break-all}
 .note{color:#4b5563;font-size:13px}.bar{background:#1f6fb2;height:10px;display:inline-block;
  vertical-align:middle;margin-right:6px}
 details{margin:6px 0}summary{cursor:pointer;color:#1f6fb2}
 .chart{margin:8px 0 4px}
+.multiples{display:grid;grid-template-columns:repeat(auto-fill,minmax(280px,1fr));gap:10px;margin:8px 0}
+.panel{border:1px solid #e5e7eb;border-radius:6px;padding:4px}
+.legend{font-size:12px;margin:6px 0}.key{margin-right:14px;white-space:nowrap}
+.swatch{display:inline-block;width:10px;height:10px;margin-right:4px;vertical-align:middle}
 """
 
 
@@ -161,9 +168,17 @@ def _bandwidth(doc: Mapping[str, Any]) -> str:
             if doc["kind"] == "tune"
             else ""
         )
+        banded = next((m for m in doc["bandwidth"] if m.get("reference_band")), None)
+        shade = (
+            f" Shaded: the noise band around the {escape(banded['reference_label'] or 'reference')} "
+            f"(\u00b1{NOISE_BAND:g} x the baseline's noise floor): a median inside it cannot be told "
+            "apart from the reference."
+            if banded
+            else ""
+        )
         out.append(
             '<p class="note">Dots: every repetition. Diamond: the median. Whisker: 95% bootstrap confidence '
-            f"interval of the median.{marks} The axis is zoomed to the data.</p>"
+            f"interval of the median.{marks} The axis is zoomed to the data.{shade}</p>"
         )
     return "".join(out)
 
@@ -179,7 +194,8 @@ def _decisions(doc: Mapping[str, Any]) -> str:
         return f"{d['ratio'] - 1:+.1%}{interval}"
 
     for d in doc["tune"]["decisions"]:
-        p = d["all_reduce"]["p_gain"] if d["all_reduce"] else None
+        cited = d[deciding_metric(d["reason"])]
+        p = None if d["reason"].startswith("guard: pause") or not cited else cited["p"]
         rows.append(
             [
                 escape(d["name"]),
@@ -202,7 +218,7 @@ def _decisions(doc: Mapping[str, Any]) -> str:
         "outcome",
         "all_reduce vs ref. [95% CI]",
         "alltoall vs ref. [95% CI]",
-        "p (gain)",
+        "p (as in the reason)",
         "runs",
         "pause frames",
         "reason",
@@ -297,26 +313,135 @@ def _gpus(doc: Mapping[str, Any]) -> str:
             "(bar), the lowest pair (black tick) and the rail's physical ceiling (dashed).</p>"
         )
     if doc["kind"] == "tune":
-        t = doc["tune"]
-        items = [svg.Bar("baseline", t["baseline_median"], colour="#1f6fb2")] if t["baseline_median"] else []
-        if t["final_median"]:
-            items.append(svg.Bar("tuned", t["final_median"], colour="#1a8a3a"))
-        best = (doc["oracle"] or {}).get("best_busbw")
-        if best:
-            items.append(svg.Bar("model's best reachable", float(best), colour="#7c3aed"))
-        return (
-            svg.bars(items, "all_reduce busbw GB/s per GPU", "busbw per GPU", height=260)
-            + '<p class="note">NCCL bus bandwidth is per GPU (rank): medians before and after tuning.</p>'
-            if items
-            else '<p class="note">No per-GPU figure.</p>'
-        )
+        return _tune_busbw(doc)
     return '<p class="note">No per-GPU figure in this run.</p>'
+
+
+def _tune_busbw(doc: Mapping[str, Any]) -> str:
+    """busbw per GPU before and after against the line rate, the reference, the rule of thumb and
+    the model's best reachable with its noise band."""
+    t = doc["tune"]
+    items = [svg.Bar("baseline", t["baseline_median"], colour="#1f6fb2")] if t["baseline_median"] else []
+    if t["final_median"]:
+        items.append(svg.Bar("tuned", t["final_median"], colour="#1a8a3a"))
+    best = (doc["oracle"] or {}).get("best_busbw")
+    band = noise_band(float(best), t["noise_floor"]) if best else None
+    if best:
+        items.append(svg.Bar("model's best reachable", float(best), colour="#7c3aed"))
+    if not items:
+        return '<p class="note">No per-GPU figure.</p>'
+    ref = t.get("busbw_reference")
+    guides = (
+        [
+            svg.Guide(ref["line_rate_gbytes"], "line rate R x rate / 8", "#374151", "2 3"),
+            svg.Guide(ref["reference_gbytes"], "reference R x C_min / 8", "#b45309"),
+            svg.Guide(ref["rule_of_thumb_gbytes"], f"rule of thumb {ref['rule_of_thumb']:.0%}", "#0f766e"),
+        ]
+        if ref
+        else []
+    )
+    noise = (band[0], band[1], "noise band of the model's best") if band else None
+    chart = svg.bars(items, "all_reduce busbw GB/s per GPU", "busbw per GPU", height=300, guides=guides,
+                     noise=noise)
+    notes = ["NCCL bus bandwidth is per GPU (rank): the medians of the baseline and of the tuned rack."]
+    if ref:
+        notes.append(
+            f"{ref['rails']} rail(s) per host at {ref['rate_gbps']:g} Gb/s: line rate "
+            f"{ref['line_rate_gbytes']:.1f} GB/s; reference R x C_min / 8 = {ref['reference_gbytes']:.1f} "
+            f"GB/s (goodput ceiling {ref['ceiling_gbps']:.1f} Gb/s at the tuned MTU); a healthy rack "
+            f"reaches about {ref['rule_of_thumb']:.0%} of it ({ref['rule_of_thumb_gbytes']:.1f} GB/s)."
+        )
+        if t["final_median"]:
+            notes.append(f"Tuned: {t['final_median'] / ref['reference_gbytes']:.0%} of the reference.")
+    if best and t["final_median"]:
+        notes.append(_against_best(t["final_median"], float(best), band, t["noise_floor"]))
+    return chart + '<p class="note">' + escape(" ".join(notes)) + "</p>"
+
+
+def _against_best(final: float, best: float, band: Sequence[float] | None, noise: float | None) -> str:
+    """Where the tuned median stands against the model's best, in words that mention the noise."""
+    share = f"Tuned median {final:.1f} GB/s = {final / best:.1%} of the model's best reachable {best:.1f}"
+    if band is None or noise is None:
+        return share + " (no noise floor measured)."
+    where = (
+        "within its noise band" if band[0] <= final <= band[1]
+        else "above its noise band" if final > band[1]
+        else "below its noise band"
+    )
+    return (
+        f"{share}: {where} (\u00b1{NOISE_BAND:g} x the noise floor {noise:.1%} = "
+        f"{band[0]:.1f}..{band[1]:.1f}); the model is noiseless, a measurement is not."
+    )
+
+
+# The counters that matter on an RDMA port, as families of counter names (ethtool -S and the RDMA
+# hw_counters of mlx5): PFC pause frames received and sent, CNPs sent (as notification point) and
+# handled (as reaction point), ECN-marked RoCE packets received, packets out of sequence.
+COUNTER_FAMILIES: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("pause rx", re.compile(r"rx_prio\d_pause")),
+    ("pause tx", re.compile(r"tx_prio\d_pause")),
+    ("CNPs sent", re.compile(r"np_cnp_sent")),
+    ("CNPs handled", re.compile(r"rp_cnp_handled")),
+    ("ECN marked", re.compile(r"np_ecn_marked_roce_packets")),
+    ("out of sequence", re.compile(r"out_of_sequence")),
+)
+
+
+def counter_grid(counters: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], dict[str, dict[str, int]]]:
+    """Per (host, port), per family, per source: the summed deltas (rack-wide rows left out)."""
+    grid: dict[tuple[str, str], dict[str, dict[str, int]]] = {}
+    for c in counters:
+        if c["host"] == "*":
+            continue
+        family = next((f for f, pattern in COUNTER_FAMILIES if pattern.fullmatch(c["counter"])), None)
+        if family is None:
+            continue
+        cell = grid.setdefault((c["host"], c["port"]), {}).setdefault(family, {})
+        cell[c["source"]] = cell.get(c["source"], 0) + int(c["delta"])
+    return grid
+
+
+def _small_multiples(doc: Mapping[str, Any]) -> str:
+    """One panel per host port: each family's deltas per source, one scale per family for all."""
+    grid = counter_grid(doc["counters"])
+    if not grid:
+        return ""
+    sources = list(dict.fromkeys(c["source"] for c in doc["counters"] if c["host"] != "*"))
+    families = [f for f, _ in COUNTER_FAMILIES if any(f in cell for cell in grid.values())]
+    scales = [max(v for cell in grid.values() for v in cell.get(f, {}).values()) for f in families]
+    colours = svg.SOURCE_COLOURS
+    panels = [
+        svg.panel(
+            f"{host} \u00b7 {port}",
+            [(f, [cell.get(f, {}).get(src, 0) for src in sources]) for f in families],
+            scales,
+            colours,
+        )
+        for (host, port), cell in sorted(grid.items())
+    ]
+    legend = " ".join(
+        f'<span class="key"><span class="swatch" style="background:{colours[k % len(colours)]}"></span>'
+        f"{escape(src)}</span>"
+        for k, src in enumerate(sources)
+    )
+    missing = [f for f, _ in COUNTER_FAMILIES if f not in families]
+    note = (
+        f" Not shown, because no port counted any: {', '.join(missing)}." if missing else ""
+    )
+    return (
+        f'<p class="legend">{legend}</p><div class="multiples">'
+        + "".join(f'<div class="panel">{p}</div>' for p in panels)
+        + '</div><p class="note">Per host port, the counters that matter, summed over each step\'s runs '
+        "(one bar per step, one scale per counter across all panels, so a port that stands out "
+        f"stands out).{escape(note)}</p>"
+    )
 
 
 def _counters(doc: Mapping[str, Any]) -> str:
     counters = doc["counters"]
     if not counters:
         return '<p class="note">No counter moved.</p>'
+    multiples = _small_multiples(doc)
     top = max(abs(c["delta"]) for c in counters) or 1
     rows = [
         [
@@ -328,7 +453,10 @@ def _counters(doc: Mapping[str, Any]) -> str:
         ]
         for c in counters
     ]
-    return _table(["during", "host", "port", "counter", "delta"], rows)
+    table = _table(["during", "host", "port", "counter", "delta"], rows)
+    if multiples:
+        return f"{multiples}<details><summary>every counter delta ({len(rows)})</summary>{table}</details>"
+    return table
 
 
 def _checks(doc: Mapping[str, Any]) -> str:
@@ -357,6 +485,73 @@ def _checks(doc: Mapping[str, Any]) -> str:
     return head + _table(["phase", "check", "host", "verdict", "summary", "evidence"], rows, classes)
 
 
+TOP_KEYS = ("nics", "nccl", "sm")
+
+
+def knob_place(knob: str) -> tuple[str, str | None]:
+    """A settings row's knob as ``(name, NIC)``: ``nics.eth2.mtu`` and ``eth2.mtu`` are ``mtu`` on
+    eth2; ``nccl.NCCL_IB_TC`` has no NIC."""
+    parts = knob.split(".")
+    if parts[0] == "nics" and len(parts) >= 3:
+        return ".".join(parts[2:]), parts[1]
+    if parts[0] not in TOP_KEYS and len(parts) >= 2:
+        return ".".join(parts[1:]), parts[0]
+    return knob, None
+
+
+def _value(value: Any) -> str:
+    """A setting's value, escaped: a map as its entries (``26 \u2192 3``), a list as a list."""
+    if value is None:
+        return '<span class="note">not set</span>'
+    if isinstance(value, Mapping):
+        if not value:
+            return "<code>{}</code>"
+        return " ".join(
+            f'<code class="entry">{escape(str(k))}\u2192{escape(_v(v))}</code>' for k, v in value.items()
+        )
+    return f"<code>{escape(_v(value))}</code>"
+
+
+def _where(places: Mapping[str, set[str | None]], every: Sequence[str]) -> str:
+    """Hosts (and their NICs) one change was made on: ``all 4 hosts \u00b7 eth2, eth3`` when alike."""
+    hosts = sorted(places)
+    nic_sets = {frozenset(n for n in nics if n) for nics in places.values()}
+    if len(nic_sets) == 1:
+        nics = sorted(next(iter(nic_sets)))
+        label = _hosts_label(hosts, every) if len(hosts) > 1 else hosts[0]
+        return escape(label + (f" \u00b7 {', '.join(nics)}" if nics else ""))
+    return escape("; ".join(f"{h} \u00b7 {', '.join(sorted(n for n in places[h] if n))}" for h in hosts))
+
+
+def settings_groups(
+    settings: Sequence[Mapping[str, Any]],
+) -> list[tuple[str, Any, Any, str, dict[str, set[str | None]]]]:
+    """Rows merged per knob and change: ``(knob, before, after, outcome, {host: NICs})``."""
+    merged: dict[tuple[str, str, str, str], tuple[Any, Any, dict[str, set[str | None]]]] = {}
+    for s in settings:
+        name, nic = knob_place(str(s["knob"]))
+        key = (name, _v(s["before"]), _v(s["after"]), str(s["outcome"]))
+        places = merged.setdefault(key, (s["before"], s["after"], {}))[2]
+        places.setdefault(str(s["host"]), set()).add(nic)
+    return [
+        (name, before, after, outcome, places)
+        for (name, _b, _a, outcome), (before, after, places) in sorted(
+            merged.items(), key=lambda kv: (kv[0][0].startswith(("nccl.", "sm.")), kv[0][0], sorted(kv[1][2]))
+        )
+    ]
+
+
+def _settings_table(settings: Sequence[Mapping[str, Any]], every: Sequence[str]) -> tuple[str, int]:
+    groups = settings_groups(settings)
+    rows = [
+        [f"<code>{escape(name)}</code>", _value(before), _value(after), _where(places, every),
+         escape(outcome.replace("_", " "))]
+        for name, before, after, outcome, places in groups
+    ]
+    classes = [["", "", "", "", "o-" + g[3].replace(" ", "_")] for g in groups]
+    return _table(["knob", "before", "after", "where", "outcome"], rows, classes), len(groups)
+
+
 def _settings(doc: Mapping[str, Any]) -> str:
     settings = doc["settings"]
     if not settings:
@@ -369,32 +564,21 @@ def _settings(doc: Mapping[str, Any]) -> str:
             order.append(s["change"])
     for change in order:
         mine = [s for s in settings if s["change"] == change]
-        merged: dict[tuple[str, str, str, str], list[str]] = {}
-        for s in mine:
-            merged.setdefault((s["knob"], _v(s["before"]), _v(s["after"]), s["outcome"]), []).append(
-                s["host"]
-            )
-        rows = [
-            [
-                escape(_hosts_label(h, every)),
-                f"<code>{escape(k)}</code>",
-                f"<code>{escape(b)}</code>",
-                f"<code>{escape(a)}</code>",
-                escape(o.replace("_", " ")),
-            ]
-            for (k, b, a, o), h in merged.items()
-        ]
-        classes = [["", "", "", "", "o-" + o.replace(" ", "_")] for (_k, _b, _a, o) in merged]
-        table = _table(["hosts", "knob", "before", "after", "outcome"], rows, classes)
-        title = {"whole run": "In effect after the run (before \u2192 after, every host)"}.get(change, change)
+        table, count = _settings_table(mine, every)
+        title = {"whole run": "In effect after the run (before \u2192 after)"}.get(change, change)
         if change == "whole run" or len(order) == 1:
             out.append(f"<h3>{escape(title)}</h3>{table}")
         else:
             outcome = mine[0]["outcome"].replace("_", " ")
             out.append(
-                f"<details><summary>{escape(change)} \u2014 {escape(outcome)}, {len(merged)} knob "
+                f"<details><summary>{escape(change)} \u2014 {escape(outcome)}, {count} knob "
                 f"change(s)</summary>{table}</details>"
             )
+    out.append(
+        '<p class="note">Only knobs whose value changed, one row per knob and value with the hosts and '
+        "NICs it was changed on. A map (dscp2prio) shows the entries that changed; an entry a port did "
+        "not list held the driver's default (DSCP d on priority d &gt;&gt; 3).</p>"
+    )
     return "".join(out)
 
 
@@ -439,25 +623,25 @@ def render_html(doc: Mapping[str, Any]) -> str:
         f'<div class="headline">{escape(doc["headline"])}</div>',
         _meta(doc),
         f'<div class="cards">{cards}</div>',
-        "<h2>Bandwidth per step</h2>",
+        '<h2 id="bandwidth">Bandwidth per step</h2>',
         _bandwidth(doc),
     ]
     if kind == "tune":
-        parts += ["<h2>Decisions</h2>", _decisions(doc)]
+        parts += ['<h2 id="decisions">Decisions</h2>', _decisions(doc)]
     if kind == "drift":
         rem = doc["drift"]["remediation"]
         if rem is not None and rem["reasons"]:
             parts.append("<p><b>Rolled back:</b> " + escape("; ".join(rem["reasons"])) + "</p>")
     parts += [
-        "<h2>Host pairs (share of the physical ceiling)</h2>",
+        '<h2 id="pairs">Host pairs (share of the physical ceiling)</h2>',
         _pairs(doc),
-        "<h2>Per-GPU bandwidth</h2>",
+        '<h2 id="gpus">Per-GPU bandwidth</h2>',
         _gpus(doc),
-        "<h2>Counter deltas</h2>",
+        '<h2 id="counters">Counter deltas</h2>',
         _counters(doc),
-        "<h2>Checks and their evidence</h2>",
+        '<h2 id="checks">Checks and their evidence</h2>',
         _checks(doc),
-        "<h2>Settings applied (diff)</h2>",
+        '<h2 id="settings">Settings applied (diff)</h2>',
         _settings(doc),
         f'<p class="note">Built from the run journal alone. Schema {escape(doc["schema"])} version '
         f"{doc['schema_version']} (fabtune/report/schemas/report-v1.schema.json). Regenerate with "

@@ -26,7 +26,7 @@ from fabtune.bench.diagnose import Diagnosis
 from fabtune.errors import BenchmarkError, ExitStatus, FabtuneError
 from fabtune.journal import Journal
 from fabtune.knobs import LADDERS, Candidate, LosslessClass, plan, roles_of
-from fabtune.tune.measure import Batch, FailedRun, Sample
+from fabtune.tune.measure import Batch, FailedRun, Sample, merge_counters
 from fabtune.tune.state import differences, snapshot_of, view_of, with_change
 from fabtune.tune.stats import Decision, DecisionPolicy, decide, noise_floor
 
@@ -209,6 +209,7 @@ class Tuner:
         self.reference: list[Sample] = []
         self.pause_rate = 0.0  # pause frames per repetition in the kept state
         self._intents: dict[int, dict[str, Any]] = {}  # a move's intent payload, kept in its outcome
+        self._counters: dict[str, dict[str, int]] = {}  # per-port counter deltas since the last take
         self.runs = 0
 
     def _measure(self, repetitions: int) -> Batch:
@@ -219,12 +220,14 @@ class Tuner:
         """
         self.runs += repetitions
         batch = self.backend.measure(repetitions)
+        self._counters = merge_counters(self._counters, batch.counters)
         if not batch.failures:
             return batch
         self._journal_failures(batch.failures, "retrying once")
         missing = repetitions - len(batch.samples)
         self.runs += missing
         retry = self.backend.measure(missing)
+        self._counters = merge_counters(self._counters, retry.counters)
         if retry.failures:
             self._journal_failures(retry.failures, "no retry left")
             raise BenchmarkFailed([*batch.failures, *retry.failures], log=retry.log or batch.log)
@@ -232,7 +235,13 @@ class Tuner:
             batch.samples + retry.samples,
             batch.pause_frames + retry.pause_frames,
             batch.transport or retry.transport,
+            counters=merge_counters(batch.counters, retry.counters),
         )
+
+    def _take_counters(self) -> dict[str, dict[str, int]]:
+        """The per-port counter deltas measured since the last call (a phase's or a move's)."""
+        taken, self._counters = self._counters, {}
+        return taken
 
     def _journal_failures(self, failures: Sequence[FailedRun], then: str) -> None:
         for failed in failures:
@@ -249,13 +258,17 @@ class Tuner:
         self.current = {h: snapshot_of(f) for h, f in facts.items()}
         self.journal.snapshot(self.run_id, seq, self.current)
         self.journal.finish_step(
-            self.run_id, seq, "done", {"hosts": sorted(facts), "fabric_type": self.fabric}
+            self.run_id,
+            seq,
+            "done",
+            {"hosts": sorted(facts), "fabric_type": self.fabric, "ports": _ports(facts)},
         )
         self.emit("phase", f"facts read from {len(facts)} hosts", {"hosts": sorted(facts)})
         return facts
 
     def baseline(self) -> list[CheckResult]:
         seq = self.journal.step(self.run_id, "phase", "baseline", {})
+        self._take_counters()
         try:
             batch = self._measure(self.options.baseline_runs)
         except BenchmarkFailed as err:
@@ -282,6 +295,7 @@ class Tuner:
                 "alltoall": _aa(self.reference),
                 "noise_floor": floor,
                 "pause_frames": batch.pause_frames,
+                "counters": self._take_counters(),
                 "checks": [dataclasses.asdict(c) for c in batch.transport],
                 "policy": dataclasses.asdict(self.options.policy),
             },
@@ -314,6 +328,7 @@ class Tuner:
         intent = {"group": cand.group, "knobs": cand.change.knobs(), "why": cand.why, "desired": desired}
         seq = self.journal.step(self.run_id, "move", cand.name, intent)
         self._intents[seq] = intent
+        self._take_counters()  # what the kept state's reference runs counted is not this move's
         self.journal.snapshot(self.run_id, seq, self.current)
         self.emit("move", f"{cand.name}: {cand.why}", {"knobs": cand.change.knobs()})
         record = MoveRecord(
@@ -513,6 +528,7 @@ class Tuner:
             "alltoall": record.alltoall,
             "decision": record.decision,
             "pause_frames": record.pause_frames,
+            "counters": self._take_counters(),
         }
 
     # -- the whole run --------------------------------------------------------------------
@@ -556,6 +572,19 @@ class Tuner:
             self.runs,
             planned,
         )
+
+
+def _ports(facts: Mapping[str, Mapping[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Each host's RDMA ports as the report needs them (line rate, link layer)."""
+    keep = ("dev", "port", "netdev", "link_layer", "rate")
+    return {
+        host: [
+            {k: p.get(k) for k in keep if k in p}
+            for p in ((fact.get("hardware") or {}).get("ports") or [])
+            if isinstance(p, Mapping)
+        ]
+        for host, fact in sorted(facts.items())
+    }
 
 
 def restore_and_verify(

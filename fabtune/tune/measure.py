@@ -73,6 +73,8 @@ class Batch:
     transport: tuple[CheckResult, ...] = field(default=())
     failures: tuple[FailedRun, ...] = field(default=())
     log: str = field(default="", repr=False)
+    # per "host:netdev", the counter deltas over the batch (nonzero only): the report's small multiples
+    counters: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -177,6 +179,45 @@ def _pauses(results: Sequence[Mapping[str, Any]]) -> int:
     return total
 
 
+def _port_counters(results: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, int]]:
+    """Per netdev (the loop item), the per-priority pause counters of its ``ethtool -S``."""
+    out: dict[str, dict[str, int]] = {}
+    for item in results:
+        try:
+            stats = ethtool.parse(str(item.get("stdout", "")))
+        except ParseError:
+            continue
+        out[str(item.get("item"))] = {
+            k.format(p): v for k in PAUSE_KEYS for p, v in stats.per_priority(k).items()
+        }
+    return out
+
+
+def counter_deltas(outcome: ansible.RunOutcome) -> dict[str, dict[str, int]]:
+    """Per ``host:netdev``, the counters that moved between the reads before and after the batch."""
+    before = outcome.results("Read RDMA port counters before")
+    after = outcome.results("Read RDMA port counters after")
+    deltas: dict[str, dict[str, int]] = {}
+    for host, res in sorted(after.items()):
+        old = _port_counters(before.get(host, {}).get("results", []))
+        for netdev, values in _port_counters(res.get("results", [])).items():
+            moved = {k: v - old.get(netdev, {}).get(k, 0) for k, v in values.items()}
+            if any(moved.values()):
+                deltas[f"{host}:{netdev}"] = {k: d for k, d in moved.items() if d}
+    return deltas
+
+
+def merge_counters(*parts: Mapping[str, Mapping[str, int]]) -> dict[str, dict[str, int]]:
+    """Per-port counter deltas summed."""
+    total: dict[str, dict[str, int]] = {}
+    for part in parts:
+        for port, values in part.items():
+            mine = total.setdefault(port, {})
+            for name, delta in values.items():
+                mine[name] = mine.get(name, 0) + int(delta)
+    return total
+
+
 def _pause_delta(outcome: ansible.RunOutcome) -> int:
     before = outcome.results("Read RDMA port counters before")
     after = outcome.results("Read RDMA port counters after")
@@ -270,4 +311,6 @@ def measure(spec: MeasureSpec, repetitions: int) -> Batch:
         for i in range(len(runs), len(runs) + missing)
     ]
     transport = _transport(spec, first, failed_only=not samples) if first else ()
-    return Batch(tuple(samples), _pause_delta(outcome), transport, tuple(failures), first)
+    return Batch(
+        tuple(samples), _pause_delta(outcome), transport, tuple(failures), first, counter_deltas(outcome)
+    )
