@@ -21,7 +21,7 @@ h1{font-size:24px;margin:0 0 4px}h2{font-size:19px;margin:30px 0 6px;border-bott
 .pass{background:#1a8a3a}.warn{background:#b45309}.fail{background:#b91c1c}.running{background:#6b7280}
 .headline{font-size:17px;margin:10px 0 14px}
 .meta{border-collapse:collapse;margin-bottom:8px}.meta td{padding:1px 14px 1px 0;vertical-align:top}
-.meta td:first-child{color:#4b5563}
+.meta td:first-child{color:#4b5563}.meta td:last-child{overflow-wrap:anywhere}
 .cards{display:flex;gap:12px;flex-wrap:wrap;margin:10px 0}
 .card{border:1px solid #e5e7eb;border-radius:8px;padding:8px 14px;min-width:150px}
 .card b{display:block;font-size:22px}.card span{color:#4b5563;font-size:12px}
@@ -41,6 +41,8 @@ details{margin:6px 0}summary{cursor:pointer;color:#1f6fb2}
 .multiples{display:grid;grid-template-columns:repeat(auto-fill,minmax(280px,1fr));gap:10px;margin:8px 0}
 .panel{border:1px solid #e5e7eb;border-radius:6px;padding:4px}
 .legend{font-size:12px;margin:6px 0}.key{margin-right:14px;white-space:nowrap}
+.scroll{overflow-x:auto;max-width:100%}
+@media (max-width:640px){body{margin:12px;font-size:13px}.card{min-width:120px}h1{font-size:20px}}
 .swatch{display:inline-block;width:10px;height:10px;margin-right:4px;vertical-align:middle}
 """
 
@@ -61,14 +63,14 @@ def _table(
     head: Sequence[str], rows: Sequence[Sequence[str]], classes: Sequence[Sequence[str]] | None = None
 ) -> str:
     """A table of already-escaped cells (``classes`` per cell, optional)."""
-    out = ['<table class="data"><tr>', *(f"<th>{escape(h)}</th>" for h in head), "</tr>"]
+    out = ['<div class="scroll"><table class="data"><tr>', *(f"<th>{escape(h)}</th>" for h in head), "</tr>"]
     for r, row in enumerate(rows):
         out.append("<tr>")
         for c, cell in enumerate(row):
             cls = classes[r][c] if classes and classes[r][c] else ""
             out.append(f'<td class="{cls}">{cell}</td>' if cls else f"<td>{cell}</td>")
         out.append("</tr>")
-    out.append("</table>")
+    out.append("</table></div>")
     return "".join(out)
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from fabtune.commands import _console
+from fabtune.commands._common import ResultOutput, result_output
 from fabtune.commands._progress import Progress
 from fabtune.commands.tune import print_result
 from fabtune.testbed import build
@@ -29,8 +30,10 @@ DEMO_SPEC = Path(__file__).resolve().parent / "specs" / "demo.yml"
 @click.option(
     "--keep/--down", default=True, show_default=True, help="Keep the rack afterwards (to look around)."
 )
-def demo(spec_file: Path, keep: bool) -> None:
-    """Build a small misconfigured RoCE rack, tune it, and say where the report is."""
+@result_output()
+def demo(spec_file: Path, keep: bool, output: ResultOutput) -> None:
+    """Build a small misconfigured RoCE rack, tune it, and say where the report is (the run's
+    result as JSON with --json / -o FILE, as fabtune tune prints it)."""
     console = _console.err()
     spec = load_spec(spec_file, {})
     with console.status(f"building testbed {spec.name!r} ({len(spec.hosts)} hosts)"):
@@ -40,7 +43,7 @@ def demo(spec_file: Path, keep: bool) -> None:
                   soft_wrap=True, highlight=False)
     try:
         result, report = tune_run.tune(inventory, None, Progress(), oracle=testbed_oracle)
-        print_result(result, report)
+        print_result(result, report, output)
     finally:
         if not keep:
             build.down(spec.name)

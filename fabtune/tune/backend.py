@@ -5,12 +5,12 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from fabtune import ansible
-from fabtune.bench import diagnose
+from fabtune.bench import diagnose, rdmacounters
 from fabtune.bench.fabric import read_hosts
 from fabtune.errors import PlaybookFailed
 from fabtune.inventory import InventoryInfo
@@ -34,6 +34,8 @@ class AnsibleBackend:
     gpus: int = 0
     netdevs: Mapping[str, list[str]] | None = None
     ceilings: Mapping[str, float] | None = None
+    # per host, the reads of its ports' RDMA hw_counters (fabtune.bench.rdmacounters)
+    hw_reads: Mapping[str, list[dict[str, Any]]] = field(default_factory=dict)
 
     @property
     def inventory(self) -> Path:
@@ -53,6 +55,14 @@ class AnsibleBackend:
         """Take each host's GPU count, RDMA netdevs and NIC line rates from its facts (for measurements)."""
         self.netdevs = {
             h: [p["netdev"] for p in (f.get("hardware") or {}).get("ports") or [] if p.get("netdev")]
+            for h, f in facts.items()
+        }
+        self.hw_reads = {
+            h: [
+                rdmacounters.read_item(p["netdev"], p["dev"], int(p.get("port") or 1))
+                for p in (f.get("hardware") or {}).get("ports") or []
+                if p.get("netdev") and p.get("dev")
+            ]
             for h, f in facts.items()
         }
         first = facts[sorted(facts)[0]]
@@ -140,5 +150,6 @@ class AnsibleBackend:
             self.info.oob_interface,
             deadline_s=self.info.bench_timeout_s,
             ceilings=self.ceilings or {},
+            hw_reads=self.hw_reads,
         )
         return measure(spec, repetitions)

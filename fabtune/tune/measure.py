@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from fabtune import ansible
-from fabtune.bench import diagnose, nccl
+from fabtune.bench import diagnose, nccl, rdmacounters
 from fabtune.bench.argv import NcclOptions
 from fabtune.bench.checks import CheckResult
 from fabtune.bench.deadline import nccl_deadline_s, run_timeout_s, timed_out
@@ -95,6 +95,8 @@ class MeasureSpec:
     sizes: Mapping[str, str] = field(default_factory=lambda: {"all_reduce_perf": "8G", "alltoall_perf": "1G"})
     deadline_s: int | None = None  # each launch's deadline; None: derived from the sweep and host count
     ceilings: Mapping[str, float] = field(default_factory=dict)  # per test, the busbw ceiling (GB/s)
+    # per host, the reads of its ports' RDMA hw_counters ({netdev, argv}: fabtune.bench.rdmacounters)
+    hw_reads: Mapping[str, Sequence[Mapping[str, Any]]] = field(default_factory=dict)
 
     def options(self, test: str) -> NcclOptions:
         size = self.sizes[test]
@@ -204,7 +206,10 @@ def counter_deltas(outcome: ansible.RunOutcome) -> dict[str, dict[str, int]]:
             moved = {k: v - old.get(netdev, {}).get(k, 0) for k, v in values.items()}
             if any(moved.values()):
                 deltas[f"{host}:{netdev}"] = {k: d for k, d in moved.items() if d}
-    return deltas
+    hw = rdmacounters.deltas(
+        outcome.results("Read RDMA hw counters before"), outcome.results("Read RDMA hw counters after")
+    )
+    return merge_counters(deltas, {f"{h}:{n}": v for (h, n), v in hw.items()})
 
 
 def merge_counters(*parts: Mapping[str, Mapping[str, int]]) -> dict[str, dict[str, int]]:
@@ -296,6 +301,7 @@ def measure(spec: MeasureSpec, repetitions: int) -> Batch:
         "fabtune_launch_host": spec.hosts[0],
         "fabtune_measure_argvs": argvs,
         "fabtune_counter_netdevs": {h: list(v) for h, v in spec.netdevs.items()},
+        "fabtune_counter_hw": {h: [dict(r) for r in v] for h, v in spec.hw_reads.items()},
         "fabtune_bench_deadline_s": spec.deadline,
     }
     timeout_s = run_timeout_s(spec.deadline, len(argvs))

@@ -1,0 +1,335 @@
+"""The report's figures carry the run's numbers (issue 14): settings per knob with maps as maps,
+counters per host port as small multiples, busbw per GPU against the line rate and the rule of
+thumb, the noise band around the model's best, the p-value the reason cites; and the tune verb's
+closing line uses the median the report uses.
+
+The journals come from the real code paths (the tuning loop over a scripted rack, the bootstrap
+phases and the drift remediation of test_report.py); the rack here answers as mlnx_qos does (the
+whole 64-entry DSCP map under DSCP trust) and counts CNPs on one port.
+"""
+
+from __future__ import annotations
+
+import copy
+import html as htmllib
+import re
+import statistics
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fabtune import linkrate, report
+from fabtune.ansible import RunOutcome, TaskResult
+from fabtune.bench import pairs, rdmacounters
+from fabtune.commands.tune import print_result
+from fabtune.journal import Journal
+from fabtune.report.build import diff_states, median_ci
+from fabtune.tune import measure
+from fabtune.tune import run as tune_run
+from fabtune.tune.loop import TuneOptions, Tuner, TuneResult
+from fabtune.tune.measure import Batch
+from tests.unit.test_report import (
+    HOSTS,
+    Rack,
+    bootstrap_run_journal,
+    drift_run_journal,
+)
+
+PORTS = [
+    {
+        "dev": f"mlx5_{i}",
+        "port": 1,
+        "netdev": f"eth{2 + i}",
+        "link_layer": "Ethernet",
+        "rate": "400 Gb/sec (4X NDR)",
+        "roce_v2_gid_index": 3,
+    }
+    for i in (0, 1)
+]
+BEST = 47.9
+CNPS_PER_RUN = 3
+
+
+class FigureRack(Rack):
+    """test_report's rack with port rates, mlnx_qos's full DSCP map and CNPs counted on h02's eth3."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hardware = {"ports": PORTS, "topology": None}
+
+    def facts(self) -> dict[str, dict[str, Any]]:
+        found = super().facts()
+        for fact in found.values():
+            for nic in fact["nics"].values():
+                if nic.get("trust") == "dscp":  # mlnx_qos prints the whole table, the defaults included
+                    nic["dscp2prio"] = {d: d >> 3 for d in range(64)} | {
+                        int(k): v for k, v in (nic.get("dscp2prio") or {}).items()
+                    }
+        return found
+
+    def measure(self, repetitions: int) -> Batch:
+        batch = super().measure(repetitions)
+        counters = {"h02:eth3": {"np_cnp_sent": CNPS_PER_RUN * repetitions}}
+        return Batch(batch.samples, batch.pause_frames, batch.transport, counters=counters)
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("FABTUNE_HOME", str(tmp_path / "home"))
+    return tmp_path / "home"
+
+
+@pytest.fixture
+def journal(home: Path) -> Journal:
+    return Journal(home / "journal.sqlite")
+
+
+@pytest.fixture
+def tuned(journal: Journal, home: Path) -> tuple[dict[str, Any], str]:
+    run_id = journal.open_run("tune", "rack1", str(home / "inventory.yml"), None)
+    result = Tuner(FigureRack(), journal, run_id, "roce", options=TuneOptions(skip_groups=("gdr",))).run()
+    oracle = {"best_busbw": BEST, "tuned_busbw": 46.4, "share_of_best": 46.4 / BEST, "size_bytes": 8 << 30}
+    tune_run.finish(journal, run_id, result, home / "desired" / "rack1.yml", oracle=oracle)
+    doc = report.build(journal, run_id)
+    report.validate(doc)
+    return doc, report.render_html(doc)
+
+
+def section(page: str, ident: str) -> str:
+    start = page.index(f'<h2 id="{ident}">')
+    end = page.find("<h2 ", start + 4)
+    return page[start : end if end > 0 else len(page)]
+
+
+def rows(table_html: str) -> list[list[str]]:
+    """The cells of each body row, as text."""
+    out = []
+    for row in re.findall(r"<tr>(.*?)</tr>", table_html, re.S):
+        cells = re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)
+        if cells:
+            out.append([htmllib.unescape(re.sub(r"<[^>]+>", " ", c)).split() for c in cells])
+    return [[" ".join(c) for c in r] for r in out]
+
+
+def panel(page: str, title: str) -> str:
+    match = re.search(rf'<svg[^>]*aria-label="{re.escape(title)}".*?</svg>', page, re.S)
+    assert match, title
+    return match[0]
+
+
+# --------------------------------------------------------------------------- settings
+
+
+def test_a_map_knob_is_one_setting_of_the_entries_that_changed() -> None:
+    full = {str(d): d >> 3 for d in range(64)}
+    before = {"nics": {"eth2": {"trust": "pcp"}}}
+    after = {"nics": {"eth2": {"trust": "dscp", "dscp2prio": {**full, "26": 4}}}}
+    assert diff_states(before, after) == [
+        ("nics.eth2.dscp2prio", {"26": 3}, {"26": 4}),  # absent under PCP trust: the driver's default held
+        ("nics.eth2.trust", "pcp", "dscp"),
+    ]
+    # a desired state names only the entries it manages: the others are not changes
+    assert diff_states(
+        {"nics": {"eth2": {"dscp2prio": {**full, "26": 4}}}},
+        {"nics": {"eth2": {"dscp2prio": {"26": 3, "48": 6}}}},
+    ) == [("nics.eth2.dscp2prio", {"26": 4}, {"26": 3})]
+    assert (
+        diff_states({"nics": {"eth2": {"dscp2prio": full}}}, {"nics": {"eth2": {"dscp2prio": {"48": 6}}}})
+        == []
+    )
+
+
+def test_tune_settings_are_one_row_per_knob_with_its_hosts(tuned: tuple[dict[str, Any], str]) -> None:
+    doc, page = tuned
+    assert not [s for s in doc["settings"] if re.search(r"dscp2prio\.\d+$", s["knob"])]
+    whole = section(page, "settings").split("<details>")[0]
+    table = {r[0]: r for r in rows(whole)}
+    assert sorted(table) == ["ecn.np", "ecn.rp", "mtu", "nccl.NCCL_IB_TC", "pfc", "roce_tos", "trust"]
+    assert table["mtu"][1:4] == ["1500", "4200", "all 4 hosts \u00b7 eth2, eth3"]
+    assert table["trust"][1:3] == ["pcp", "dscp"] and table["nccl.NCCL_IB_TC"][3] == "all 4 hosts"
+
+
+# --------------------------------------------------------------------------- tune figures
+
+
+def test_tune_counters_per_port_as_small_multiples(tuned: tuple[dict[str, Any], str]) -> None:
+    doc, page = tuned
+    cnps = {c["source"]: c["delta"] for c in doc["counters"] if c["counter"] == "np_cnp_sent"}
+    assert {c["host"] for c in doc["counters"] if c["counter"] == "np_cnp_sent"} == {"h02"}
+    assert cnps["baseline"] == CNPS_PER_RUN * 8
+    for d in doc["tune"]["decisions"]:
+        assert cnps[d["name"]] == CNPS_PER_RUN * d["runs"], d["name"]
+    figure = panel(section(page, "counters"), "h02 \u00b7 eth3")
+    assert ">CNPs sent<" in figure
+    shown = [int(v.replace(",", "")) for v in re.findall(r">([\d,]+)</text>", figure)]
+    assert shown == [cnps["baseline"], *(cnps[d["name"]] for d in doc["tune"]["decisions"])]
+
+
+def test_tune_busbw_per_gpu_against_line_rate_rule_of_thumb_and_noise(
+    tuned: tuple[dict[str, Any], str],
+) -> None:
+    doc, page = tuned
+    t = doc["tune"]
+    ref = t["busbw_reference"]
+    reference = 2 * linkrate.ceiling_gbps("Ethernet", 400, 4200) / 8  # 2 rails at the tuned MTU
+    assert ref["rails"] == 2 and ref["line_rate_gbytes"] == 100.0
+    assert ref["reference_gbytes"] == pytest.approx(reference, abs=1e-3)
+    assert ref["rule_of_thumb_gbytes"] == pytest.approx(0.9 * reference, abs=1e-3)
+    gpus = section(page, "gpus")
+    assert "line rate R x rate / 8 100.0" in gpus
+    assert (
+        f"reference R x C_min / 8 {reference:.1f}" in gpus
+        and f"rule of thumb 90% {0.9 * reference:.1f}" in gpus
+    )
+    low, high = doc["bandwidth"][0]["reference_band"]
+    spread = 2 * t["noise_floor"]
+    assert (low, high) == (
+        pytest.approx(BEST * (1 - spread), abs=1e-3),
+        pytest.approx(BEST * (1 + spread), abs=1e-3),
+    )
+    assert page.count("noise band") >= 3  # the step chart's band, the per-GPU band, the words
+    words = htmllib.unescape(gpus)
+    assert f"Tuned median {t['final_median']:.1f} GB/s = {t['final_median'] / BEST:.1%}" in words
+    assert f"{low:.1f}..{high:.1f}" in words
+
+
+def test_the_decision_table_shows_the_p_value_its_reason_cites(tuned: tuple[dict[str, Any], str]) -> None:
+    doc, page = tuned
+    table = rows(section(page, "decisions"))
+    assert len(table) == len(doc["tune"]["decisions"]) == 4
+    cited = 0
+    for row in table:
+        p_cell, reason = row[5], row[8]
+        match = re.search(r"\(p=([0-9.e+-]+)", reason)
+        if match:
+            assert p_cell == match[1], row
+            cited += 1
+    assert cited >= 2
+    worse = next(d for d in doc["tune"]["decisions"] if "worse" in d["reason"])
+    assert worse["all_reduce"]["p"] == worse["all_reduce"]["p_loss"] != worse["all_reduce"]["p_gain"]
+
+
+def test_the_closing_line_uses_the_median_the_progress_and_report_use(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    result = TuneResult("r1", [120.0, 120.2, 120.6, 120.8], [130.0, 134.0], 0.01, [], {}, [])
+    print_result(result, Path("/nonexistent/report.json"))
+    base, final = statistics.median(result.baseline), statistics.median(result.final)
+    # 120.4 -> 132.0, as the baseline progress line and the report say; the upper median said 120.6
+    assert f"{base:.1f} -> {final:.1f} GB/s" in capsys.readouterr().out
+    assert median_ci(result.baseline)[0] == pytest.approx(base)
+
+
+# --------------------------------------------------------------------------- bootstrap and drift
+
+
+def test_bootstrap_counters_per_port_sum_the_pair_runs(
+    journal: Journal, home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    doc = report.build(journal, bootstrap_run_journal(journal, home, monkeypatch))
+    page = report.render_html(doc)
+    matrix = [p for p in doc["pairs"]["results"] if not p["retest"]]
+    for host in HOSTS:
+        for netdev in ("eth2", "eth3"):
+            figure = panel(section(page, "counters"), f"{host} \u00b7 {netdev}")
+            sums = [
+                sum(
+                    v
+                    for p in matrix
+                    for k, v in p["counters"].get(f"{host}:{netdev}", {}).items()
+                    if k.startswith(direction)
+                )
+                for direction in ("rx_", "tx_")
+            ]
+            shown = [int(v.replace(",", "")) for v in re.findall(r">([\d,]+)</text>", figure)]
+            assert shown == sums, (host, netdev)
+    assert 'aria-label="pair heatmap"' in page and 'aria-label="per-GPU bandwidth"' in page
+
+
+def test_drift_counters_show_before_and_after(
+    journal: Journal, home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    doc = report.build(journal, drift_run_journal(journal, home, monkeypatch))
+    page = report.render_html(doc)
+    counters = section(page, "counters")
+    assert "pairs before remediation" in counters and "pairs after remediation" in counters
+    figure = panel(counters, "h01 \u00b7 eth2")
+    assert re.findall(r">([\d,]+)</text>", figure) == ["120", "120"]  # one pair on h01's eth2, each round
+    table = {r[0]: r for r in rows(section(page, "settings"))}
+    assert table["pfc"][1:4] == ["[]", "[3]", "h02 \u00b7 eth2, eth3"]
+
+
+# --------------------------------------------------------------------------- the counters read
+
+
+GREP = "\n".join(
+    f"/sys/class/infiniband/mlx5_1/ports/1/hw_counters/{name}:{value}"
+    for name, value in (("np_cnp_sent", 10), ("rp_cnp_handled", 4), ("np_ecn_marked_roce_packets", 12))
+)
+
+
+def _read(host: str, task: str, results: list[dict[str, Any]]) -> TaskResult:
+    return TaskResult(host, task, "ansible.builtin.command", "runner_on_ok", False, {"results": results})
+
+
+def test_hw_counters_are_read_from_sysfs_and_differenced() -> None:
+    argv = rdmacounters.read_argv("mlx5_1", 1)
+    assert argv[:4] == ["grep", "-s", "-H", "."]
+    assert argv[4:] == [
+        f"/sys/class/infiniband/mlx5_1/ports/1/hw_counters/{n}" for n in rdmacounters.HW_COUNTERS
+    ]
+    assert rdmacounters.parse(GREP + "\ngrep: something odd\n") == {
+        "np_cnp_sent": 10,
+        "rp_cnp_handled": 4,
+        "np_ecn_marked_roce_packets": 12,
+    }
+    item = rdmacounters.read_item("eth3", "mlx5_1", 1)
+    later = GREP.replace(":10", ":25").replace(":12", ":12")
+    before = {"h01": {"results": [{"item": item, "stdout": GREP}]}}
+    after = {"h01": {"results": [{"item": item, "stdout": later}]}}
+    assert rdmacounters.deltas(before, after) == {("h01", "eth3"): {"np_cnp_sent": 15}}
+
+
+def test_a_tuning_batch_keeps_pause_and_hw_counters_per_port() -> None:
+    ethtool = "NIC statistics:\n     rx_prio3_pause: {}\n     tx_prio3_pause: 0\n"
+    item = rdmacounters.read_item("eth3", "mlx5_1", 1)
+    tasks = (
+        _read("h01", "Read RDMA port counters before", [{"item": "eth3", "stdout": ethtool.format(5)}]),
+        _read("h01", "Read RDMA hw counters before", [{"item": item, "stdout": GREP}]),
+        _read("h01", "Read RDMA port counters after", [{"item": "eth3", "stdout": ethtool.format(45)}]),
+        _read(
+            "h01",
+            "Read RDMA hw counters after",
+            [{"item": item, "stdout": GREP.replace("handled:4", "handled:9")}],
+        ),
+    )
+    outcome = RunOutcome("successful", 0, {}, tasks, Path("/nonexistent"))
+    assert measure.counter_deltas(outcome) == {"h01:eth3": {"rx_prio3_pause": 40, "rp_cnp_handled": 5}}
+
+
+def test_a_pair_round_keeps_hw_counters_beside_the_pause_counters() -> None:
+    ethtool = "NIC statistics:\n     rx_prio3_pause: {}\n"
+    item = rdmacounters.read_item("eth3", "mlx5_1", 1)
+    tasks = (
+        _read("h02", "Read NIC counters before", [{"item": "eth3", "stdout": ethtool.format(1)}]),
+        _read("h02", "Read RDMA hw counters before", [{"item": item, "stdout": GREP}]),
+        _read("h02", "Read NIC counters after", [{"item": "eth3", "stdout": ethtool.format(8)}]),
+        _read("h02", "Read RDMA hw counters after", [{"item": item, "stdout": GREP.replace(":12", ":19")}]),
+    )
+    outcome = RunOutcome("successful", 0, {}, tasks, Path("/nonexistent"))
+    assert pairs._deltas(outcome) == {("h02", "eth3"): {"rx_prio3_pause": 7, "np_ecn_marked_roce_packets": 7}}
+
+
+def test_measure_passes_the_hw_reads_to_the_playbook(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: dict[str, Any] = {}
+
+    def run_playbook(name: str, inventory: Path, **kwargs: Any) -> RunOutcome:
+        seen.update(kwargs["extravars"])
+        return RunOutcome("successful", 0, {}, (), Path("/nonexistent"))
+
+    monkeypatch.setattr(measure.ansible, "run_playbook", run_playbook)
+    reads = {"h01": [rdmacounters.read_item("eth2", "mlx5_0", 1)]}
+    spec = measure.MeasureSpec(Path("/inv.yml"), ("h01", "h02"), 1, {"h01": ["eth2"]}, hw_reads=reads)
+    measure.measure(spec, 1)
+    assert seen["fabtune_counter_hw"] == copy.deepcopy(reads)
