@@ -410,6 +410,26 @@ def _pct(ratio: float | None) -> str:
     return "?" if ratio is None else f"{ratio - 1:+.1%}"
 
 
+def _tune_pairs(doc: dict[str, Any], steps: Sequence[Step]) -> None:
+    """The pair matrices a tuning run measured (``pairs baseline``, ``pairs final``): the heatmaps,
+    the per-GPU rails (of the last matrix) and the pair runs' counters."""
+    matrices: dict[str, list[dict[str, Any]]] = {}
+    for s in steps:
+        if s.kind == "pairs" and s.state == "done" and s.payload.get("pairs"):
+            name = s.name.removeprefix("pairs ")
+            matrices[name] = [_pair(r, name, None) for r in s.payload["pairs"]]
+    if not matrices:
+        return
+    primary = "final" if "final" in matrices else next(iter(matrices))
+    results = [p for m in matrices.values() for p in m]
+    doc["pairs"] = {"threshold": None, "source": primary, "results": results}
+    doc["gpus"] = gpus_of(matrices[primary])
+    for name, found in matrices.items():
+        doc["counters"] += pair_counters(found, f"pairs {name}")
+    seqs = {s.name: s.seq for s in reversed(steps)}  # a source is a step's name: its first seq
+    doc["counters"].sort(key=lambda c: seqs.get(str(c["source"]).removesuffix(" (resumed)"), 1 << 30))
+
+
 def build_tune(run: Run, steps: Sequence[Step], journal: Journal) -> dict[str, Any]:  # noqa: PLR0912, PLR0915
     facts = next((s for s in steps if s.kind == "phase" and s.name == "facts"), None)
     doc = _empty(
@@ -487,6 +507,7 @@ def build_tune(run: Run, steps: Sequence[Step], journal: Journal) -> dict[str, A
                             "outcome": outcome,
                         }
                     )
+    _tune_pairs(doc, steps)
     first = journal.first_snapshot(run.id)
     net: list[dict[str, Any]] = []
     if final_state is not None:

@@ -43,6 +43,8 @@ details{margin:6px 0}summary{cursor:pointer;color:#1f6fb2}
 .legend{font-size:12px;margin:6px 0}.key{margin-right:14px;white-space:nowrap}
 .scroll{overflow-x:auto;max-width:100%}
 @media (max-width:640px){body{margin:12px;font-size:13px}.card{min-width:120px}h1{font-size:20px}}
+.pairmaps{display:flex;flex-wrap:wrap;gap:16px}.pairmap{margin:0;flex:1 1 420px;max-width:100%}
+figcaption{font-weight:bold;font-size:13px}
 .swatch{display:inline-block;width:10px;height:10px;margin-right:4px;vertical-align:middle}
 """
 
@@ -228,14 +230,17 @@ def _decisions(doc: Mapping[str, Any]) -> str:
     return _table(head, rows, classes)
 
 
-def _pairs(doc: Mapping[str, Any]) -> str:
-    pairs = doc["pairs"]
-    source = pairs["source"]
-    shown = [p for p in pairs["results"] if p["source"] == source]
-    if not shown:
-        note = "This run type measures no host pairs." if doc["kind"] == "tune" else "No pair was measured."
-        return f'<p class="note">{note}</p>'
-    hosts = sorted({h for p in shown for h in (p["server"], p["client"])})
+SOURCE_TITLES = {
+    "baseline": "before tuning (after the baseline)",
+    "final": "after tuning",
+    "before": "before remediation",
+    "after": "after remediation",
+    "matrix": "pair matrix",
+}
+
+
+def _cells(shown: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], tuple[float | None, str]]:
+    """Per (client, server) both ways: the lowest share over the pair's rails, and every rail's figure."""
     cells: dict[tuple[str, str], tuple[float | None, str]] = {}
     groups: dict[frozenset[str], list[Mapping[str, Any]]] = {}
     for p in shown:
@@ -255,12 +260,45 @@ def _pairs(doc: Mapping[str, Any]) -> str:
         for p in runs:
             cells[(p["client"], p["server"])] = (worst, tip)
             cells[(p["server"], p["client"])] = (worst, tip)
+    return cells
+
+
+def _share_summary(shown: Sequence[Mapping[str, Any]]) -> str:
+    shares = [p["share"] for p in shown if p["share"] is not None]
+    if not shares:
+        return "no figure"
+    mean = sum(shares) / len(shares)
+    return f"mean {mean:.0%}, lowest {min(shares):.0%} of the ceiling ({len(shares)} runs)"
+
+
+def _pairs(doc: Mapping[str, Any]) -> str:
+    pairs = doc["pairs"]
+    source = pairs["source"]
+    shown = [p for p in pairs["results"] if p["source"] == source]
+    if not shown:
+        note = "No pair was measured." if doc["kind"] != "tune" else (
+            "This run measured no host pairs (fabtune_tune.pair_matrix: false, or a run from before "
+            "tuning runs measured them)."
+        )
+        return f'<p class="note">{note}</p>'
+    sources = list(dict.fromkeys(p["source"] for p in pairs["results"] if not p["retest"]))
+    hosts = sorted({h for p in pairs["results"] for h in (p["server"], p["client"])})
+    maps = []
+    for src in sources:
+        mine = [p for p in pairs["results"] if p["source"] == src and not p["retest"]]
+        title = SOURCE_TITLES.get(src, src)
+        maps.append(
+            f'<figure class="pairmap"><figcaption>{escape(title)}: {escape(_share_summary(mine))}'
+            f"</figcaption>{svg.heatmap(hosts, _cells(mine), pairs['threshold'], f'pair heatmap ({src})')}"
+            "</figure>"
+        )
     rails = sorted({p["rail"] for p in shown})
-    out = [svg.heatmap(hosts, cells, pairs["threshold"], "pair heatmap")]
+    out = [f'<div class="pairmaps">{"".join(maps)}</div>']
     out.append(
-        f'<p class="note">ib_write_bw per host pair ({escape(str(source))}), as a share of the physical '
+        '<p class="note">ib_write_bw per host pair, as a share of the physical '
         f"ceiling (link rate less header overhead at the port's MTU); each cell shows the lowest of "
         f"{len(rails)} rail(s); hover a cell for every rail."
+        + (" A pair not measured in a round is grey." if len(sources) > 1 else "")
         + (
             f" Threshold {pairs['threshold']:.0%}; cells below it have a dark border."
             if pairs["threshold"]
@@ -294,6 +332,14 @@ def _pairs(doc: Mapping[str, Any]) -> str:
 
 
 def _gpus(doc: Mapping[str, Any]) -> str:
+    rails = _rails(doc)
+    if doc["kind"] == "tune":
+        return _tune_busbw(doc) + rails
+    return rails or '<p class="note">No per-GPU figure in this run.</p>'
+
+
+def _rails(doc: Mapping[str, Any]) -> str:
+    """Per GPU's rail: the mean and lowest pair bandwidth against the ceiling ('' without pairs)."""
     gpus = doc["gpus"]
     if gpus:
         items = [
@@ -312,11 +358,10 @@ def _gpus(doc: Mapping[str, Any]) -> str:
         return (
             svg.bars(items, "ib_write_bw Gb/s", "per-GPU bandwidth")
             + '<p class="note">Per GPU, over its NIC\'s rail: mean ib_write_bw of every pair on the rail '
-            "(bar), the lowest pair (black tick) and the rail's physical ceiling (dashed).</p>"
+            "(bar), the lowest pair (black tick) and the rail's physical ceiling (dashed)"
+            + f" ({escape(SOURCE_TITLES.get(doc['pairs']['source'], ''))}).</p>"
         )
-    if doc["kind"] == "tune":
-        return _tune_busbw(doc)
-    return '<p class="note">No per-GPU figure in this run.</p>'
+    return ""
 
 
 def _tune_busbw(doc: Mapping[str, Any]) -> str:

@@ -427,6 +427,7 @@ def panel(
     yy = 26.0
     span = width - label_w - 58
     for (label, values), scale in zip(rows, scales, strict=True):
+        out.append(f'<g aria-label="{escape(label)}">')
         out.append(_t(label_w - 6, yy + len(values) * bar_h / 2 + 4, label, 12, "end", "#374151"))
         for k, value in enumerate(values):
             if value is None:
@@ -437,6 +438,7 @@ def panel(
                 f'height="{bar_h - 2}" fill="{colours[k % len(colours)]}"/>'
             )
             out.append(_t(label_w + max(w, 1.0) + 4, yy + k * bar_h + bar_h - 2, f"{value:,}", 10, "start"))
+        out.append("</g>")
         yy += len(values) * bar_h + gap
     out.append("</svg>")
     return "".join(out)

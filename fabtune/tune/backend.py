@@ -10,8 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from fabtune import ansible
-from fabtune.bench import diagnose, rdmacounters
+from fabtune.bench import diagnose, pairs, rdmacounters
+from fabtune.bench.argv import PerftestOptions
 from fabtune.bench.fabric import read_hosts
+from fabtune.bench.pairs import PairResult
+from fabtune.bench.schedule import covering_rounds, pair_rounds, rail_pairs
 from fabtune.errors import PlaybookFailed
 from fabtune.inventory import InventoryInfo
 from fabtune.tune.measure import Batch, MeasureSpec, busbw_ceilings, measure
@@ -23,6 +26,11 @@ REVERT_STATE_DIR = "/var/lib/fabtune/revert"
 def prerun_record_path(run_id: str) -> str:
     """The host path of run ``run_id``'s pre-run record (the id's shape is checked by the caller)."""
     return f"{REVERT_STATE_DIR}/{run_id}.prerun.json"
+
+
+# A tuning run measures the whole pair matrix (n - 1 rounds of 2 s runs, twice) up to this many
+# hosts; a larger rack gets one round that puts every host in a pair.
+FULL_MATRIX_HOSTS = 16
 
 
 @dataclass
@@ -139,6 +147,28 @@ class AnsibleBackend:
         return diagnose.diagnose_job(
             self.info.hosts, log, failed=True, why=why, gids=diagnose.gid_tables(views)
         )
+
+    def pairs(self) -> list[PairResult]:
+        """ib_write_bw between host pairs, every rail: the whole matrix up to ``FULL_MATRIX_HOSTS``
+        hosts (n - 1 rounds), beyond it the one round that puts every host in a pair.
+
+        Raises:
+            PlaybookFailed: a host could not be read or a round could not run.
+        """
+        views = read_hosts(self.inventory)
+        hosts = sorted(views)
+        if len(hosts) < 2:
+            return []
+        rails = min(len(v.rails) for v in views.values())
+        rounds = (
+            pair_rounds(hosts, rails)
+            if len(hosts) <= FULL_MATRIX_HOSTS
+            else rail_pairs(covering_rounds(hosts), rails)
+        )
+        done = pairs.run_rounds(
+            self.inventory, rounds, views, PerftestOptions(duration_s=2), deadline_s=self.info.bench_timeout_s
+        )
+        return [r for rnd in done for r in rnd]
 
     def measure(self, repetitions: int) -> Batch:
         spec = MeasureSpec(

@@ -23,6 +23,7 @@ from typing import Any, NoReturn, Protocol
 from fabtune import ansible
 from fabtune.bench.checks import CheckResult
 from fabtune.bench.diagnose import Diagnosis
+from fabtune.bench.pairs import PairResult
 from fabtune.errors import BenchmarkError, ExitStatus, FabtuneError
 from fabtune.journal import Journal
 from fabtune.knobs import LADDERS, Candidate, LosslessClass, plan, roles_of
@@ -121,6 +122,8 @@ class Backend(Protocol):
 
     def diagnose(self, log: str, why: str) -> Diagnosis: ...
 
+    def pairs(self) -> list[PairResult]: ...
+
 
 Event = Callable[[str, str, Mapping[str, Any]], None]
 
@@ -135,6 +138,7 @@ class TuneOptions:
     guard_loss: float = 0.05
     skip_groups: tuple[str, ...] = ()
     lossless: LosslessClass | None = None  # the inventory's fabtune_lossless (not a profile key)
+    pair_matrix: bool = True  # an ib_write_bw pair matrix after the baseline and at the end (the report)
 
 
 @dataclass
@@ -306,6 +310,28 @@ class Tuner:
             {"samples": _ar(self.reference)},
         )
         return list(batch.transport)
+
+    def pair_matrix(self, when: str) -> None:
+        """ib_write_bw between host pairs (the report's heatmap), journaled as step ``pairs <when>``.
+
+        It decides nothing: a round that cannot run is journaled as failed and the run goes on.
+        """
+        if not self.options.pair_matrix:
+            return
+        seq = self.journal.step(self.run_id, "pairs", f"pairs {when}", {})
+        self.emit("phase", f"ib_write_bw pair matrix ({when})", {})
+        try:
+            found = self.backend.pairs()
+        except FabtuneError as err:
+            self.journal.finish_step(self.run_id, seq, "failed", {"error": str(err)})
+            self.emit("preflight", f"the pair matrix ({when}) could not run, the run goes on: {err}", {})
+            return
+        self.journal.finish_step(
+            self.run_id, seq, "done", {"pairs": [dataclasses.asdict(p) for p in found]}
+        )
+        shares = [p.share_of_ceiling for p in found if p.share_of_ceiling is not None]
+        lowest = f"; lowest pair {min(shares):.0%} of its ceiling" if shares else ""
+        self.emit("phase", f"pair matrix ({when}): {len(found)} runs{lowest}", {})
 
     def _diagnose(self, err: BenchmarkFailed) -> Diagnosis | None:
         """The failed baseline judged by host (the transport check's code path); None if unreadable."""
@@ -537,6 +563,7 @@ class Tuner:
         facts = self.read_facts()
         transport = self.baseline()
         baseline = _ar(self.reference)
+        self.pair_matrix("baseline")
         moves: list[MoveRecord] = []
         groups = plan(view_of(facts, self.fabric, self.options.lossless), self.options.skip_groups)
         for group in groups:
@@ -548,6 +575,7 @@ class Tuner:
                 if (record.outcome == "kept") != (cand.group in LADDERS):
                     break  # an alternative was kept, or a ladder's rung did not improve
         planned = [[c.name for c in group] for group in groups]
+        self.pair_matrix("final")
         seq = self.journal.step(self.run_id, "phase", "final", {})
         self.journal.finish_step(
             self.run_id,

@@ -22,7 +22,9 @@ import pytest
 from fabtune import linkrate, report
 from fabtune.ansible import RunOutcome, TaskResult
 from fabtune.bench import pairs, rdmacounters
+from fabtune.bench.pairs import PairResult
 from fabtune.commands.tune import print_result
+from fabtune.errors import PlaybookFailed
 from fabtune.journal import Journal
 from fabtune.report.build import diff_states, median_ci
 from fabtune.tune import measure
@@ -30,6 +32,7 @@ from fabtune.tune import run as tune_run
 from fabtune.tune.loop import TuneOptions, Tuner, TuneResult
 from fabtune.tune.measure import Batch
 from tests.unit.test_report import (
+    CEILING,
     HOSTS,
     Rack,
     bootstrap_run_journal,
@@ -112,6 +115,15 @@ def rows(table_html: str) -> list[list[str]]:
     return [[" ".join(c) for c in r] for r in out]
 
 
+def values(figure: str, family: str | None = None) -> list[int]:
+    """The numbers a small multiple shows (of one counter family's row when named)."""
+    if family is not None:
+        match = re.search(rf'<g aria-label="{re.escape(family)}">(.*?)</g>', figure, re.S)
+        assert match, family
+        figure = match[1]
+    return [int(v.replace(",", "")) for v in re.findall(r">([\d,]+)</text>", figure)]
+
+
 def panel(page: str, title: str) -> str:
     match = re.search(rf'<svg[^>]*aria-label="{re.escape(title)}".*?</svg>', page, re.S)
     assert match, title
@@ -161,9 +173,10 @@ def test_tune_counters_per_port_as_small_multiples(tuned: tuple[dict[str, Any], 
     for d in doc["tune"]["decisions"]:
         assert cnps[d["name"]] == CNPS_PER_RUN * d["runs"], d["name"]
     figure = panel(section(page, "counters"), "h02 \u00b7 eth3")
-    assert ">CNPs sent<" in figure
-    shown = [int(v.replace(",", "")) for v in re.findall(r">([\d,]+)</text>", figure)]
-    assert shown == [cnps["baseline"], *(cnps[d["name"]] for d in doc["tune"]["decisions"])]
+    shown = values(figure, "CNPs sent")
+    # one bar per step that counted, in the run's order: the final pair round counted pauses, no CNP
+    assert shown == [cnps["baseline"], *(cnps[d["name"]] for d in doc["tune"]["decisions"]), 0]
+    assert "pairs final" in section(page, "counters")
 
 
 def test_tune_busbw_per_gpu_against_line_rate_rule_of_thumb_and_noise(
@@ -244,7 +257,7 @@ def test_bootstrap_counters_per_port_sum_the_pair_runs(
             ]
             shown = [int(v.replace(",", "")) for v in re.findall(r">([\d,]+)</text>", figure)]
             assert shown == sums, (host, netdev)
-    assert 'aria-label="pair heatmap"' in page and 'aria-label="per-GPU bandwidth"' in page
+    assert 'aria-label="pair heatmap (matrix)"' in page and 'aria-label="per-GPU bandwidth"' in page
 
 
 def test_drift_counters_show_before_and_after(
@@ -333,3 +346,44 @@ def test_measure_passes_the_hw_reads_to_the_playbook(monkeypatch: pytest.MonkeyP
     spec = measure.MeasureSpec(Path("/inv.yml"), ("h01", "h02"), 1, {"h01": ["eth2"]}, hw_reads=reads)
     measure.measure(spec, 1)
     assert seen["fabtune_counter_hw"] == copy.deepcopy(reads)
+
+
+# --------------------------------------------------------------------------- the tune pair matrix
+
+
+def test_tune_report_shows_the_pair_matrix_before_and_after(tuned: tuple[dict[str, Any], str]) -> None:
+    doc, page = tuned
+    sources = {s: [p for p in doc["pairs"]["results"] if p["source"] == s] for s in ("baseline", "final")}
+    assert [len(v) for v in sources.values()] == [12, 12]  # 6 host pairs x 2 rails, each time
+    assert {p["share"] for p in sources["baseline"]} == {round(round(CEILING * 0.71, 1) / CEILING, 4)}
+    assert {p["share"] for p in sources["final"]} == {round(round(CEILING * 0.96, 1) / CEILING, 4)}
+    pairs_html = section(page, "pairs")
+    before = re.search(r'aria-label="pair heatmap \(baseline\)".*?</svg>', pairs_html, re.S)
+    after = re.search(r'aria-label="pair heatmap \(final\)".*?</svg>', pairs_html, re.S)
+    assert before and after
+    assert before[0].count(">71%<") == 12 and after[0].count(">96%<") == 12  # 4 x 4 less the diagonal
+    assert "before tuning (after the baseline): mean 71%, lowest 71%" in pairs_html
+    assert "after tuning: mean 96%" in pairs_html
+    assert doc["gpus"][0]["share_mean"] == pytest.approx(0.96, abs=0.001)  # the rails of the final matrix
+
+
+class PairlessRack(FigureRack):
+    def pairs(self) -> list[PairResult]:
+        raise PlaybookFailed("perftest round failed: h03: unreachable")
+
+
+def test_the_loop_runs_a_pair_matrix_after_the_baseline_and_at_the_end(journal: Journal, home: Path) -> None:
+    def steps_of(rack: FigureRack, options: TuneOptions) -> list[tuple[str, str, str]]:
+        run_id = journal.open_run("tune", "rack1", str(home / "inventory.yml"), None)
+        Tuner(rack, journal, run_id, "roce", options=options).run()
+        return [(s.kind, s.name, s.state) for s in journal.steps(run_id)]
+
+    steps = steps_of(FigureRack(), TuneOptions(skip_groups=("gdr",)))
+    names = [n for _k, n, _s in steps]
+    assert names.index("pairs baseline") == names.index("baseline") + 1
+    assert names.index("pairs final") == names.index("final") - 1
+    assert ("pairs", "pairs final", "done") in steps
+    # off in the profile: no round; a round that cannot run is journaled and the run goes on
+    assert not [n for n in steps_of(FigureRack(), TuneOptions(pair_matrix=False)) if n[0] == "pairs"]
+    failed = steps_of(PairlessRack(), TuneOptions(skip_groups=("gdr",)))
+    assert ("pairs", "pairs baseline", "failed") in failed and ("phase", "final", "done") in failed

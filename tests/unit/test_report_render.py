@@ -107,13 +107,16 @@ def figures(doc: dict[str, Any]) -> list[str]:
         shown += [
             f"{t['baseline_median']:.1f} \u2192 {t['final_median']:.1f}",
             'aria-label="busbw per GPU"',
+            'aria-label="pair heatmap (baseline)"',
+            'aria-label="pair heatmap (final)"',
             f"model's best reachable {doc['oracle']['best_busbw']:.1f}",
         ]
     elif doc["kind"] == "bootstrap":
         low = min(p["share"] for p in doc["pairs"]["results"] if not p["retest"])
-        shown += ['aria-label="pair heatmap"', f">{low * 100:.0f}%<", 'aria-label="per-GPU bandwidth"']
+        shown += ['aria-label="pair heatmap (matrix)"', f">{low * 100:.0f}%<"]
+        shown.append('aria-label="per-GPU bandwidth"')
     else:
-        shown += ["pairs before remediation", "pairs after remediation", 'aria-label="pair heatmap"']
+        shown += ["pairs before remediation", "pairs after remediation", 'aria-label="pair heatmap (after)"']
     return shown
 
 
