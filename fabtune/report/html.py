@@ -33,7 +33,7 @@ td.v-warn,span.v-warn{color:#b45309;font-weight:bold}
 td.v-fail,span.v-fail,td.o-rolled_back{color:#b91c1c;font-weight:bold}
 code.entry{margin-right:2px;white-space:nowrap}
 code{font-family:'DejaVu Sans Mono',monospace;font-size:12px;background:#f6f8fa;padding:1px 4px;
- border-radius:3px;word-break:break-all}
+ border-radius:3px;overflow-wrap:anywhere}
 .note{color:#4b5563;font-size:13px}.bar{background:#1f6fb2;height:10px;display:inline-block;
  vertical-align:middle;margin-right:6px}
 details{margin:6px 0}summary{cursor:pointer;color:#1f6fb2}

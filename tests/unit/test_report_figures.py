@@ -24,8 +24,9 @@ from fabtune.ansible import RunOutcome, TaskResult
 from fabtune.bench import pairs, rdmacounters
 from fabtune.bench.pairs import PairResult
 from fabtune.commands.tune import print_result
-from fabtune.errors import PlaybookFailed
+from fabtune.errors import ConfigError, PlaybookFailed
 from fabtune.journal import Journal
+from fabtune.profile import tune_options
 from fabtune.report.build import diff_states, median_ci
 from fabtune.tune import measure
 from fabtune.tune import run as tune_run
@@ -387,3 +388,10 @@ def test_the_loop_runs_a_pair_matrix_after_the_baseline_and_at_the_end(journal: 
     assert not [n for n in steps_of(FigureRack(), TuneOptions(pair_matrix=False)) if n[0] == "pairs"]
     failed = steps_of(PairlessRack(), TuneOptions(skip_groups=("gdr",)))
     assert ("pairs", "pairs baseline", "failed") in failed and ("phase", "final", "done") in failed
+
+
+def test_the_profile_turns_the_pair_matrix_off_and_refuses_a_non_boolean() -> None:
+    assert tune_options({"pair_matrix": False})[0].pair_matrix is False
+    assert tune_options({})[0].pair_matrix is True
+    with pytest.raises(ConfigError, match=r"fabtune_tune.pair_matrix: 'no' must be true or false"):
+        tune_options({"pair_matrix": "no"})
