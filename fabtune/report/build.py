@@ -279,7 +279,7 @@ def step_counters(payload: Mapping[str, Any], source: str) -> list[dict[str, Any
     """A tuning step's counter deltas: per host port where the run recorded them, else the rack's
     pause frames (journals written before per-port counters were kept)."""
     ports = payload.get("counters")
-    if isinstance(ports, Mapping) and ports:
+    if isinstance(ports, Mapping):  # read per port; a port that is not listed moved no counter
         return [
             {"source": source, "host": host, "port": port, "counter": str(name), "delta": int(delta)}
             for where, values in sorted(ports.items())

@@ -380,8 +380,7 @@ def _tune_busbw(doc: Mapping[str, Any]) -> str:
     ref = t.get("busbw_reference")
     guides = (
         [
-            svg.Guide(ref["line_rate_gbytes"], "line rate R x rate / 8", "#374151", "2 3"),
-            svg.Guide(ref["reference_gbytes"], "reference R x C_min / 8", "#b45309"),
+            svg.Guide(ref["line_rate_gbytes"], "ring bound: line rate R x rate / 8", "#374151", "2 3"),
             svg.Guide(ref["rule_of_thumb_gbytes"], f"rule of thumb {ref['rule_of_thumb']:.0%}", "#0f766e"),
         ]
         if ref
@@ -392,17 +391,33 @@ def _tune_busbw(doc: Mapping[str, Any]) -> str:
                      noise=noise)
     notes = ["NCCL bus bandwidth is per GPU (rank): the medians of the baseline and of the tuned rack."]
     if ref:
-        notes.append(
-            f"{ref['rails']} rail(s) per host at {ref['rate_gbps']:g} Gb/s: line rate "
-            f"{ref['line_rate_gbytes']:.1f} GB/s; reference R x C_min / 8 = {ref['reference_gbytes']:.1f} "
-            f"GB/s (goodput ceiling {ref['ceiling_gbps']:.1f} Gb/s at the tuned MTU); a healthy rack "
-            f"reaches about {ref['rule_of_thumb']:.0%} of it ({ref['rule_of_thumb_gbytes']:.1f} GB/s)."
-        )
-        if t["final_median"]:
-            notes.append(f"Tuned: {t['final_median'] / ref['reference_gbytes']:.0%} of the reference.")
+        notes.append(_yardsticks(ref, t["final_median"]))
     if best and t["final_median"]:
         notes.append(_against_best(t["final_median"], float(best), band, t["noise_floor"]))
     return chart + '<p class="note">' + escape(" ".join(notes)) + "</p>"
+
+
+def _yardsticks(ref: Mapping[str, Any], final: float | None) -> str:
+    """The ring yardsticks in words, and where the tuned median stands against them."""
+    text = (
+        f"{ref['rails']} rail(s) per host at {ref['rate_gbps']:g} Gb/s. A ring all_reduce carries per GPU "
+        f"the bus bandwidth of a node's rails: at most the line rate R x rate / 8 = "
+        f"{ref['line_rate_gbytes']:.1f} GB/s, in goodput R x C_min / 8 = {ref['reference_gbytes']:.1f} "
+        f"GB/s (ceiling {ref['ceiling_gbps']:.1f} Gb/s at the tuned MTU); a healthy rack reaches about "
+        f"{ref['rule_of_thumb']:.0%} of it at 8 GiB ({ref['rule_of_thumb_gbytes']:.1f} GB/s, the rule of "
+        "thumb bootstrap accepts against)."
+    )
+    if final is None:
+        return text
+    share = final / ref["reference_gbytes"]
+    text += f" Tuned: {share:.0%} of R x C_min / 8"
+    if share > 1:
+        return text + (
+            ": above the ring bound, so NCCL reduced along a tree (or NVLS/SHARP), which crosses the "
+            "NICs about once per byte (bound: twice the line rate)."
+        )
+    below = " below the rule of thumb" if final < ref["rule_of_thumb_gbytes"] else ""
+    return text + f"{below}."
 
 
 def _against_best(final: float, best: float, band: Sequence[float] | None, noise: float | None) -> str:
@@ -487,7 +502,10 @@ def _small_multiples(doc: Mapping[str, Any]) -> str:
 def _counters(doc: Mapping[str, Any]) -> str:
     counters = doc["counters"]
     if not counters:
-        return '<p class="note">No counter moved.</p>'
+        return (
+            '<p class="note">No counter moved on any port: no pause frame, CNP, ECN mark or packet out '
+            "of sequence was counted while this run measured.</p>"
+        )
     multiples = _small_multiples(doc)
     top = max(abs(c["delta"]) for c in counters) or 1
     rows = [
