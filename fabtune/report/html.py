@@ -33,17 +33,18 @@ td.v-warn,span.v-warn{color:#b45309;font-weight:bold}
 td.v-fail,span.v-fail,td.o-rolled_back{color:#b91c1c;font-weight:bold}
 code.entry{margin-right:2px;white-space:nowrap}
 code{font-family:'DejaVu Sans Mono',monospace;font-size:12px;background:#f6f8fa;padding:1px 4px;
- border-radius:3px;overflow-wrap:anywhere}
+ border-radius:3px;overflow-wrap:break-word}
 .note{color:#4b5563;font-size:13px}.bar{background:#1f6fb2;height:10px;display:inline-block;
  vertical-align:middle;margin-right:6px}
 details{margin:6px 0}summary{cursor:pointer;color:#1f6fb2}
-.chart{margin:8px 0 4px}
+.chart{margin:8px 0 4px;overflow-x:auto}.chart svg{min-width:560px}
 .multiples{display:grid;grid-template-columns:repeat(auto-fill,minmax(280px,1fr));gap:10px;margin:8px 0}
 .panel{border:1px solid #e5e7eb;border-radius:6px;padding:4px}
 .legend{font-size:12px;margin:6px 0}.key{margin-right:14px;white-space:nowrap}
 .scroll{overflow-x:auto;max-width:100%}
 @media (max-width:640px){body{margin:12px;font-size:13px}.card{min-width:120px}h1{font-size:20px}}
-.pairmaps{display:flex;flex-wrap:wrap;gap:16px}.pairmap{margin:0;flex:1 1 420px;max-width:100%}
+.pairmaps{display:flex;flex-wrap:wrap;gap:16px}.pairmap{margin:0;flex:1 1 420px;max-width:100%;overflow-x:auto}
+.pairmap svg{min-width:360px}
 figcaption{font-weight:bold;font-size:13px}
 .swatch{display:inline-block;width:10px;height:10px;margin-right:4px;vertical-align:middle}
 """
@@ -356,7 +357,7 @@ def _rails(doc: Mapping[str, Any]) -> str:
             for g in gpus
         ]
         return (
-            svg.bars(items, "ib_write_bw Gb/s", "per-GPU bandwidth")
+            f'<div class="chart">{svg.bars(items, "ib_write_bw Gb/s", "per-GPU bandwidth")}</div>'
             + '<p class="note">Per GPU, over its NIC\'s rail: mean ib_write_bw of every pair on the rail '
             "(bar), the lowest pair (black tick) and the rail's physical ceiling (dashed)"
             + f" ({escape(SOURCE_TITLES.get(doc['pairs']['source'], ''))}).</p>"
@@ -394,7 +395,7 @@ def _tune_busbw(doc: Mapping[str, Any]) -> str:
         notes.append(_yardsticks(ref, t["final_median"]))
     if best and t["final_median"]:
         notes.append(_against_best(t["final_median"], float(best), band, t["noise_floor"]))
-    return chart + '<p class="note">' + escape(" ".join(notes)) + "</p>"
+    return f'<div class="chart">{chart}</div><p class="note">' + escape(" ".join(notes)) + "</p>"
 
 
 def _yardsticks(ref: Mapping[str, Any], final: float | None) -> str:
