@@ -43,7 +43,8 @@ details{margin:6px 0}summary{cursor:pointer;color:#1f6fb2}
 .legend{font-size:12px;margin:6px 0}.key{margin-right:14px;white-space:nowrap}
 .scroll{overflow-x:auto;max-width:100%}
 @media (max-width:640px){body{margin:12px;font-size:13px}.card{min-width:120px}h1{font-size:20px}}
-.pairmaps{display:flex;flex-wrap:wrap;gap:16px}.pairmap{margin:0;flex:1 1 420px;max-width:100%;overflow-x:auto}
+.pairmaps{display:flex;flex-wrap:wrap;gap:16px}
+.pairmap{margin:0;flex:1 1 420px;max-width:100%;overflow-x:auto}
 .pairmap svg{min-width:360px}
 figcaption{font-weight:bold;font-size:13px}
 .swatch{display:inline-block;width:10px;height:10px;margin-right:4px;vertical-align:middle}
@@ -395,6 +396,9 @@ def _tune_busbw(doc: Mapping[str, Any]) -> str:
         notes.append(_yardsticks(ref, t["final_median"]))
     if best and t["final_median"]:
         notes.append(_against_best(t["final_median"], float(best), band, t["noise_floor"]))
+        model = (doc["oracle"] or {}).get("share_of_best")
+        if model is not None:
+            notes.append(f"The model itself puts the tuned rack at {model:.1%} of its best.")
     return f'<div class="chart">{chart}</div><p class="note">' + escape(" ".join(notes)) + "</p>"
 
 

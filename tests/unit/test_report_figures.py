@@ -205,6 +205,12 @@ def test_tune_busbw_per_gpu_against_line_rate_rule_of_thumb_and_noise(
     words = htmllib.unescape(gpus)
     assert f"Tuned median {t['final_median']:.1f} GB/s = {t['final_median'] / BEST:.1%}" in words
     assert f"{low:.1f}..{high:.1f}" in words
+    # the Markdown summary says the same: the model's own share and the measured one
+    model, measured = f"{doc['oracle']['share_of_best']:.1%}", f"{t['final_median'] / BEST:.1%}"
+    md = report.render_markdown(doc)
+    said = f"reaches {model} of the model's best reachable busbw in the model (measured median {measured}"
+    assert said in md
+    assert f"puts the tuned rack at {model} of its best" in words
 
 
 def test_the_decision_table_shows_the_p_value_its_reason_cites(tuned: tuple[dict[str, Any], str]) -> None:
