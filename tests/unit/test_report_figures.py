@@ -32,6 +32,7 @@ from fabtune.tune import measure
 from fabtune.tune import run as tune_run
 from fabtune.tune.loop import TuneOptions, Tuner, TuneResult
 from fabtune.tune.measure import Batch
+from fabtune.tune.stats import decide
 from tests.unit.test_report import (
     CEILING,
     HOSTS,
@@ -400,3 +401,14 @@ def test_the_profile_turns_the_pair_matrix_off_and_refuses_a_non_boolean() -> No
     assert tune_options({})[0].pair_matrix is True
     with pytest.raises(ConfigError, match=r"fabtune_tune.pair_matrix: 'no' must be true or false"):
         tune_options({"pair_matrix": "no"})
+
+
+def test_a_decision_records_the_p_value_its_reason_cites() -> None:
+    base = [100.0, 101.0, 99.0, 100.5, 99.5, 100.0, 100.2, 99.8]
+    for cand, start in (
+        ([100.1, 99.9, 100.0, 100.05], "no gain"),
+        ([97.0, 96.5, 97.2, 96.8], "worse"),
+        ([105.0, 105.5, 104.8, 105.2], "+"),
+    ):
+        made = decide(base, cand)
+        assert made.reason.startswith(start) and f"p={made.p:.3g}" in made.reason, made
