@@ -382,7 +382,7 @@ def _tune_busbw(doc: Mapping[str, Any]) -> str:
     ref = t.get("busbw_reference")
     guides = (
         [
-            svg.Guide(ref["line_rate_gbytes"], "ring bound: line rate R x rate / 8", "#374151", "2 3"),
+            svg.Guide(ref["line_rate_gbytes"], "line rate R x rate / 8", "#374151", "2 3"),
             svg.Guide(ref["rule_of_thumb_gbytes"], f"rule of thumb {ref['rule_of_thumb']:.0%}", "#0f766e"),
         ]
         if ref

@@ -338,11 +338,12 @@ def _guides(f: Frame, guides: Sequence[Guide], y: Callable[[float], float]) -> l
             f'<line x1="{f.left}" x2="{f.width - f.right}" y1="{yy:.1f}" y2="{yy:.1f}" '
             f'stroke="{g.colour}" stroke-dasharray="{g.dash}" stroke-width="1.5"/>'
         )
-        ty = yy - 5
+        ty = yy + 4
         while any(abs(ty - p) < 14 for p in placed):  # labels of close lines stack, never overlap
             ty += 14
         placed.append(ty)
-        out.append(_t(f.width - f.right - 4, ty, f"{g.label} {g.value:.1f}", 12, "end", g.colour))
+        # in the right margin, beside the plot: never over a bar or its figure
+        out.append(_t(f.width - f.right + 6, ty, f"{g.label} {g.value:.1f}", 12, "start", g.colour))
     return out
 
 
@@ -369,7 +370,7 @@ def bars(
     ``guides`` are lines across the chart, ``noise`` a band ``(low, high, label)``."""
     if not items:
         return ""
-    f = Frame(width, height, 72, 24, 36, 56)
+    f = Frame(width, height, 72, 200 if guides else 24, 36, 56)
     top_value = max(
         [*(max(b.value, b.ceiling or 0.0, b.low or 0.0) for b in items), *(g.value for g in guides)]
     ) * 1.08 or 1.0
@@ -383,6 +384,8 @@ def bars(
     out = [_open(width, height, title), *_axis(f, ticks, y, unit)]
     if noise is not None:
         out.append(band(f, noise[0], noise[1], y, noise[2]))
+        middle = y((noise[0] + noise[1]) / 2) + 4
+        out.append(_t(f.width - f.right + 6, middle, noise[2], 12, "start", "#7c3aed"))
     out += _guides(f, guides, y)
     for i, b in enumerate(items):
         cx = f.left + slot * (i + 0.5)
