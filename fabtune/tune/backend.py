@@ -148,7 +148,7 @@ class AnsibleBackend:
             self.info.hosts, log, failed=True, why=why, gids=diagnose.gid_tables(views)
         )
 
-    def pairs(self) -> list[PairResult]:
+    def pair_matrix(self) -> list[PairResult]:
         """ib_write_bw between host pairs, every rail: the whole matrix up to ``FULL_MATRIX_HOSTS``
         hosts (n - 1 rounds), beyond it the one round that puts every host in a pair.
 

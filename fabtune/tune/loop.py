@@ -122,7 +122,7 @@ class Backend(Protocol):
 
     def diagnose(self, log: str, why: str) -> Diagnosis: ...
 
-    def pairs(self) -> list[PairResult]: ...
+    def pair_matrix(self) -> list[PairResult]: ...
 
 
 Event = Callable[[str, str, Mapping[str, Any]], None]
@@ -311,7 +311,7 @@ class Tuner:
         )
         return list(batch.transport)
 
-    def pair_matrix(self, when: str) -> None:
+    def measure_pair_matrix(self, when: str) -> None:
         """ib_write_bw between host pairs (the report's heatmap), journaled as step ``pairs <when>``.
 
         It decides nothing: a round that cannot run is journaled as failed and the run goes on.
@@ -321,7 +321,7 @@ class Tuner:
         seq = self.journal.step(self.run_id, "pairs", f"pairs {when}", {})
         self.emit("phase", f"ib_write_bw pair matrix ({when})", {})
         try:
-            found = self.backend.pairs()
+            found = self.backend.pair_matrix()
         except FabtuneError as err:
             self.journal.finish_step(self.run_id, seq, "failed", {"error": str(err)})
             self.emit("preflight", f"the pair matrix ({when}) could not run, the run goes on: {err}", {})
@@ -563,7 +563,7 @@ class Tuner:
         facts = self.read_facts()
         transport = self.baseline()
         baseline = _ar(self.reference)
-        self.pair_matrix("baseline")
+        self.measure_pair_matrix("baseline")
         moves: list[MoveRecord] = []
         groups = plan(view_of(facts, self.fabric, self.options.lossless), self.options.skip_groups)
         for group in groups:
@@ -575,7 +575,7 @@ class Tuner:
                 if (record.outcome == "kept") != (cand.group in LADDERS):
                     break  # an alternative was kept, or a ladder's rung did not improve
         planned = [[c.name for c in group] for group in groups]
-        self.pair_matrix("final")
+        self.measure_pair_matrix("final")
         seq = self.journal.step(self.run_id, "phase", "final", {})
         self.journal.finish_step(
             self.run_id,

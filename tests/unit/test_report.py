@@ -87,7 +87,7 @@ class Rack(FakeRack):
         pauses = 310 * repetitions if lossless else 0
         return Batch(samples, pauses, transport)
 
-    def pairs(self) -> list[PairResult]:
+    def pair_matrix(self) -> list[PairResult]:
         """ib_write_bw of every pair and rail: 71 % of the ceiling untuned, 96 % lossless."""
         share = 0.96 if self._lossless() else 0.71
         return [

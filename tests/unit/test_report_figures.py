@@ -375,7 +375,7 @@ def test_tune_report_shows_the_pair_matrix_before_and_after(tuned: tuple[dict[st
 
 
 class PairlessRack(FigureRack):
-    def pairs(self) -> list[PairResult]:
+    def pair_matrix(self) -> list[PairResult]:
         raise PlaybookFailed("perftest round failed: h03: unreachable")
 
 

@@ -112,7 +112,7 @@ class FakeRack:
         self.diagnosed.append(why)
         return Diagnosis([], [])
 
-    def pairs(self) -> list[PairResult]:
+    def pair_matrix(self) -> list[PairResult]:
         """The pair matrix the loop runs after the baseline and at the end (the report's heatmap)."""
         self.pair_rounds += 1
         return []
