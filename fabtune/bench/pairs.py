@@ -66,8 +66,9 @@ def _run_spec(pair: Pair, views: Mapping[str, HostView], opts: PerftestOptions) 
         "client_argv": perftest_argv(tuned, client.device, pair.port, server.ipv4),
         "server_netdev": server.netdev,
         "client_netdev": client.netdev,
-        "server_hw": rdmacounters.read_item(server.netdev, server.device, pair.port),
-        "client_hw": rdmacounters.read_item(client.netdev, client.device, pair.port),
+        # perftest runs on the device's port 1 (-i 1, fabtune.bench.argv); pair.port is its TCP port
+        "server_hw": rdmacounters.read_item(server.netdev, server.device, 1),
+        "client_hw": rdmacounters.read_item(client.netdev, client.device, 1),
         "server_pattern": "^" + re.escape(" ".join(server_argv)) + "$",
     }
 

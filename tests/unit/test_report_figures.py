@@ -22,7 +22,10 @@ import pytest
 from fabtune import linkrate, report
 from fabtune.ansible import RunOutcome, TaskResult
 from fabtune.bench import pairs, rdmacounters
+from fabtune.bench.argv import PerftestOptions
+from fabtune.bench.fabric import HostView, Rail
 from fabtune.bench.pairs import PairResult
+from fabtune.bench.schedule import Pair
 from fabtune.commands.tune import print_result
 from fabtune.errors import ConfigError, PlaybookFailed
 from fabtune.journal import Journal
@@ -412,3 +415,12 @@ def test_a_decision_records_the_p_value_its_reason_cites() -> None:
     ):
         made = decide(base, cand)
         assert made.reason.startswith(start) and f"p={made.p:.3g}" in made.reason, made
+
+
+def test_a_pair_round_reads_the_hw_counters_of_the_ports_perftest_uses() -> None:
+    rail = Rail("mlx5_1", "eth3", "10.0.0.1", 4200, 400.0, "Ethernet", 3)
+    views = {h: HostView(h, (rail, rail), {}) for h in ("h01", "h02")}
+    spec = pairs._run_spec(Pair("h01", "h02", 1, 18516), views, PerftestOptions())
+    assert "-i" in spec["server_argv"] and spec["server_argv"][spec["server_argv"].index("-i") + 1] == "1"
+    for end in ("server_hw", "client_hw"):
+        assert spec[end] == rdmacounters.read_item("eth3", "mlx5_1", 1)  # IB port 1, not TCP port 18516
