@@ -279,7 +279,7 @@ def _pairs(doc: Mapping[str, Any]) -> str:
     shown = [p for p in pairs["results"] if p["source"] == source]
     if not shown:
         note = "No pair was measured." if doc["kind"] != "tune" else (
-            "This run measured no host pairs (fabtune_tune.pair_matrix: false, or a run from before "
+            "This run measured no host pairs (fabtune_tune.pair_matrix: off, or a run from before "
             "tuning runs measured them)."
         )
         return f'<p class="note">{note}</p>'

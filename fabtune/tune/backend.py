@@ -28,11 +28,6 @@ def prerun_record_path(run_id: str) -> str:
     return f"{REVERT_STATE_DIR}/{run_id}.prerun.json"
 
 
-# A tuning run measures the whole pair matrix (n - 1 rounds of 2 s runs, twice) up to this many
-# hosts; a larger rack gets one round that puts every host in a pair.
-FULL_MATRIX_HOSTS = 16
-
-
 @dataclass
 class AnsibleBackend:
     """Every host operation of a tuning run, as playbook runs through the one adapter."""
@@ -148,9 +143,9 @@ class AnsibleBackend:
             self.info.hosts, log, failed=True, why=why, gids=diagnose.gid_tables(views)
         )
 
-    def pair_matrix(self) -> list[PairResult]:
-        """ib_write_bw between host pairs, every rail: the whole matrix up to ``FULL_MATRIX_HOSTS``
-        hosts (n - 1 rounds), beyond it the one round that puts every host in a pair.
+    def pair_matrix(self, full: bool) -> list[PairResult]:
+        """ib_write_bw between host pairs, every rail: the one round of the pair schedule that puts
+        every host in a pair, or with ``full`` every pair (n - 1 rounds).
 
         Raises:
             PlaybookFailed: a host could not be read or a round could not run.
@@ -160,11 +155,7 @@ class AnsibleBackend:
         if len(hosts) < 2:
             return []
         rails = min(len(v.rails) for v in views.values())
-        rounds = (
-            pair_rounds(hosts, rails)
-            if len(hosts) <= FULL_MATRIX_HOSTS
-            else rail_pairs(covering_rounds(hosts), rails)
-        )
+        rounds = pair_rounds(hosts, rails) if full else rail_pairs(covering_rounds(hosts), rails)
         done = pairs.run_rounds(
             self.inventory, rounds, views, PerftestOptions(duration_s=2), deadline_s=self.info.bench_timeout_s
         )

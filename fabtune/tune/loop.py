@@ -122,7 +122,7 @@ class Backend(Protocol):
 
     def diagnose(self, log: str, why: str) -> Diagnosis: ...
 
-    def pair_matrix(self) -> list[PairResult]: ...
+    def pair_matrix(self, full: bool) -> list[PairResult]: ...
 
 
 Event = Callable[[str, str, Mapping[str, Any]], None]
@@ -138,7 +138,9 @@ class TuneOptions:
     guard_loss: float = 0.05
     skip_groups: tuple[str, ...] = ()
     lossless: LosslessClass | None = None  # the inventory's fabtune_lossless (not a profile key)
-    pair_matrix: bool = True  # an ib_write_bw pair matrix after the baseline and at the end (the report)
+    # ib_write_bw between host pairs after the baseline and at the end, for the report: "round" (one
+    # round that puts every host in a pair), "full" (every pair: n - 1 rounds) or "off"
+    pair_matrix: str = "round"
 
 
 @dataclass
@@ -316,12 +318,12 @@ class Tuner:
 
         It decides nothing: a round that cannot run is journaled as failed and the run goes on.
         """
-        if not self.options.pair_matrix:
+        if self.options.pair_matrix == "off":
             return
         seq = self.journal.step(self.run_id, "pairs", f"pairs {when}", {})
         self.emit("phase", f"ib_write_bw pair matrix ({when})", {})
         try:
-            found = self.backend.pair_matrix()
+            found = self.backend.pair_matrix(self.options.pair_matrix == "full")
         except FabtuneError as err:
             self.journal.finish_step(self.run_id, seq, "failed", {"error": str(err)})
             self.emit("preflight", f"the pair matrix ({when}) could not run, the run goes on: {err}", {})

@@ -23,7 +23,7 @@ from fabtune import drift as d
 from fabtune.ansible import RunOutcome, TaskResult
 from fabtune.bench.checks import CheckResult
 from fabtune.bench.pairs import PairResult
-from fabtune.bench.schedule import pair_rounds
+from fabtune.bench.schedule import covering_rounds, pair_rounds, rail_pairs
 from fabtune.inventory import InventoryInfo
 from fabtune.journal import Journal
 from fabtune.profile import Profile
@@ -66,6 +66,7 @@ class Rack(FakeRack):
 
     def __init__(self) -> None:
         super().__init__(4, hosts=HOSTS, factory=FACTORY, hardware=HARDWARE, seed=7)
+        self.matrices: list[bool] = []  # each pair matrix asked for: full or one round
 
     def _lossless(self) -> bool:
         nic = self.state["h01"]["nics"]["eth2"]
@@ -87,15 +88,18 @@ class Rack(FakeRack):
         pauses = 310 * repetitions if lossless else 0
         return Batch(samples, pauses, transport)
 
-    def pair_matrix(self) -> list[PairResult]:
-        """ib_write_bw of every pair and rail: 71 % of the ceiling untuned, 96 % lossless."""
+    def pair_matrix(self, full: bool) -> list[PairResult]:
+        """ib_write_bw of every rail, every pair or one covering round: 71 % of the ceiling untuned,
+        96 % lossless."""
+        self.matrices.append(full)
         share = 0.96 if self._lossless() else 0.71
+        rounds = pair_rounds(list(HOSTS), 2) if full else rail_pairs(covering_rounds(list(HOSTS)), 2)
         return [
             PairResult(
                 p.server, p.client, p.rail, f"mlx5_{p.rail}", round(CEILING * share, 1), CEILING, None,
                 {f"{p.server}:eth{2 + p.rail}": {"rx_prio4_pause": 10 if self._lossless() else 0}},
             )
-            for rnd in pair_rounds(list(HOSTS), 2)
+            for rnd in rounds
             for p in rnd
         ]
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from fabtune import linkrate, report
 from fabtune.ansible import RunOutcome, TaskResult
@@ -96,7 +97,8 @@ def journal(home: Path) -> Journal:
 @pytest.fixture
 def tuned(journal: Journal, home: Path) -> tuple[dict[str, Any], str]:
     run_id = journal.open_run("tune", "rack1", str(home / "inventory.yml"), None)
-    result = Tuner(FigureRack(), journal, run_id, "roce", options=TuneOptions(skip_groups=("gdr",))).run()
+    options = TuneOptions(skip_groups=("gdr",), pair_matrix="full")
+    result = Tuner(FigureRack(), journal, run_id, "roce", options=options).run()
     oracle = {"best_busbw": BEST, "tuned_busbw": 46.4, "share_of_best": 46.4 / BEST, "size_bytes": 8 << 30}
     tune_run.finish(journal, run_id, result, home / "desired" / "rack1.yml", oracle=oracle)
     doc = report.build(journal, run_id)
@@ -378,7 +380,7 @@ def test_tune_report_shows_the_pair_matrix_before_and_after(tuned: tuple[dict[st
 
 
 class PairlessRack(FigureRack):
-    def pair_matrix(self) -> list[PairResult]:
+    def pair_matrix(self, full: bool) -> list[PairResult]:
         raise PlaybookFailed("perftest round failed: h03: unreachable")
 
 
@@ -388,22 +390,26 @@ def test_the_loop_runs_a_pair_matrix_after_the_baseline_and_at_the_end(journal: 
         Tuner(rack, journal, run_id, "roce", options=options).run()
         return [(s.kind, s.name, s.state) for s in journal.steps(run_id)]
 
-    steps = steps_of(FigureRack(), TuneOptions(skip_groups=("gdr",)))
+    rack = FigureRack()
+    steps = steps_of(rack, TuneOptions(skip_groups=("gdr",)))
+    assert rack.matrices == [False, False]  # one covering round each time unless the profile says full
     names = [n for _k, n, _s in steps]
     assert names.index("pairs baseline") == names.index("baseline") + 1
     assert names.index("pairs final") == names.index("final") - 1
     assert ("pairs", "pairs final", "done") in steps
     # off in the profile: no round; a round that cannot run is journaled and the run goes on
-    assert not [n for n in steps_of(FigureRack(), TuneOptions(pair_matrix=False)) if n[0] == "pairs"]
+    assert not [n for n in steps_of(FigureRack(), TuneOptions(pair_matrix="off")) if n[0] == "pairs"]
     failed = steps_of(PairlessRack(), TuneOptions(skip_groups=("gdr",)))
     assert ("pairs", "pairs baseline", "failed") in failed and ("phase", "final", "done") in failed
 
 
-def test_the_profile_turns_the_pair_matrix_off_and_refuses_a_non_boolean() -> None:
-    assert tune_options({"pair_matrix": False})[0].pair_matrix is False
-    assert tune_options({})[0].pair_matrix is True
-    with pytest.raises(ConfigError, match=r"fabtune_tune.pair_matrix: 'no' must be true or false"):
-        tune_options({"pair_matrix": "no"})
+def test_the_profile_chooses_the_pair_matrix_and_refuses_anything_else() -> None:
+    assert tune_options({})[0].pair_matrix == "round"
+    assert tune_options({"pair_matrix": "off"})[0].pair_matrix == "off"
+    assert tune_options({"pair_matrix": "full"})[0].pair_matrix == "full"
+    assert tune_options(yaml.safe_load("pair_matrix: off"))[0].pair_matrix == "off"  # YAML's false
+    with pytest.raises(ConfigError, match=r"fabtune_tune.pair_matrix: 'all' must be one of round, full, off"):
+        tune_options({"pair_matrix": "all"})
 
 
 def test_a_decision_records_the_p_value_its_reason_cites() -> None:

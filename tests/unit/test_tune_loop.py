@@ -112,7 +112,7 @@ class FakeRack:
         self.diagnosed.append(why)
         return Diagnosis([], [])
 
-    def pair_matrix(self) -> list[PairResult]:
+    def pair_matrix(self, full: bool) -> list[PairResult]:
         """The pair matrix the loop runs after the baseline and at the end (the report's heatmap)."""
         self.pair_rounds += 1
         return []
