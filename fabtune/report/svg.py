@@ -330,20 +330,24 @@ class Guide:
 
 
 def _guides(f: Frame, guides: Sequence[Guide], y: Callable[[float], float]) -> list[str]:
+    """Each guide's line across the plot and its label in the right margin (a guide with an empty
+    dash is a label only: a band's)."""
     out = []
     placed: list[float] = []
     for g in sorted(guides, key=lambda g: -g.value):
         yy = y(g.value)
-        out.append(
-            f'<line x1="{f.left}" x2="{f.width - f.right}" y1="{yy:.1f}" y2="{yy:.1f}" '
-            f'stroke="{g.colour}" stroke-dasharray="{g.dash}" stroke-width="1.5"/>'
-        )
+        if g.dash:
+            out.append(
+                f'<line x1="{f.left}" x2="{f.width - f.right}" y1="{yy:.1f}" y2="{yy:.1f}" '
+                f'stroke="{g.colour}" stroke-dasharray="{g.dash}" stroke-width="1.5"/>'
+            )
         ty = yy + 4
         while any(abs(ty - p) < 14 for p in placed):  # labels of close lines stack, never overlap
             ty += 14
         placed.append(ty)
         # in the right margin, beside the plot: never over a bar or its figure
-        out.append(_t(f.width - f.right + 6, ty, f"{g.label} {g.value:.1f}", 12, "start", g.colour))
+        text = f"{g.label} {g.value:.1f}" if g.dash else g.label
+        out.append(_t(f.width - f.right + 6, ty, text, 12, "start", g.colour))
     return out
 
 
@@ -382,11 +386,11 @@ def bars(
     slot = f.plot_w / len(items)
     bw = min(90.0, slot * 0.55)
     out = [_open(width, height, title), *_axis(f, ticks, y, unit)]
+    labels = list(guides)
     if noise is not None:
         out.append(band(f, noise[0], noise[1], y, noise[2]))
-        middle = y((noise[0] + noise[1]) / 2) + 4
-        out.append(_t(f.width - f.right + 6, middle, noise[2], 12, "start", "#7c3aed"))
-    out += _guides(f, guides, y)
+        labels.append(Guide((noise[0] + noise[1]) / 2, noise[2], "#7c3aed", ""))
+    out += _guides(f, labels, y)
     for i, b in enumerate(items):
         cx = f.left + slot * (i + 0.5)
         out.append(
@@ -428,7 +432,7 @@ def panel(
     height = 26 + sum(len(values) * bar_h + gap for _, values in rows)
     out = [_open(width, height, title), _t(6, 16, title, 13, "start", "#111", "bold")]
     yy = 26.0
-    span = width - label_w - 58
+    span = width - label_w - 84  # room for the longest figure after the bar (a 64-bit counter's delta)
     for (label, values), scale in zip(rows, scales, strict=True):
         out.append(f'<g aria-label="{escape(label)}">')
         out.append(_t(label_w - 6, yy + len(values) * bar_h / 2 + 4, label, 12, "end", "#374151"))
