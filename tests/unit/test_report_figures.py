@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import html as htmllib
+import json
 import re
 import statistics
 from pathlib import Path
@@ -430,3 +431,20 @@ def test_a_pair_round_reads_the_hw_counters_of_the_ports_perftest_uses() -> None
     assert "-i" in spec["server_argv"] and spec["server_argv"][spec["server_argv"].index("-i") + 1] == "1"
     for end in ("server_hw", "client_hw"):
         assert spec[end] == rdmacounters.read_item("eth3", "mlx5_1", 1)  # IB port 1, not TCP port 18516
+
+
+def test_demo_prints_its_result_as_json(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from fabtune.cli import main
+    from fabtune.testbed import demo
+
+    report_json = tmp_path / "report.json"
+    (tmp_path / "report.html").write_text("<html></html>")
+    result = TuneResult("r1", [120.0, 120.8], [130.0, 134.0], 0.01, [], {}, [])
+    monkeypatch.setattr(demo.build, "up", lambda spec: tmp_path)
+    monkeypatch.setattr(demo.build, "down", lambda name: None)
+    monkeypatch.setattr(demo.tune_run, "tune", lambda *a, **k: (result, report_json))
+    assert main(["demo", "--json", "--down"]) == 0
+    out = json.loads(capsys.readouterr().out)  # nothing but the JSON on stdout
+    assert out["run_id"] == "r1" and out["report_html"] == str(tmp_path / "report.html")
