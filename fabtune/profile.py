@@ -46,7 +46,16 @@ MAX_BYTES = 1 << 20
 POLICY_KEYS = ("alpha", "min_effect", "min_runs", "max_runs", "batch", "futility", "detect")
 INT_OPTIONS = frozenset(("min_runs", "max_runs", "batch", "baseline_runs", "revert_deadline_s"))
 FLOAT_OPTIONS = frozenset(("alpha", "min_effect", "futility", "detect", "pause_guard", "guard_loss"))
-OPTION_KEYS = (*POLICY_KEYS, "baseline_runs", "pause_guard", "guard_loss", "skip_groups", "revert_deadline_s")
+OPTION_KEYS = (
+    *POLICY_KEYS,
+    "baseline_runs",
+    "pause_guard",
+    "guard_loss",
+    "skip_groups",
+    "revert_deadline_s",
+    "pair_matrix",
+)
+PAIR_MATRIX_CHOICES = ("round", "full", "off")
 DEFAULT_REVERT_DEADLINE_S = 300
 FABRIC_WORDS = {"roce": "RoCE", "ib": "InfiniBand"}
 FABRIC_ARTICLES = {"roce": "a RoCE", "ib": "an InfiniBand"}
@@ -115,6 +124,8 @@ def _type_problem(key: str, value: object) -> list[str]:
         return [f"{where}: {show(value)} must be an integer"]
     if key in FLOAT_OPTIONS and (isinstance(value, bool) or not isinstance(value, (int, float))):
         return [f"{where}: {show(value)} must be a number"]
+    if key == "pair_matrix" and not isinstance(value, bool) and value not in PAIR_MATRIX_CHOICES:
+        return [f"{where}: {show(value)} must be one of {', '.join(PAIR_MATRIX_CHOICES)} (or true, false)"]
     if key != "skip_groups":
         return []
     if not isinstance(value, list):
@@ -127,6 +138,14 @@ def _type_problem(key: str, value: object) -> list[str]:
         for i, item in enumerate(value)
         if item not in GROUP_NAMES
     ]
+
+
+def _pair_matrix(value: object) -> str:
+    """``pair_matrix`` as a choice: YAML reads an unquoted ``off`` or ``no`` as false (off), true is
+    the default round."""
+    if isinstance(value, bool):
+        return "round" if value else "off"
+    return str(value)
 
 
 def _range_problems(opts: TuneOptions, deadline: int) -> list[str]:
@@ -175,6 +194,7 @@ def check_tune(raw: object) -> tuple[list[str], TuneOptions, int]:
         float(typed.get("pause_guard", defaults.pause_guard)),
         float(typed.get("guard_loss", defaults.guard_loss)),
         tuple(typed.get("skip_groups", ())),
+        pair_matrix=_pair_matrix(typed.get("pair_matrix", defaults.pair_matrix)),
     )
     deadline: int = typed.get("revert_deadline_s", DEFAULT_REVERT_DEADLINE_S)
     return problems + _range_problems(opts, deadline), opts, deadline

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from fabtune import ansible, linkrate
+from fabtune.bench import rdmacounters
 from fabtune.bench.argv import PerftestOptions, perftest_argv
 from fabtune.bench.deadline import perftest_deadline_s, run_timeout_s, timed_out
 from fabtune.bench.fabric import HostView, Rail
@@ -65,6 +66,9 @@ def _run_spec(pair: Pair, views: Mapping[str, HostView], opts: PerftestOptions) 
         "client_argv": perftest_argv(tuned, client.device, pair.port, server.ipv4),
         "server_netdev": server.netdev,
         "client_netdev": client.netdev,
+        # perftest runs on the device's port 1 (-i 1, fabtune.bench.argv); pair.port is its TCP port
+        "server_hw": rdmacounters.read_item(server.netdev, server.device, 1),
+        "client_hw": rdmacounters.read_item(client.netdev, client.device, 1),
         "server_pattern": "^" + re.escape(" ".join(server_argv)) + "$",
     }
 
@@ -91,6 +95,11 @@ def _deltas(outcome: ansible.RunOutcome) -> dict[tuple[str, str], dict[str, int]
         for netdev, values in _counter_map(res.get("results", [])).items():
             old = b.get(netdev, {})
             deltas[(host, netdev)] = {k: v - old.get(k, 0) for k, v in values.items() if v - old.get(k, 0)}
+    hw = rdmacounters.deltas(
+        outcome.results("Read RDMA hw counters before"), outcome.results("Read RDMA hw counters after")
+    )
+    for key, values in hw.items():
+        deltas[key] = {**deltas.get(key, {}), **values}
     return deltas
 
 

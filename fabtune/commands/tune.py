@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 import time
 from pathlib import Path
 
@@ -36,14 +37,14 @@ def summary_table(result: TuneResult) -> Table:
         "move", "knobs", "outcome", "all_reduce busbw (median GB/s)", "why", title=f"run {result.run_id}"
     )
     for m in result.moves:
-        median = sorted(m.all_reduce)[len(m.all_reduce) // 2] if m.all_reduce else 0.0
+        median = statistics.median(m.all_reduce) if m.all_reduce else 0.0
         colour = "green" if m.outcome == "kept" else "yellow"
         table.add_row(
-            m.name,
-            ", ".join(m.knobs),
-            f"[{colour}]{m.outcome}[/]",
-            f"{median:.1f} (was {m.reference:.1f})",
-            m.reason,
+            Text(m.name),
+            Text(", ".join(m.knobs)),
+            Text(m.outcome, style=colour),
+            Text(f"{median:.1f} (was {m.reference:.1f})"),
+            Text(m.reason),
         )
     return table
 
@@ -54,8 +55,8 @@ def print_result(result: TuneResult, report: Path, output: ResultOutput | None =
     output = output or ResultOutput()
     console = output.console()
     console.print(summary_table(result))
-    base = sorted(result.baseline)[len(result.baseline) // 2]
-    final = sorted(result.final)[len(result.final) // 2]
+    # The median the progress lines and the report show (of an even count: the mean of the middle two)
+    base, final = statistics.median(result.baseline), statistics.median(result.final)
     console.print(
         f"all_reduce bus bandwidth: {base:.1f} -> {final:.1f} GB/s ({final / base - 1:+.1%}); "
         f"noise floor {result.noise_floor:.1%}"

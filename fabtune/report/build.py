@@ -9,13 +9,22 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from collections.abc import Iterable, Mapping, Sequence
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from fabtune import linkrate
 from fabtune.journal import Journal, Run, Step
 
+_RATE_RE = re.compile(r"^\s*(?P<gbps>\d+(?:\.\d+)?)\s*Gb/sec")
+# A healthy rack's all_reduce busbw per GPU at 8 GiB is about 0.9 of R x C_min / 8 (NCCL's protocol
+# efficiency and the size ramp: docs/operations.md, bus bandwidth reference); bootstrap flags < 0.8.
+RULE_OF_THUMB = 0.9
+# The noise band around a reference: +- this many noise floors (robust CV of the baseline runs),
+# where about 95 % of single runs of an unchanged rack fall.
+NOISE_BAND = 2.0
 SCHEMA_ID = "fabtune.report"
 SCHEMA_VERSION = 1
 BOOTSTRAP_SAMPLES = 2000
@@ -75,9 +84,16 @@ def series_point(seq: int, label: str, kind: str, outcome: str, samples: Iterabl
     }
 
 
+# Knobs whose value is a map (key -> value), compared and shown as one map, never as one row per
+# entry. Where a map lists no entry for a key, the driver's default stands: mlx5 maps DSCP d to
+# priority d >> 3 until told otherwise (mlnx_qos prints that table on a fresh port, and shows no
+# table at all under PCP trust, the snapshot's "no dscp2prio").
+MAP_KNOBS: dict[str, Callable[[int], Any]] = {"dscp2prio": lambda dscp: dscp >> 3}
+
+
 def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
-    """A managed-state tree as ``path: value`` leaves (lists are leaves: a knob's value)."""
-    if isinstance(tree, Mapping):
+    """A managed-state tree as ``path: value`` leaves (lists and map knobs are leaves: a knob's value)."""
+    if isinstance(tree, Mapping) and prefix.rpartition(".")[2] not in MAP_KNOBS:
         out: dict[str, Any] = {}
         for key in sorted(tree, key=str):
             out.update(flatten(tree[key], f"{prefix}.{key}" if prefix else str(key)))
@@ -91,14 +107,56 @@ def _same(a: Any, b: Any) -> bool:
     return a == b or (a is not None and b is not None and str(a) == str(b))
 
 
+def _int_key(key: Any) -> int | str:
+    try:
+        return int(key)
+    except (TypeError, ValueError):
+        return str(key)
+
+
+def map_change(knob: str, before: Any, after: Any) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """The entries of a map knob whose value changed, as ``(before, after)`` maps; None if none did.
+
+    An entry the new map does not name is not changed (a desired state names only the entries it
+    manages, and an apply merges per entry); an entry the old map does not name held the driver's
+    default.
+    """
+    default = MAP_KNOBS[knob.rpartition(".")[2]]
+    old = {_int_key(k): v for k, v in (before or {}).items()} if isinstance(before, Mapping) else {}
+    new = {_int_key(k): v for k, v in (after or {}).items()} if isinstance(after, Mapping) else {}
+
+    def was(key: int | str) -> Any:
+        return old[key] if key in old else default(key) if isinstance(key, int) else None
+
+    changed = sorted((k for k in new if not _same(was(k), new[k])), key=lambda k: (str(type(k)), k))
+    if not changed:
+        return None
+    return {str(k): was(k) for k in changed}, {str(k): new[k] for k in changed}
+
+
 def diff_states(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
-    """Every knob path whose value differs: ``(knob, before, after)``."""
+    """Every knob path whose value differs: ``(knob, before, after)``; a map knob's values are the
+    entries that changed."""
     a, b = flatten(before), flatten(after)
-    return [
-        (k, a.get(k), b.get(k))
-        for k in sorted(set(a) | set(b))
-        if not _same(a.get(k), b.get(k)) and {_kind(a.get(k)), _kind(b.get(k))} != {"empty", "none"}
-    ]
+    out: list[tuple[str, Any, Any]] = []
+    for k in sorted(set(a) | set(b)):
+        old, new = a.get(k), b.get(k)
+        if k.rpartition(".")[2] in MAP_KNOBS:
+            change = map_change(k, old, new)
+            if change is not None:
+                out.append((k, *change))
+        elif not _same(old, new) and {_kind(old), _kind(new)} != {"empty", "none"}:
+            out.append((k, old, new))
+    return out
+
+
+def setting_values(knob: str, before: Any, after: Any) -> tuple[str, Any, Any]:
+    """A change as a settings row shows it: a map knob's changed entries only."""
+    if knob.rpartition(".")[2] in MAP_KNOBS:
+        change = map_change(knob, before, after)
+        if change is not None:
+            return knob, *change
+    return knob, before, after
 
 
 def _kind(value: Any) -> str:
@@ -120,7 +178,23 @@ def _decision(raw: Any) -> dict[str, Any] | None:
         "ci_high": finite(raw.get("ci_high")),
         "p_gain": finite(raw.get("p_gain")),
         "p_loss": finite(raw.get("p_loss")),
+        "p": finite(raw.get("p")) if "p" in raw else _cited_p(raw),
     }
+
+
+def _cited_p(raw: Mapping[str, Any]) -> float | None:
+    """The p-value a decision's reason cites, for journals written before decisions recorded it."""
+    reason = str(raw.get("reason", ""))
+    if reason.startswith("worse"):
+        return finite(raw.get("p_loss"))
+    if reason.startswith("no gain"):
+        return None  # the futility test's p was not journaled
+    return finite(raw.get("p_gain"))
+
+
+def deciding_metric(reason: str) -> str:
+    """The metric a move's reason is about: ``alltoall`` (the guard) or ``all_reduce``."""
+    return "alltoall" if reason.startswith(("alltoall", "guard: alltoall")) else "all_reduce"
 
 
 def _check(raw: Mapping[str, Any], phase: str) -> dict[str, Any]:
@@ -201,6 +275,31 @@ def pair_counters(pairs: Sequence[Mapping[str, Any]], source: str) -> list[dict[
     ]
 
 
+def step_counters(payload: Mapping[str, Any], source: str) -> list[dict[str, Any]]:
+    """A tuning step's counter deltas: per host port where the run recorded them, else the rack's
+    pause frames (journals written before per-port counters were kept)."""
+    ports = payload.get("counters")
+    if isinstance(ports, Mapping):  # read per port; a port that is not listed moved no counter
+        return [
+            {"source": source, "host": host, "port": port, "counter": str(name), "delta": int(delta)}
+            for where, values in sorted(ports.items())
+            for host, _, port in [str(where).partition(":")]
+            for name, delta in sorted(dict(values).items())
+            if int(delta)
+        ]
+    if payload.get("pause_frames") is None:
+        return []
+    return [
+        {
+            "source": source,
+            "host": "*",
+            "port": "*",
+            "counter": "pause frames (rx+tx, every priority)",
+            "delta": int(payload["pause_frames"]),
+        }
+    ]
+
+
 def _step_row(s: Step) -> dict[str, Any]:
     return {"seq": s.seq, "kind": s.kind, "name": s.name, "state": s.state, "at": _iso(s.at)}
 
@@ -255,8 +354,80 @@ def _empty(kind: str, run: Run, steps: Sequence[Step], fabric_type: str | None =
 # --------------------------------------------------------------------------- tune
 
 
+def _rate_gbps(text: Any) -> float | None:
+    match = _RATE_RE.match(str(text or ""))
+    return float(match["gbps"]) if match else None
+
+
+def noise_band(value: float | None, noise: float | None) -> list[float] | None:
+    """``value`` +- ``NOISE_BAND`` noise floors, or None without both."""
+    if value is None or noise is None:
+        return None
+    spread = NOISE_BAND * noise
+    return [round(value * (1 - spread), 3), round(value * (1 + spread), 3)]
+
+
+def busbw_reference(
+    ports: Mapping[str, Sequence[Mapping[str, Any]]], state: Mapping[str, Mapping[str, Any]]
+) -> dict[str, Any] | None:
+    """The per-GPU bus bandwidth a tuned rack should reach, from its ports (None when unknown).
+
+    ``R`` is the fewest RDMA ports with a known rate on a host; the line rate is ``R x rate / 8``
+    (slowest port), the reference ``R x C_min / 8`` with ``C_min`` the lowest goodput ceiling at
+    the port's MTU in ``state`` (``fabtune.linkrate``; InfiniBand at 4096), as bootstrap defines it;
+    the rule of thumb is ``RULE_OF_THUMB`` x the reference.
+    """
+    per_host: list[list[tuple[float, float]]] = []
+    for host, host_ports in sorted(ports.items()):
+        nics = ((state.get(host) or {}).get("nics") or {}) if isinstance(state.get(host), Mapping) else {}
+        found = []
+        for port in host_ports:
+            rate = _rate_gbps(port.get("rate"))
+            if rate is None or not port.get("netdev"):
+                continue
+            layer = str(port.get("link_layer") or "Ethernet")
+            mtu = 4096 if linkrate.is_ib(layer) else int((nics.get(port["netdev"]) or {}).get("mtu") or 1500)
+            found.append((rate, linkrate.ceiling_gbps(layer, rate, mtu)))
+        per_host.append(found)
+    if not per_host or not all(per_host):
+        return None
+    rails = min(len(found) for found in per_host)
+    rate = min(r for found in per_host for r, _ in found)
+    ceiling = min(c for found in per_host for _, c in found)
+    reference = rails * ceiling / 8
+    return {
+        "rails": rails,
+        "rate_gbps": rate,
+        "ceiling_gbps": round(ceiling, 2),
+        "line_rate_gbytes": round(rails * rate / 8, 3),
+        "reference_gbytes": round(reference, 3),
+        "rule_of_thumb": RULE_OF_THUMB,
+        "rule_of_thumb_gbytes": round(RULE_OF_THUMB * reference, 3),
+    }
+
+
 def _pct(ratio: float | None) -> str:
     return "?" if ratio is None else f"{ratio - 1:+.1%}"
+
+
+def _tune_pairs(doc: dict[str, Any], steps: Sequence[Step]) -> None:
+    """The pair matrices a tuning run measured (``pairs baseline``, ``pairs final``): the heatmaps,
+    the per-GPU rails (of the last matrix) and the pair runs' counters."""
+    matrices: dict[str, list[dict[str, Any]]] = {}
+    for s in steps:
+        if s.kind == "pairs" and s.state == "done" and s.payload.get("pairs"):
+            name = s.name.removeprefix("pairs ")
+            matrices[name] = [_pair(r, name, None) for r in s.payload["pairs"]]
+    if not matrices:
+        return
+    primary = "final" if "final" in matrices else next(iter(matrices))
+    results = [p for m in matrices.values() for p in m]
+    doc["pairs"] = {"threshold": None, "source": primary, "results": results}
+    doc["gpus"] = gpus_of(matrices[primary])
+    for name, found in matrices.items():
+        doc["counters"] += pair_counters(found, f"pairs {name}")
+    seqs = {s.name: s.seq for s in reversed(steps)}  # a source is a step's name: its first seq
+    doc["counters"].sort(key=lambda c: seqs.get(str(c["source"]).removesuffix(" (resumed)"), 1 << 30))
 
 
 def build_tune(run: Run, steps: Sequence[Step], journal: Journal) -> dict[str, Any]:  # noqa: PLR0912, PLR0915
@@ -286,16 +457,7 @@ def build_tune(run: Run, steps: Sequence[Step], journal: Journal) -> dict[str, A
             ar.append(series_point(s.seq, label, "baseline", "baseline", p.get("all_reduce") or []))
             aa.append(series_point(s.seq, label, "baseline", "baseline", p.get("alltoall") or []))
             doc["checks"] += [_check(c, "baseline") for c in p.get("checks") or []]
-            if p.get("pause_frames") is not None:
-                doc["counters"].append(
-                    {
-                        "source": label,
-                        "host": "*",
-                        "port": "*",
-                        "counter": "pause frames (rx+tx, every priority)",
-                        "delta": int(p["pause_frames"]),
-                    }
-                )
+            doc["counters"] += step_counters(p, label)
         elif s.kind == "phase" and s.name == "baseline" and s.state == "failed":
             doc["checks"] += [
                 {
@@ -331,16 +493,7 @@ def build_tune(run: Run, steps: Sequence[Step], journal: Journal) -> dict[str, A
                     "alltoall": _decision(decision.get("alltoall")),
                 }
             )
-            if p.get("pause_frames") is not None:
-                doc["counters"].append(
-                    {
-                        "source": s.name,
-                        "host": "*",
-                        "port": "*",
-                        "counter": "pause frames (rx+tx, every priority)",
-                        "delta": int(p["pause_frames"]),
-                    }
-                )
+            doc["counters"] += step_counters(p, s.name)
             before = journal.snapshot_at(run.id, s.seq)
             for host, desired in sorted((p.get("desired") or {}).items()):
                 for knob, old, new in diff_states(before.get(host) or {}, desired or {}):
@@ -354,6 +507,7 @@ def build_tune(run: Run, steps: Sequence[Step], journal: Journal) -> dict[str, A
                             "outcome": outcome,
                         }
                     )
+    _tune_pairs(doc, steps)
     first = journal.first_snapshot(run.id)
     net: list[dict[str, Any]] = []
     if final_state is not None:
@@ -386,8 +540,10 @@ def build_tune(run: Run, steps: Sequence[Step], journal: Journal) -> dict[str, A
         "reference_label": None,
     }
     if oracle and finite(oracle.get("best_busbw")):
-        ar_metric["reference"] = finite(oracle.get("best_busbw"))
+        best = finite(oracle.get("best_busbw"))
+        ar_metric["reference"] = best
         ar_metric["reference_label"] = "model's best reachable"
+        ar_metric["reference_band"] = noise_band(best, noise)
     doc["bandwidth"] = [
         ar_metric,
         {
@@ -404,7 +560,9 @@ def build_tune(run: Run, steps: Sequence[Step], journal: Journal) -> dict[str, A
     kept = [d for d in decisions if d["outcome"] == "kept"]
     rolled = [d for d in decisions if d["outcome"] == "rolled_back"]
     change = final_med / base_med if final_med and base_med else None
+    ports = (facts.payload.get("ports") if facts else None) or {}
     doc["tune"] = {
+        "busbw_reference": busbw_reference(ports, final_state or first) if ports else None,
         "noise_floor": noise,
         "baseline_median": base_med,
         "final_median": final_med,
@@ -476,12 +634,13 @@ def build_bootstrap(run: Run, steps: Sequence[Step], journal: Journal) -> dict[s
     applied = (apply.payload.get("applied") if apply else None) or {}
     for host, changes in sorted(applied.items()):
         for c in changes:
+            knob, old, new = setting_values(str(c.get("knob")), c.get("before"), c.get("after"))
             doc["settings"].append(
                 {
                     "host": host,
-                    "knob": str(c.get("knob")),
-                    "before": c.get("before"),
-                    "after": c.get("after"),
+                    "knob": knob,
+                    "before": old,
+                    "after": new,
                     "change": "baseline profile",
                     "outcome": "applied"
                     if apply and apply.state == "done"
@@ -607,12 +766,13 @@ def build_drift(run: Run, steps: Sequence[Step], journal: Journal) -> dict[str, 
     remediated = apply is not None and apply.state == "done" and not rolled_back
     for i in items:
         outcome = "remediated" if remediated else "rolled_back" if rolled_back else "found"
+        knob, old, new = setting_values(i["knob"], i["found"], i["expected"])
         doc["settings"].append(
             {
                 "host": i["host"],
-                "knob": i["knob"],
-                "before": i["found"],
-                "after": i["expected"],
+                "knob": knob,
+                "before": old,
+                "after": new,
                 "change": "drift" if outcome == "found" else "remediation",
                 "outcome": outcome,
             }

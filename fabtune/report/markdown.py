@@ -53,8 +53,11 @@ def render_markdown(doc: Mapping[str, Any], html_path: str | None = None) -> str
             f"- noise floor {t['noise_floor']:.1%}" if t["noise_floor"] is not None else "- noise floor -"
         )
         if doc["oracle"] and doc["oracle"].get("share_of_best") is not None:
+            best, final = doc["oracle"].get("best_busbw"), t["final_median"]
+            measured = f" (measured median {final / best:.1%} of it)" if best and final else ""
             lines.append(
-                f"- reaches {doc['oracle']['share_of_best']:.1%} of the model's best reachable busbw"
+                f"- reaches {doc['oracle']['share_of_best']:.1%} of the model's best reachable busbw "
+                f"in the model{measured}"
             )
         if t["tuned_desired"]:
             lines.append(f"- tuned desired state: `{t['tuned_desired']}`")

@@ -111,6 +111,33 @@ def _axis(f: Frame, ticks: Sequence[float], y: Callable[[float], float], label: 
     return out
 
 
+def _lines(f: Frame, metric: Mapping[str, Any], y: Callable[[float], float]) -> list[str]:
+    """The step chart's dashed lines: the first baseline's median, the reference and its noise band."""
+    series: Sequence[Mapping[str, Any]] = metric.get("series") or []
+    reference = metric.get("reference")
+    out: list[str] = []
+    base = next((p.get("median") for p in series if p.get("outcome") == "baseline"), None)
+    if base is not None:
+        out.append(
+            f'<line x1="{f.left}" x2="{f.width - f.right}" y1="{y(base):.1f}" y2="{y(base):.1f}" '
+            f'stroke="#1f6fb2" stroke-dasharray="6 4" stroke-width="1.5"/>'
+        )
+        out.append(
+            _t(f.width - f.right - 4, y(base) - 5, f"baseline median {base:.1f}", 12, "end", "#1f6fb2")
+        )
+    noise = metric.get("reference_band")
+    if reference is not None and noise:
+        out.append(band(f, float(noise[0]), float(noise[1]), y, "noise band around the reference"))
+    if reference is not None:
+        label = str(metric.get("reference_label") or "reference")
+        out.append(
+            f'<line x1="{f.left}" x2="{f.width - f.right}" y1="{y(reference):.1f}" '
+            f'y2="{y(reference):.1f}" stroke="#7c3aed" stroke-dasharray="2 3" stroke-width="1.5"/>'
+        )
+        out.append(_t(f.left + 6, y(reference) - 5, f"{label} {reference:.1f}", 12, "start", "#7c3aed"))
+    return out
+
+
 def step_chart(metric: Mapping[str, Any], width: int = 960, height: int = 380) -> str:
     """Per step: every sample (dots), the median (large marker) and its 95 % CI (whisker), the
     keep/roll-back mark above, the first baseline's median and the reference as dashed lines."""
@@ -126,6 +153,7 @@ def step_chart(metric: Mapping[str, Any], width: int = 960, height: int = 380) -
     reference = metric.get("reference")
     if reference is not None:
         values.append(float(reference))
+        values += [float(v) for v in metric.get("reference_band") or []]
     lo, hi = min(values), max(values)
     pad = max((hi - lo) * 0.12, hi * 0.02, 0.5)
     ticks = nice_ticks(max(0.0, lo - pad), hi + pad)
@@ -136,22 +164,7 @@ def step_chart(metric: Mapping[str, Any], width: int = 960, height: int = 380) -
 
     slot = f.plot_w / len(series)
     out = [_open(f.width, f.height, f"{name} per step"), *_axis(f, ticks, y, f"{name} ({unit})")]
-    base = next((p.get("median") for p in series if p.get("outcome") == "baseline"), None)
-    if base is not None:
-        out.append(
-            f'<line x1="{f.left}" x2="{f.width - f.right}" y1="{y(base):.1f}" y2="{y(base):.1f}" '
-            f'stroke="#1f6fb2" stroke-dasharray="6 4" stroke-width="1.5"/>'
-        )
-        out.append(
-            _t(f.width - f.right - 4, y(base) - 5, f"baseline median {base:.1f}", 12, "end", "#1f6fb2")
-        )
-    if reference is not None:
-        label = str(metric.get("reference_label") or "reference")
-        out.append(
-            f'<line x1="{f.left}" x2="{f.width - f.right}" y1="{y(reference):.1f}" '
-            f'y2="{y(reference):.1f}" stroke="#7c3aed" stroke-dasharray="2 3" stroke-width="1.5"/>'
-        )
-        out.append(_t(f.left + 6, y(reference) - 5, f"{label} {reference:.1f}", 12, "start", "#7c3aed"))
+    out += _lines(f, metric, y)
     for i, p in enumerate(series):
         cx = f.left + slot * (i + 0.5)
         colour = OUTCOME_COLOUR.get(str(p.get("outcome")), "#374151")
@@ -306,12 +319,65 @@ class Bar:
     colour: str = "#1f6fb2"
 
 
-def bars(items: Sequence[Bar], unit: str, title: str, width: int = 960, height: int = 300) -> str:
-    """Vertical bars from zero with the ceiling as a dashed cap and the lowest value as a tick."""
+@dataclass(frozen=True)
+class Guide:
+    """A horizontal line across a chart (a line rate, a reference), labelled at its right end."""
+
+    value: float
+    label: str
+    colour: str = "#7c3aed"
+    dash: str = "6 4"
+
+
+def _guides(f: Frame, guides: Sequence[Guide], y: Callable[[float], float]) -> list[str]:
+    """Each guide's line across the plot and its label in the right margin (a guide with an empty
+    dash is a label only: a band's)."""
+    out = []
+    placed: list[float] = []
+    for g in sorted(guides, key=lambda g: -g.value):
+        yy = y(g.value)
+        if g.dash:
+            out.append(
+                f'<line x1="{f.left}" x2="{f.width - f.right}" y1="{yy:.1f}" y2="{yy:.1f}" '
+                f'stroke="{g.colour}" stroke-dasharray="{g.dash}" stroke-width="1.5"/>'
+            )
+        ty = yy + 4
+        while any(abs(ty - p) < 14 for p in placed):  # labels of close lines stack, never overlap
+            ty += 14
+        placed.append(ty)
+        # in the right margin, beside the plot: never over a bar or its figure
+        text = f"{g.label} {g.value:.1f}" if g.dash else g.label
+        out.append(_t(f.width - f.right + 6, ty, text, 12, "start", g.colour))
+    return out
+
+
+def band(f: Frame, low: float, high: float, y: Callable[[float], float], label: str) -> str:
+    """A translucent horizontal band from ``low`` to ``high`` (a noise band)."""
+    top, bottom = y(high), y(low)
+    return (
+        f'<rect x="{f.left}" y="{top:.1f}" width="{f.plot_w:.1f}" height="{max(bottom - top, 1.0):.1f}" '
+        f'fill="#7c3aed" fill-opacity="0.13"><title>{escape(label)}</title></rect>'
+    )
+
+
+def bars(
+    items: Sequence[Bar],
+    unit: str,
+    title: str,
+    width: int = 960,
+    height: int = 300,
+    *,
+    guides: Sequence[Guide] = (),
+    noise: tuple[float, float, str] | None = None,
+) -> str:
+    """Vertical bars from zero with the ceiling as a dashed cap and the lowest value as a tick;
+    ``guides`` are lines across the chart, ``noise`` a band ``(low, high, label)``."""
     if not items:
         return ""
-    f = Frame(width, height, 72, 24, 36, 56)
-    top_value = max(max(b.value, b.ceiling or 0.0, b.low or 0.0) for b in items) * 1.08 or 1.0
+    f = Frame(width, height, 72, 200 if guides else 24, 36, 56)
+    top_value = max(
+        [*(max(b.value, b.ceiling or 0.0, b.low or 0.0) for b in items), *(g.value for g in guides)]
+    ) * 1.08 or 1.0
     ticks = nice_ticks(0.0, top_value)
 
     def y(v: float) -> float:
@@ -320,6 +386,11 @@ def bars(items: Sequence[Bar], unit: str, title: str, width: int = 960, height: 
     slot = f.plot_w / len(items)
     bw = min(90.0, slot * 0.55)
     out = [_open(width, height, title), *_axis(f, ticks, y, unit)]
+    labels = list(guides)
+    if noise is not None:
+        out.append(band(f, noise[0], noise[1], y, noise[2]))
+        labels.append(Guide((noise[0] + noise[1]) / 2, noise[2], "#7c3aed", ""))
+    out += _guides(f, labels, y)
     for i, b in enumerate(items):
         cx = f.left + slot * (i + 0.5)
         out.append(
@@ -341,5 +412,40 @@ def bars(items: Sequence[Bar], unit: str, title: str, width: int = 960, height: 
         out.append(_t(cx, top - 8, b.note or f"{b.value:.1f}", 12, "middle", "#111", "bold"))
         for k, line in enumerate(_wrap(b.label, max(10, int(slot / 7.5)), 2)):
             out.append(_t(cx, height - f.bottom + 18 + 15 * k, line, 12))
+    out.append("</svg>")
+    return "".join(out)
+
+
+SOURCE_COLOURS = ("#6b7280", "#1f6fb2", "#1a8a3a", "#c2410c", "#7c3aed", "#0f766e", "#b45309", "#be185d")
+
+
+def panel(
+    title: str,
+    rows: Sequence[tuple[str, Sequence[int | None]]],
+    scales: Sequence[float],
+    colours: Sequence[str],
+    width: int = 300,
+) -> str:
+    """One small multiple: per row (a counter family) one bar per source, on the row's shared scale
+    (``scales``, the same in every panel, so panels compare); None: the source has no figure."""
+    bar_h, gap, label_w = 9, 10, 104
+    height = 26 + sum(len(values) * bar_h + gap for _, values in rows)
+    out = [_open(width, height, title), _t(6, 16, title, 13, "start", "#111", "bold")]
+    yy = 26.0
+    span = width - label_w - 84  # room for the longest figure after the bar (a 64-bit counter's delta)
+    for (label, values), scale in zip(rows, scales, strict=True):
+        out.append(f'<g aria-label="{escape(label)}">')
+        out.append(_t(label_w - 6, yy + len(values) * bar_h / 2 + 4, label, 12, "end", "#374151"))
+        for k, value in enumerate(values):
+            if value is None:
+                continue
+            w = 0.0 if not scale else span * value / scale
+            out.append(
+                f'<rect x="{label_w}" y="{yy + k * bar_h:.1f}" width="{max(w, 1.0):.1f}" '
+                f'height="{bar_h - 2}" fill="{colours[k % len(colours)]}"/>'
+            )
+            out.append(_t(label_w + max(w, 1.0) + 4, yy + k * bar_h + bar_h - 2, f"{value:,}", 10, "start"))
+        out.append("</g>")
+        yy += len(values) * bar_h + gap
     out.append("</svg>")
     return "".join(out)

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from fabtune.commands import _console
+from fabtune.commands._common import ResultOutput, result_output
 from fabtune.commands._progress import Progress
 from fabtune.commands.tune import print_result
 from fabtune.profile import load_profile
@@ -35,8 +36,10 @@ DEMO_SPEC = Path(__file__).resolve().parent / "specs" / "demo.yml"
     type=click.Path(path_type=Path),
     help="Tuning options for the demo's run (a profile with a fabtune_tune section), as for tune.",
 )
-def demo(spec_file: Path, keep: bool, profile: Path | None) -> None:
-    """Build a small misconfigured RoCE rack, tune it, and say where the report is."""
+@result_output()
+def demo(spec_file: Path, keep: bool, profile: Path | None, output: ResultOutput) -> None:
+    """Build a small misconfigured RoCE rack, tune it, and say where the report is (the run's
+    result as JSON with --json / -o FILE, as fabtune tune prints it)."""
     console = _console.err()
     loaded = None if profile is None else load_profile(profile, need="fabtune_tune")
     spec = load_spec(spec_file, {})
@@ -49,7 +52,7 @@ def demo(spec_file: Path, keep: bool, profile: Path | None) -> None:
         result, report = tune_run.tune(
             inventory, loaded.tune if loaded else None, Progress(), oracle=testbed_oracle, profile=loaded
         )
-        print_result(result, report)
+        print_result(result, report, output)
     finally:
         if not keep:
             build.down(spec.name)

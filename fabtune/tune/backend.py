@@ -5,13 +5,16 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from fabtune import ansible
-from fabtune.bench import diagnose
+from fabtune.bench import diagnose, pairs, rdmacounters
+from fabtune.bench.argv import PerftestOptions
 from fabtune.bench.fabric import read_hosts
+from fabtune.bench.pairs import PairResult
+from fabtune.bench.schedule import covering_rounds, pair_rounds, rail_pairs
 from fabtune.errors import PlaybookFailed
 from fabtune.inventory import InventoryInfo
 from fabtune.tune.measure import Batch, MeasureSpec, busbw_ceilings, measure
@@ -34,6 +37,8 @@ class AnsibleBackend:
     gpus: int = 0
     netdevs: Mapping[str, list[str]] | None = None
     ceilings: Mapping[str, float] | None = None
+    # per host, the reads of its ports' RDMA hw_counters (fabtune.bench.rdmacounters)
+    hw_reads: Mapping[str, list[dict[str, Any]]] = field(default_factory=dict)
 
     @property
     def inventory(self) -> Path:
@@ -53,6 +58,14 @@ class AnsibleBackend:
         """Take each host's GPU count, RDMA netdevs and NIC line rates from its facts (for measurements)."""
         self.netdevs = {
             h: [p["netdev"] for p in (f.get("hardware") or {}).get("ports") or [] if p.get("netdev")]
+            for h, f in facts.items()
+        }
+        self.hw_reads = {
+            h: [
+                rdmacounters.read_item(p["netdev"], p["dev"], int(p.get("port") or 1))
+                for p in (f.get("hardware") or {}).get("ports") or []
+                if p.get("netdev") and p.get("dev")
+            ]
             for h, f in facts.items()
         }
         first = facts[sorted(facts)[0]]
@@ -130,6 +143,24 @@ class AnsibleBackend:
             self.info.hosts, log, failed=True, why=why, gids=diagnose.gid_tables(views)
         )
 
+    def pair_matrix(self, full: bool) -> list[PairResult]:
+        """ib_write_bw between host pairs, every rail: the one round of the pair schedule that puts
+        every host in a pair, or with ``full`` every pair (n - 1 rounds).
+
+        Raises:
+            PlaybookFailed: a host could not be read or a round could not run.
+        """
+        views = read_hosts(self.inventory)
+        hosts = sorted(views)
+        if len(hosts) < 2:
+            return []
+        rails = min(len(v.rails) for v in views.values())
+        rounds = pair_rounds(hosts, rails) if full else rail_pairs(covering_rounds(hosts), rails)
+        done = pairs.run_rounds(
+            self.inventory, rounds, views, PerftestOptions(duration_s=2), deadline_s=self.info.bench_timeout_s
+        )
+        return [r for rnd in done for r in rnd]
+
     def measure(self, repetitions: int) -> Batch:
         spec = MeasureSpec(
             self.inventory,
@@ -140,5 +171,6 @@ class AnsibleBackend:
             self.info.oob_interface,
             deadline_s=self.info.bench_timeout_s,
             ceilings=self.ceilings or {},
+            hw_reads=self.hw_reads,
         )
         return measure(spec, repetitions)

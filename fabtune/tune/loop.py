@@ -24,10 +24,11 @@ from typing import Any, NoReturn, Protocol
 from fabtune import ansible
 from fabtune.bench.checks import CheckResult
 from fabtune.bench.diagnose import Diagnosis
+from fabtune.bench.pairs import PairResult
 from fabtune.errors import BenchmarkError, ExitStatus, FabtuneError
 from fabtune.journal import Journal
 from fabtune.knobs import LADDERS, Candidate, LosslessClass, plan, roles_of
-from fabtune.tune.measure import Batch, FailedRun, Sample
+from fabtune.tune.measure import Batch, FailedRun, Sample, merge_counters
 from fabtune.tune.state import differences, snapshot_of, view_of, with_change
 from fabtune.tune.stats import Decision, DecisionPolicy, decide, noise_floor
 
@@ -125,6 +126,8 @@ class Backend(Protocol):
 
     def diagnose(self, log: str, why: str) -> Diagnosis: ...
 
+    def pair_matrix(self, full: bool) -> list[PairResult]: ...
+
 
 Event = Callable[[str, str, Mapping[str, Any]], None]
 
@@ -139,6 +142,9 @@ class TuneOptions:
     guard_loss: float = 0.05
     skip_groups: tuple[str, ...] = ()
     lossless: LosslessClass | None = None  # the inventory's fabtune_lossless (not a profile key)
+    # ib_write_bw between host pairs after the baseline and at the end, for the report: "round" (one
+    # round that puts every host in a pair), "full" (every pair: n - 1 rounds) or "off"
+    pair_matrix: str = "round"
 
 
 @dataclass
@@ -220,6 +226,7 @@ class Tuner:
         self.reference: list[Sample] = []
         self.pause_rate = 0.0  # pause frames per repetition in the kept state
         self._intents: dict[int, dict[str, Any]] = {}  # a move's intent payload, kept in its outcome
+        self._counters: dict[str, dict[str, int]] = {}  # per-port counter deltas since the last take
         self.runs = 0
 
     def _measure(self, repetitions: int) -> Batch:
@@ -236,12 +243,14 @@ class Tuner:
     def _measure_once(self, repetitions: int) -> Batch:
         self.runs += repetitions
         batch = self.backend.measure(repetitions)
+        self._counters = merge_counters(self._counters, batch.counters)
         if not batch.failures:
             return batch
         self._journal_failures(batch.failures, "retrying once")
         missing = repetitions - len(batch.samples)
         self.runs += missing
         retry = self.backend.measure(missing)
+        self._counters = merge_counters(self._counters, retry.counters)
         if retry.failures:
             self._journal_failures(retry.failures, "no retry left")
             raise BenchmarkFailed([*batch.failures, *retry.failures], log=retry.log or batch.log)
@@ -249,7 +258,13 @@ class Tuner:
             batch.samples + retry.samples,
             batch.pause_frames + retry.pause_frames,
             batch.transport or retry.transport,
+            counters=merge_counters(batch.counters, retry.counters),
         )
+
+    def _take_counters(self) -> dict[str, dict[str, int]]:
+        """The per-port counter deltas measured since the last call (a phase's or a move's)."""
+        taken, self._counters = self._counters, {}
+        return taken
 
     def _journal_failures(self, failures: Sequence[FailedRun], then: str) -> None:
         for failed in failures:
@@ -266,13 +281,17 @@ class Tuner:
         self.current = {h: snapshot_of(f) for h, f in facts.items()}
         self.journal.snapshot(self.run_id, seq, self.current)
         self.journal.finish_step(
-            self.run_id, seq, "done", {"hosts": sorted(facts), "fabric_type": self.fabric}
+            self.run_id,
+            seq,
+            "done",
+            {"hosts": sorted(facts), "fabric_type": self.fabric, "ports": _ports(facts)},
         )
         self.emit("phase", f"facts read from {len(facts)} hosts", {"hosts": sorted(facts)})
         return facts
 
     def baseline(self) -> list[CheckResult]:
         seq = self.journal.step(self.run_id, "phase", "baseline", {})
+        self._take_counters()
         try:
             batch = self._measure(self.options.baseline_runs)
         except BenchmarkFailed as err:
@@ -299,6 +318,7 @@ class Tuner:
                 "alltoall": _aa(self.reference),
                 "noise_floor": floor,
                 "pause_frames": batch.pause_frames,
+                "counters": self._take_counters(),
                 "checks": [dataclasses.asdict(c) for c in batch.transport],
                 "policy": dataclasses.asdict(self.options.policy),
             },
@@ -309,6 +329,28 @@ class Tuner:
             {"samples": _ar(self.reference)},
         )
         return list(batch.transport)
+
+    def measure_pair_matrix(self, when: str) -> None:
+        """ib_write_bw between host pairs (the report's heatmap), journaled as step ``pairs <when>``.
+
+        It decides nothing: a round that cannot run is journaled as failed and the run goes on.
+        """
+        if self.options.pair_matrix == "off":
+            return
+        seq = self.journal.step(self.run_id, "pairs", f"pairs {when}", {})
+        self.emit("phase", f"ib_write_bw pair matrix ({when})", {})
+        try:
+            found = self.backend.pair_matrix(self.options.pair_matrix == "full")
+        except FabtuneError as err:
+            self.journal.finish_step(self.run_id, seq, "failed", {"error": str(err)})
+            self.emit("preflight", f"the pair matrix ({when}) could not run, the run goes on: {err}", {})
+            return
+        self.journal.finish_step(
+            self.run_id, seq, "done", {"pairs": [dataclasses.asdict(p) for p in found]}
+        )
+        shares = [p.share_of_ceiling for p in found if p.share_of_ceiling is not None]
+        lowest = f"; lowest pair {min(shares):.0%} of its ceiling" if shares else ""
+        self.emit("phase", f"pair matrix ({when}): {len(found)} runs{lowest}", {})
 
     def _diagnose(self, err: BenchmarkFailed) -> Diagnosis | None:
         """The failed baseline judged by host (the transport check's code path); None if unreadable."""
@@ -331,6 +373,7 @@ class Tuner:
         intent = {"group": cand.group, "knobs": cand.change.knobs(), "why": cand.why, "desired": desired}
         seq = self.journal.step(self.run_id, "move", cand.name, intent)
         self._intents[seq] = intent
+        self._take_counters()  # what the kept state's reference runs counted is not this move's
         self.journal.snapshot(self.run_id, seq, self.current)
         self.emit("move", f"{cand.name}: {cand.why}", {"knobs": cand.change.knobs()})
         record = MoveRecord(
@@ -545,6 +588,7 @@ class Tuner:
             "alltoall": record.alltoall,
             "decision": record.decision,
             "pause_frames": record.pause_frames,
+            "counters": self._take_counters(),
         }
 
     # -- the whole run --------------------------------------------------------------------
@@ -553,6 +597,7 @@ class Tuner:
         facts = self.read_facts()
         transport = self.baseline()
         baseline = _ar(self.reference)
+        self.measure_pair_matrix("baseline")
         moves: list[MoveRecord] = []
         groups = plan(view_of(facts, self.fabric, self.options.lossless), self.options.skip_groups)
         for group in groups:
@@ -564,6 +609,7 @@ class Tuner:
                 if (record.outcome == "kept") != (cand.group in LADDERS):
                     break  # an alternative was kept, or a ladder's rung did not improve
         planned = [[c.name for c in group] for group in groups]
+        self.measure_pair_matrix("final")
         seq = self.journal.step(self.run_id, "phase", "final", {})
         self.journal.finish_step(
             self.run_id,
@@ -588,6 +634,19 @@ class Tuner:
             self.runs,
             planned,
         )
+
+
+def _ports(facts: Mapping[str, Mapping[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Each host's RDMA ports as the report needs them (line rate, link layer)."""
+    keep = ("dev", "port", "netdev", "link_layer", "rate")
+    return {
+        host: [
+            {k: p.get(k) for k in keep if k in p}
+            for p in ((fact.get("hardware") or {}).get("ports") or [])
+            if isinstance(p, Mapping)
+        ]
+        for host, fact in sorted(facts.items())
+    }
 
 
 def restore_and_verify(

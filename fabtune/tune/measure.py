@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from fabtune import ansible
-from fabtune.bench import diagnose, nccl
+from fabtune.bench import diagnose, nccl, rdmacounters
 from fabtune.bench.argv import NcclOptions
 from fabtune.bench.checks import CheckResult
 from fabtune.bench.deadline import nccl_deadline_s, run_timeout_s, timed_out
@@ -73,6 +73,8 @@ class Batch:
     transport: tuple[CheckResult, ...] = field(default=())
     failures: tuple[FailedRun, ...] = field(default=())
     log: str = field(default="", repr=False)
+    # per "host:netdev", the counter deltas over the batch (nonzero only): the report's small multiples
+    counters: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -93,6 +95,8 @@ class MeasureSpec:
     sizes: Mapping[str, str] = field(default_factory=lambda: {"all_reduce_perf": "8G", "alltoall_perf": "1G"})
     deadline_s: int | None = None  # each launch's deadline; None: derived from the sweep and host count
     ceilings: Mapping[str, float] = field(default_factory=dict)  # per test, the busbw ceiling (GB/s)
+    # per host, the reads of its ports' RDMA hw_counters ({netdev, argv}: fabtune.bench.rdmacounters)
+    hw_reads: Mapping[str, Sequence[Mapping[str, Any]]] = field(default_factory=dict)
 
     def options(self, test: str) -> NcclOptions:
         size = self.sizes[test]
@@ -177,6 +181,48 @@ def _pauses(results: Sequence[Mapping[str, Any]]) -> int:
     return total
 
 
+def _port_counters(results: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, int]]:
+    """Per netdev (the loop item), the per-priority pause counters of its ``ethtool -S``."""
+    out: dict[str, dict[str, int]] = {}
+    for item in results:
+        try:
+            stats = ethtool.parse(str(item.get("stdout", "")))
+        except ParseError:
+            continue
+        out[str(item.get("item"))] = {
+            k.format(p): v for k in PAUSE_KEYS for p, v in stats.per_priority(k).items()
+        }
+    return out
+
+
+def counter_deltas(outcome: ansible.RunOutcome) -> dict[str, dict[str, int]]:
+    """Per ``host:netdev``, the counters that moved between the reads before and after the batch."""
+    before = outcome.results("Read RDMA port counters before")
+    after = outcome.results("Read RDMA port counters after")
+    deltas: dict[str, dict[str, int]] = {}
+    for host, res in sorted(after.items()):
+        old = _port_counters(before.get(host, {}).get("results", []))
+        for netdev, values in _port_counters(res.get("results", [])).items():
+            moved = {k: v - old.get(netdev, {}).get(k, 0) for k, v in values.items()}
+            if any(moved.values()):
+                deltas[f"{host}:{netdev}"] = {k: d for k, d in moved.items() if d}
+    hw = rdmacounters.deltas(
+        outcome.results("Read RDMA hw counters before"), outcome.results("Read RDMA hw counters after")
+    )
+    return merge_counters(deltas, {f"{h}:{n}": v for (h, n), v in hw.items()})
+
+
+def merge_counters(*parts: Mapping[str, Mapping[str, int]]) -> dict[str, dict[str, int]]:
+    """Per-port counter deltas summed."""
+    total: dict[str, dict[str, int]] = {}
+    for part in parts:
+        for port, values in part.items():
+            mine = total.setdefault(port, {})
+            for name, delta in values.items():
+                mine[name] = mine.get(name, 0) + int(delta)
+    return total
+
+
 def _pause_delta(outcome: ansible.RunOutcome) -> int:
     before = outcome.results("Read RDMA port counters before")
     after = outcome.results("Read RDMA port counters after")
@@ -255,6 +301,7 @@ def measure(spec: MeasureSpec, repetitions: int) -> Batch:
         "fabtune_launch_host": spec.hosts[0],
         "fabtune_measure_argvs": argvs,
         "fabtune_counter_netdevs": {h: list(v) for h, v in spec.netdevs.items()},
+        "fabtune_counter_hw": {h: [dict(r) for r in v] for h, v in spec.hw_reads.items()},
         "fabtune_bench_deadline_s": spec.deadline,
     }
     timeout_s = run_timeout_s(spec.deadline, len(argvs))
@@ -270,4 +317,6 @@ def measure(spec: MeasureSpec, repetitions: int) -> Batch:
         for i in range(len(runs), len(runs) + missing)
     ]
     transport = _transport(spec, first, failed_only=not samples) if first else ()
-    return Batch(tuple(samples), _pause_delta(outcome), transport, tuple(failures), first)
+    return Batch(
+        tuple(samples), _pause_delta(outcome), transport, tuple(failures), first, counter_deltas(outcome)
+    )

@@ -116,6 +116,7 @@ class Decision:
     ci_low: float
     ci_high: float
     outliers: int = 0
+    p: float = 1.0  # the p-value the reason cites (gain, loss or futility: whichever decided)
 
     @property
     def worse(self) -> bool:
@@ -189,16 +190,17 @@ def decide(
     half = float(t.ppf(1 - level)) * est.se
     ratio, low, high = math.exp(est.diff), math.exp(est.diff - half), math.exp(est.diff + half)
 
-    def made(verdict: Verdict, reason: str) -> Decision:
-        return Decision(verdict, reason, len(cand), p_gain, p_loss, ratio, low, high, est.outliers)
+    def made(verdict: Verdict, reason: str, p: float = p_gain) -> Decision:
+        return Decision(verdict, reason, len(cand), p_gain, p_loss, ratio, low, high, est.outliers, p)
 
     bounds = f"bounds {low - 1:+.1%}..{high - 1:+.1%}"
     if p_gain < level:
         return made("keep", f"+{ratio - 1:.1%} ({bounds}, p={p_gain:.3g} < {level:.3g})")
     if p_loss < level:
-        return made("rollback", f"worse: {ratio - 1:+.1%} (p={p_loss:.3g})")
+        return made("rollback", f"worse: {ratio - 1:+.1%} (p={p_loss:.3g})", p_loss)
     if p_futile < policy.futility:
-        return made("rollback", f"no gain of {policy.detect:.0%}: {ratio - 1:+.1%} (p={p_futile:.3g})")
+        futile = f"no gain of {policy.detect:.0%}: {ratio - 1:+.1%} (p={p_futile:.3g})"
+        return made("rollback", futile, p_futile)
     if len(cand) >= policy.max_runs:
         return made("rollback", f"not clear after {len(cand)} runs: {ratio - 1:+.1%} (p={p_gain:.3g})")
     return made("continue", "not clear yet")

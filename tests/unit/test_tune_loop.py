@@ -12,6 +12,7 @@ import pytest
 
 from fabtune.ansible import RunOutcome, TaskResult
 from fabtune.bench.diagnose import Diagnosis
+from fabtune.bench.pairs import PairResult
 from fabtune.journal import Journal
 from fabtune.knobs import View, lossless_change, plan
 from fabtune.tune.loop import RevertFired, RollbackFailed, TuneOptions, Tuner
@@ -61,6 +62,7 @@ class FakeRack:
         self.extends = 0
         self.break_rollback = break_rollback
         self.diagnosed: list[str] = []
+        self.pair_rounds = 0
 
     def facts(self) -> dict[str, dict[str, Any]]:
         return {h: {**copy.deepcopy(s), "hardware": self.hardware} for h, s in self.state.items()}
@@ -109,6 +111,11 @@ class FakeRack:
         """A failure no host is at fault for (a test rack overrides this)."""
         self.diagnosed.append(why)
         return Diagnosis([], [])
+
+    def pair_matrix(self, full: bool) -> list[PairResult]:
+        """The pair matrix the loop runs after the baseline and at the end (the report's heatmap)."""
+        self.pair_rounds += 1
+        return []
 
     def measure(self, repetitions: int) -> Batch:
         ar, aa = self._busbw()

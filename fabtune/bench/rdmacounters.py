@@ -1,0 +1,65 @@
+"""The RDMA port counters of congestion control, read from sysfs around a benchmark.
+
+mlx5 keeps them per port in ``/sys/class/infiniband/<dev>/ports/<port>/hw_counters/`` (kernel
+``drivers/infiniband/hw/mlx5/counters.c``; one decimal value per file): CNPs sent as notification
+point (``np_cnp_sent``) and handled as reaction point (``rp_cnp_handled``), ECN-marked RoCE packets
+received (``np_ecn_marked_roce_packets``), packets received out of sequence (``out_of_sequence``).
+``ethtool -S`` does not show them. A playbook reads them with ``grep -s -H . FILE...`` (one
+``FILE:VALUE`` line per counter the driver has; a counter it lacks is left out, not an error).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import PurePosixPath
+from typing import Any
+
+HW_COUNTERS = ("np_cnp_sent", "rp_cnp_handled", "np_ecn_marked_roce_packets", "out_of_sequence")
+_LINE_RE = re.compile(r"^(?P<path>/\S+/hw_counters/(?P<name>[a-z0-9_]+)):(?P<value>\d+)\s*$")
+
+
+def read_argv(device: str, port: int) -> list[str]:
+    """The command line that prints one port's counters (no shell; ``-s``: a missing file is silent)."""
+    base = PurePosixPath("/sys/class/infiniband") / device / "ports" / str(int(port)) / "hw_counters"
+    return ["grep", "-s", "-H", ".", *(str(base / name) for name in HW_COUNTERS)]
+
+
+def read_item(netdev: str, device: str, port: int) -> dict[str, Any]:
+    """One loop item of the playbooks' hw counter reads: the netdev it is reported under, its argv."""
+    return {"netdev": netdev, "argv": read_argv(device, port)}
+
+
+def parse(text: str) -> dict[str, int]:
+    """Counter name to value from the ``FILE:VALUE`` lines; other lines are ignored."""
+    found = {}
+    for line in text.splitlines():
+        match = _LINE_RE.match(line.strip())
+        if match and match["name"] in HW_COUNTERS:
+            found[match["name"]] = int(match["value"])
+    return found
+
+
+def by_netdev(results: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, int]]:
+    """A looped read task's results as netdev to counters."""
+    out: dict[str, dict[str, int]] = {}
+    for item in results:
+        loop_item = item.get("item")
+        if isinstance(loop_item, Mapping) and loop_item.get("netdev"):
+            out[str(loop_item["netdev"])] = parse(str(item.get("stdout", "")))
+    return out
+
+
+def deltas(
+    before: Mapping[str, Mapping[str, Any]], after: Mapping[str, Mapping[str, Any]]
+) -> dict[tuple[str, str], dict[str, int]]:
+    """Per (host, netdev), the counters that moved, from the before and after task results per host."""
+    out: dict[tuple[str, str], dict[str, int]] = {}
+    for host, res in after.items():
+        old = by_netdev(before.get(host, {}).get("results", []))
+        for netdev, values in by_netdev(res.get("results", [])).items():
+            was = old.get(netdev, {})
+            moved = {k: v - was[k] for k, v in values.items() if k in was}
+            if any(moved.values()):
+                out[(host, netdev)] = {k: d for k, d in moved.items() if d}
+    return out
