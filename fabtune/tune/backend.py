@@ -5,15 +5,16 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from fabtune import ansible
 from fabtune.bench import diagnose
-from fabtune.bench.fabric import read_hosts
+from fabtune.bench.fabric import HostView, read_hosts
 from fabtune.errors import PlaybookFailed
 from fabtune.inventory import InventoryInfo
+from fabtune.tune import pairs as rdma_cm
 from fabtune.tune.measure import Batch, MeasureSpec, busbw_ceilings, measure
 
 # Where each host keeps a run's pre-run record (the fabric_revert module writes it on first arming).
@@ -34,6 +35,7 @@ class AnsibleBackend:
     gpus: int = 0
     netdevs: Mapping[str, list[str]] | None = None
     ceilings: Mapping[str, float] | None = None
+    views: dict[str, HostView] = field(default_factory=dict)  # read once, for the pair rounds
 
     @property
     def inventory(self) -> Path:
@@ -142,3 +144,17 @@ class AnsibleBackend:
             ceilings=self.ceilings or {},
         )
         return measure(spec, repetitions)
+
+    def pairs(self) -> rdma_cm.PairRound | None:
+        """One pair round and one incast stage over rdma_cm (None: fewer than 2 hosts to pair).
+
+        The hosts' views (rails, devices, addresses) are read once: no move changes them.
+
+        Raises:
+            PlaybookFailed: a host could not be read, or a round could not run.
+        """
+        if len(self.info.hosts) < 2:
+            return None
+        if not self.views:
+            self.views = read_hosts(self.inventory)
+        return rdma_cm.measure(self.inventory, self.views, self.info.bench_timeout_s)

@@ -21,6 +21,7 @@ CASES = [
     PerftestOptions(),
     PerftestOptions(verb="ib_read_bw", qps=1, size=65536, gid_index=3, tclass=106),
     PerftestOptions(verb="ib_send_bw", size=8388608, duration_s=2, report_gbits=False),
+    PerftestOptions(duration_s=2, gid_index=3, rdma_cm=True),
 ]
 
 
@@ -30,6 +31,14 @@ def test_server_and_client_differ_only_by_the_address() -> None:
     client = perftest_argv(opts, "mlx5_0", 18515, "10.0.0.2")
     assert client == [*server, "10.0.0.2"]
     assert server[:1] == ["ib_write_bw"] and "-x" in server
+
+
+def test_rdma_cm_takes_gid_and_tos_from_the_port() -> None:
+    """With -R the GID comes from the address and the ToS from rdma_cm's default: no -x, no --tclass."""
+    argv = perftest_argv(PerftestOptions(gid_index=3, rdma_cm=True), "mlx5_0", 18515, "10.0.0.2")
+    assert "-R" in argv and "-x" not in argv
+    with pytest.raises(ConfigError, match="tclass: 106 cannot be set with rdma_cm"):
+        perftest_argv(PerftestOptions(tclass=106, rdma_cm=True), "mlx5_0", 1)
 
 
 def test_bad_options_name_every_field() -> None:

@@ -16,6 +16,7 @@ from fabtune.journal import Journal
 from fabtune.knobs import View, lossless_change, plan
 from fabtune.tune.loop import RevertFired, RollbackFailed, TuneOptions, Tuner
 from fabtune.tune.measure import Batch, Sample
+from fabtune.tune.pairs import PairRound
 from fabtune.tune.state import differences, snapshot_of, with_change
 
 FACTORY = {
@@ -109,6 +110,10 @@ class FakeRack:
         """A failure no host is at fault for (a test rack overrides this)."""
         self.diagnosed.append(why)
         return Diagnosis([], [])
+
+    def pairs(self) -> PairRound | None:
+        """No ib_write_bw metric (a rack in tests/unit/test_tune_pairs.py measures one)."""
+        return None
 
     def measure(self, repetitions: int) -> Batch:
         ar, aa = self._busbw()
