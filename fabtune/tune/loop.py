@@ -27,7 +27,7 @@ from fabtune.errors import BenchmarkError, ExitStatus, FabtuneError
 from fabtune.journal import Journal
 from fabtune.knobs import LADDERS, Candidate, LosslessClass, plan, roles_of
 from fabtune.tune.measure import Batch, FailedRun, Sample
-from fabtune.tune.pairs import PairDecision, PairRound, agree, compare, slow_pairs
+from fabtune.tune.pairs import PairDecision, PairRound, compare, confirm, slow_pairs
 from fabtune.tune.state import differences, snapshot_of, view_of, with_change
 from fabtune.tune.stats import Decision, DecisionPolicy, decide, noise_floor
 
@@ -435,8 +435,9 @@ class Tuner:
                 self._hold()
             again = self._pairs()
             if again is not None:
-                second = compare(self.pair_reference, again, self.options.pair_guard, self.options.pair_gain)
-                decided, found = agree(decided, second), again
+                options = self.options
+                decided = confirm(decided, self.pair_reference, again, options.pair_guard, options.pair_gain)
+                found = again
         if armed:
             self._hold()
         self.emit("measure", decided.reason, {"pairs": decided.as_dict()})

@@ -60,6 +60,7 @@ class PairDecision:
     worst: str = ""
     worst_ratio: float = 1.0
     incast_ratio: float = 1.0
+    metric: str = ""  # what decided: "pair <label>", "incast <label>", "median pair"
 
     def as_dict(self) -> dict[str, object]:
         return dict(self.__dict__)
@@ -138,22 +139,22 @@ def compare(reference: PairRound, new: PairRound, guard: float, gain: float) -> 
     if worst and worst_ratio < 1 - guard:
         why = new.errors.get(worst)
         detail = f": {why}" if why else ""
-        return dataclasses.replace(numbers, verdict="worse", reason=(
+        return dataclasses.replace(numbers, verdict="worse", metric=f"pair {worst}", reason=(
             f"ib_write_bw (rdma_cm) pair {worst} x{worst_ratio:.2f} ({_gbps(reference.pairs[worst])} -> "
             f"{_gbps(new.pairs.get(worst))} Gb/s{detail}), over the {guard:.0%} guard; median pair "
             f"x{median:.3f}"))
     if low_stage and incast < 1 - guard:
-        return dataclasses.replace(numbers, verdict="worse", reason=(
+        return dataclasses.replace(numbers, verdict="worse", metric=f"incast {low_stage}", reason=(
             f"ib_write_bw (rdma_cm) incast {low_stage} x{incast:.2f} ({_gbps(reference.incast[low_stage])} "
             f"-> {_gbps(new.incast.get(low_stage))} Gb/s), over the {guard:.0%} guard"))
     high_stage = max(stages, key=lambda k: stages[k]) if stages else ""
     if high_stage and stages[high_stage] > 1 + gain:
-        return dataclasses.replace(numbers, verdict="better", reason=(
+        return dataclasses.replace(numbers, verdict="better", metric=f"incast {high_stage}", reason=(
             f"ib_write_bw (rdma_cm) incast {high_stage} x{stages[high_stage]:.2f} "
             f"({_gbps(reference.incast[high_stage])} -> {_gbps(new.incast.get(high_stage))} Gb/s); "
             f"median pair x{median:.3f}, worst pair {worst} x{worst_ratio:.3f}"))
     if ratios and median > 1 + gain:
-        return dataclasses.replace(numbers, verdict="better", reason=(
+        return dataclasses.replace(numbers, verdict="better", metric="median pair", reason=(
             f"ib_write_bw (rdma_cm) median pair x{median:.2f} ({_gbps(reference.median())} -> "
             f"{_gbps(new.median())} Gb/s); worst pair {worst} x{worst_ratio:.3f}"))
     return dataclasses.replace(numbers, verdict="same", reason=(
@@ -161,10 +162,20 @@ def compare(reference: PairRound, new: PairRound, guard: float, gain: float) -> 
         f"incast x{incast:.3f}"))
 
 
-def agree(first: PairDecision, second: PairDecision) -> PairDecision:
-    """The decision two rounds support: the first when the second says the same, else ``same``."""
-    if first.verdict == second.verdict:
-        return first if first.verdict == "worse" else second
+def confirm(
+    first: PairDecision, reference: PairRound, again: PairRound, guard: float, gain: float
+) -> PairDecision:
+    """What a second round ``again`` leaves of ``first``: a broken pair or stage must be broken on it
+    too, a gain must be seen on it too; else ``same``, with both rounds' reasons."""
+    second = compare(reference, again, guard, gain)
+    if first.verdict == "worse":
+        kind, _, label = first.metric.partition(" ")
+        values = (reference.pairs, again.pairs) if kind == "pair" else (reference.incast, again.incast)
+        ratio = _ratio(values[1].get(label), values[0].get(label))
+        if ratio is not None and ratio < 1 - guard:
+            return first
+    elif first.verdict == second.verdict == "better":
+        return second
     return PairDecision("same", f"{first.reason}, not seen again on a second round ({second.reason})")
 
 

@@ -10,7 +10,7 @@ from typing import Any
 from fabtune.journal import Journal
 from fabtune.knobs import LosslessClass, lossless_change
 from fabtune.tune.loop import TuneOptions, Tuner
-from fabtune.tune.pairs import PairRound, agree, compare, slow_pairs
+from fabtune.tune.pairs import PairRound, compare, confirm, slow_pairs
 from tests.unit.test_tune_loop import FACTORY, FakeRack
 
 TOS = 106  # DSCP 26 (priority 3) with ECT(0)
@@ -139,7 +139,11 @@ def test_compare_reads_the_worst_pair_the_median_and_the_incast() -> None:
     assert verdict(PairRound({"a": 100.0, "b": 100.0, "c": 100.0}, {"s": 80.0})) == "worse"
     assert verdict(PairRound({"a": 120.0, "b": 120.0, "c": 95.0}, {})) == "better"
     once = compare(ref, PairRound({"a": 50.0, "b": 100.0, "c": 100.0}), 0.1, 0.1)
-    same = compare(ref, ref, 0.1, 0.1)
-    assert agree(once, same).verdict == "same" and agree(once, once) == once
+    assert confirm(once, ref, ref, 0.1, 0.1).verdict == "same"
+    # Confirmed when the same pair is broken again, even if another pair is now the worst.
+    again = PairRound({"a": 80.0, "b": 40.0, "c": 100.0})
+    assert confirm(once, ref, again, 0.1, 0.1) == once
+    gained = compare(ref, PairRound({"a": 100.0, "b": 100.0, "c": 100.0}, {"s": 300.0}), 0.1, 0.1)
+    assert confirm(gained, ref, PairRound(ref.pairs, {"s": 101.0}), 0.1, 0.1).verdict == "same"
     assert slow_pairs(PairRound({"a": 100.0, "b": 100.0, "c": 60.0})) == [
         "c: 60.0 Gb/s against a median of 100.0 Gb/s for the other pairs"]
