@@ -61,6 +61,7 @@ class PairDecision:
     worst_ratio: float = 1.0
     incast_ratio: float = 1.0
     metric: str = ""  # what decided: "pair <label>", "incast <label>", "median pair"
+    broken: tuple[str, ...] = ()  # every pair and stage over the guard ("pair <label>", "incast <label>")
 
     def as_dict(self) -> dict[str, object]:
         return dict(self.__dict__)
@@ -120,60 +121,65 @@ def _ratio(new: float | None, old: float | None) -> float | None:
     return (new or 0.0) / old
 
 
+def _ratios(reference: Mapping[str, float | None], new: Mapping[str, float | None]) -> dict[str, float]:
+    return {k: r for k, v in new.items() if (r := _ratio(v, reference.get(k))) is not None}
+
+
+def _broke(metric: str, reference: PairRound, new: PairRound, guard: float) -> str:
+    """Why ``metric`` ("pair <label>" or "incast <label>") counts as broken, with both Gb/s."""
+    kind, _, label = metric.partition(" ")
+    old, now = (reference.pairs, new.pairs) if kind == "pair" else (reference.incast, new.incast)
+    why = new.errors.get(label)
+    detail = f": {why}" if why else ""
+    ratio = _ratio(now.get(label), old.get(label)) or 0.0
+    both = f"{_gbps(old.get(label))} -> {_gbps(now.get(label))} Gb/s{detail}"
+    return f"ib_write_bw (rdma_cm) {metric} x{ratio:.2f} ({both}), over the {guard:.0%} guard"
+
+
 def compare(reference: PairRound, new: PairRound, guard: float, gain: float) -> PairDecision:
     """``new`` against ``reference``, pair by pair (the pairs both measured) and stage by stage.
 
-    ``worse``: the worst pair or an incast stage lost more than ``guard``; ``better``: the median
-    pair or an incast stage gained more than ``gain``, and nothing lost more than ``guard``.
+    ``worse``: a pair or an incast stage lost more than ``guard`` (the worst named); ``better``: an
+    incast stage or the median pair gained more than ``gain``, and nothing lost more than ``guard``.
     """
-    ratios = {k: r for k, v in new.pairs.items() if (r := _ratio(v, reference.pairs.get(k))) is not None}
-    stages = {k: r for k, v in new.incast.items() if (r := _ratio(v, reference.incast.get(k))) is not None}
+    ratios, stages = _ratios(reference.pairs, new.pairs), _ratios(reference.incast, new.incast)
     if not ratios and not stages:
         return PairDecision("same", "ib_write_bw: no pair measured in both states")
     median = statistics.median(ratios.values()) if ratios else 1.0
     worst = min(ratios, key=lambda k: ratios[k]) if ratios else ""
-    worst_ratio = ratios[worst] if worst else 1.0
-    low_stage = min(stages, key=lambda k: stages[k]) if stages else ""
-    incast = stages[low_stage] if stages else 1.0
-    numbers = PairDecision("same", "", median, worst, worst_ratio, incast)
-    if worst and worst_ratio < 1 - guard:
-        why = new.errors.get(worst)
-        detail = f": {why}" if why else ""
-        return dataclasses.replace(numbers, verdict="worse", metric=f"pair {worst}", reason=(
-            f"ib_write_bw (rdma_cm) pair {worst} x{worst_ratio:.2f} ({_gbps(reference.pairs[worst])} -> "
-            f"{_gbps(new.pairs.get(worst))} Gb/s{detail}), over the {guard:.0%} guard; median pair "
-            f"x{median:.3f}"))
-    if low_stage and incast < 1 - guard:
-        return dataclasses.replace(numbers, verdict="worse", metric=f"incast {low_stage}", reason=(
-            f"ib_write_bw (rdma_cm) incast {low_stage} x{incast:.2f} ({_gbps(reference.incast[low_stage])} "
-            f"-> {_gbps(new.incast.get(low_stage))} Gb/s), over the {guard:.0%} guard"))
+    incast = min(stages.values(), default=1.0)
+    numbers = PairDecision("same", "", median, worst, ratios[worst] if worst else 1.0, incast)
+    under = {f"pair {k}": r for k, r in ratios.items()} | {f"incast {k}": r for k, r in stages.items()}
+    broken = tuple(sorted((m for m, r in under.items() if r < 1 - guard), key=lambda m: under[m]))
+    if broken:
+        reason = f"{_broke(broken[0], reference, new, guard)}; median pair x{median:.3f}"
+        return dataclasses.replace(numbers, verdict="worse", reason=reason, metric=broken[0], broken=broken)
     high_stage = max(stages, key=lambda k: stages[k]) if stages else ""
+    tail = f"median pair x{median:.3f}, worst pair {worst or '-'} x{numbers.worst_ratio:.3f}"
     if high_stage and stages[high_stage] > 1 + gain:
         return dataclasses.replace(numbers, verdict="better", metric=f"incast {high_stage}", reason=(
             f"ib_write_bw (rdma_cm) incast {high_stage} x{stages[high_stage]:.2f} "
-            f"({_gbps(reference.incast[high_stage])} -> {_gbps(new.incast.get(high_stage))} Gb/s); "
-            f"median pair x{median:.3f}, worst pair {worst} x{worst_ratio:.3f}"))
+            f"({_gbps(reference.incast[high_stage])} -> {_gbps(new.incast.get(high_stage))} Gb/s); {tail}"))
     if ratios and median > 1 + gain:
         return dataclasses.replace(numbers, verdict="better", metric="median pair", reason=(
             f"ib_write_bw (rdma_cm) median pair x{median:.2f} ({_gbps(reference.median())} -> "
-            f"{_gbps(new.median())} Gb/s); worst pair {worst} x{worst_ratio:.3f}"))
-    return dataclasses.replace(numbers, verdict="same", reason=(
-        f"ib_write_bw (rdma_cm) median pair x{median:.3f}, worst pair {worst or '-'} x{worst_ratio:.3f}, "
-        f"incast x{incast:.3f}"))
+            f"{_gbps(new.median())} Gb/s); {tail}"))
+    same = f"ib_write_bw (rdma_cm) {tail}, incast x{incast:.3f}"
+    return dataclasses.replace(numbers, verdict="same", reason=same)
 
 
 def confirm(
     first: PairDecision, reference: PairRound, again: PairRound, guard: float, gain: float
 ) -> PairDecision:
-    """What a second round ``again`` leaves of ``first``: a broken pair or stage must be broken on it
-    too, a gain must be seen on it too; else ``same``, with both rounds' reasons."""
+    """What a second round ``again`` leaves of ``first``: a pair or stage broken on both rounds (the
+    worst of them on the second named), a gain seen on both; else ``same``, with both reasons."""
     second = compare(reference, again, guard, gain)
     if first.verdict == "worse":
-        kind, _, label = first.metric.partition(" ")
-        values = (reference.pairs, again.pairs) if kind == "pair" else (reference.incast, again.incast)
-        ratio = _ratio(values[1].get(label), values[0].get(label))
-        if ratio is not None and ratio < 1 - guard:
-            return first
+        both = [m for m in second.broken if m in first.broken]
+        if both:
+            median = f"median pair x{second.median_ratio:.3f}"
+            reason = f"{_broke(both[0], reference, again, guard)} on two rounds; {median}"
+            return dataclasses.replace(second, reason=reason, metric=both[0], broken=tuple(both))
     elif first.verdict == second.verdict == "better":
         return second
     return PairDecision("same", f"{first.reason}, not seen again on a second round ({second.reason})")
