@@ -9,6 +9,8 @@ from typing import Any
 
 from fabtune.journal import Journal
 from fabtune.knobs import LosslessClass, lossless_change
+from fabtune.report import render_markdown, validate
+from fabtune.report.build import build
 from fabtune.tune.loop import TuneOptions, Tuner
 from fabtune.tune.pairs import PairRound, compare, confirm, slow_pairs
 from tests.unit.test_tune_loop import FACTORY, FakeRack
@@ -145,8 +147,19 @@ def test_compare_reads_the_worst_pair_the_median_and_the_incast() -> None:
     assert (first.metric, first.broken) == ("pair b", ("pair b", "pair a"))
     both = confirm(first, ref, PairRound({"a": 79.0, "b": 100.0, "c": 100.0}), 0.1, 0.1)
     assert (both.verdict, both.metric) == ("worse", "pair a")
-    assert both.reason.startswith("ib_write_bw (rdma_cm) pair a x0.79 (100.0 -> 79.0 Gb/s), over the 10% guard")
+    assert both.reason.startswith("ib_write_bw (rdma_cm) pair a x0.79 (100.0 -> 79.0 Gb/s), over the 10%")
     gained = compare(ref, PairRound({"a": 100.0, "b": 100.0, "c": 100.0}, {"s": 300.0}), 0.1, 0.1)
     assert confirm(gained, ref, PairRound(ref.pairs, {"s": 101.0}), 0.1, 0.1).verdict == "same"
     assert slow_pairs(PairRound({"a": 100.0, "b": 100.0, "c": 60.0})) == [
         "c: 60.0 Gb/s against a median of 100.0 Gb/s for the other pairs"]
+
+
+def test_the_report_names_the_slow_pair(tmp_path: Path) -> None:
+    tuner, _ = run(OneSlowPair(), tmp_path, ("lossless", "mtu", "qps", "gdr"))
+    tuner.journal.close_run(tuner.run_id, "done", {})
+    doc = build(tuner.journal, tuner.run_id)
+    validate(doc)
+    warned = [c for c in doc["checks"] if c["check"] == "ib_write_bw pair (rdma_cm)"]
+    assert [(c["phase"], c["host"], c["verdict"]) for c in warned] == [
+        ("baseline", "h04->h03", "warn"), ("tuned state", "h04->h03", "warn")]
+    assert f"- baseline: slow pair: {OTHER}: " in render_markdown(doc)
