@@ -27,9 +27,11 @@ from fabtune.errors import BenchmarkError, ExitStatus, FabtuneError
 from fabtune.journal import Journal
 from fabtune.knobs import LADDERS, Candidate, LosslessClass, plan, roles_of
 from fabtune.tune.measure import Batch, FailedRun, Sample
-from fabtune.tune.pairs import PairDecision, PairRound, compare, confirm, slow_pairs
+from fabtune.tune.pairs import PairDecision, PairRound, best_of, compare, confirm, slow_pairs
 from fabtune.tune.state import differences, snapshot_of, view_of, with_change
 from fabtune.tune.stats import Decision, DecisionPolicy, decide, noise_floor
+
+REFERENCE_ROUNDS = 2  # ib_write_bw rounds in a pair reference (the baseline's, a kept state's)
 
 
 class PreflightFailed(FabtuneError):
@@ -185,7 +187,7 @@ class Judgement:
     samples: list[Sample]
     pause_frames: int
     pairs: PairDecision | None = None  # ib_write_bw over rdma_cm against the kept state's round
-    pair_round: PairRound | None = None
+    pair_rounds: tuple[PairRound, ...] = ()  # the move's rounds (1, or 2 when the pairs decided)
 
 
 def _ar(samples: Sequence[Sample]) -> list[float]:
@@ -282,7 +284,7 @@ class Tuner:
             raise PreflightFailed(failed)
         self.reference = list(batch.samples)
         self.pause_rate = batch.pause_frames / max(len(batch.samples), 1)
-        self.pair_reference = self._pairs()
+        self.pair_reference = self._pair_reference([])
         slow = slow_pairs(self.pair_reference) if self.pair_reference else []
         for line in slow:
             self.emit("pairs", f"slow pair: {line}", {"pair": line})
@@ -409,6 +411,17 @@ class Tuner:
                 verdict, reason = self._verdict((ar, aa), pauses / max(len(samples), 1), pairs)
                 return Judgement(verdict, reason, ar, aa, samples, pauses, pairs, found)
 
+    def _pair_reference(self, rounds: Sequence[PairRound]) -> PairRound | None:
+        """The best of two rounds of the state as it is, pair by pair (``rounds``: those measured
+        already): one slow run in a reference would make every later move look better against it."""
+        found = list(rounds)
+        while len(found) < REFERENCE_ROUNDS:
+            more = self._pairs()
+            if more is None:
+                return None
+            found.append(more)
+        return best_of(found)
+
     def _pairs(self) -> PairRound | None:
         """One ib_write_bw round over rdma_cm (pairs and incast); None where the rack has none."""
         found = self.backend.pairs()
@@ -418,17 +431,18 @@ class Tuner:
 
     def _judge_pairs(
         self, ar: Decision, aa: Decision, *, armed: bool
-    ) -> tuple[PairDecision | None, PairRound | None]:
+    ) -> tuple[PairDecision | None, tuple[PairRound, ...]]:
         """The move's ib_write_bw round against the kept state's; a verdict the pairs would decide
         (a broken pair, a clear gain) is measured once more and must hold on both rounds.
 
         Not measured when the collectives already roll the move back, or with no reference round.
         """
         if self.pair_reference is None or ar.worse or self._collapsed(aa):
-            return None, None
+            return None, ()
         found = self._pairs()
         if found is None:
-            return None, None
+            return None, ()
+        rounds: tuple[PairRound, ...] = (found,)
         decided = compare(self.pair_reference, found, self.options.pair_guard, self.options.pair_gain)
         if decided.verdict != "same":
             if armed:
@@ -437,11 +451,11 @@ class Tuner:
             if again is not None:
                 options = self.options
                 decided = confirm(decided, self.pair_reference, again, options.pair_guard, options.pair_gain)
-                found = again
+                rounds = (found, again)
         if armed:
             self._hold()
         self.emit("measure", decided.reason, {"pairs": decided.as_dict()})
-        return decided, found
+        return decided, rounds
 
     def _collapsed(self, aa: Decision) -> bool:
         """The guard metric lost more than ``guard_loss``, with confidence (not a mere dip)."""
@@ -552,8 +566,8 @@ class Tuner:
             pauses += more.pause_frames
         self.reference = samples
         self.pause_rate = pauses / max(len(samples), 1)
-        if judged.pair_round is not None:
-            self.pair_reference = judged.pair_round
+        if judged.pair_rounds:  # topped up to two rounds, like the samples
+            self.pair_reference = self._pair_reference(judged.pair_rounds)
 
     def _undo(
         self, seq: int, record: MoveRecord, reason: str, desired: dict[str, dict[str, Any]]

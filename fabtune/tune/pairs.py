@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -65,6 +65,18 @@ class PairDecision:
 
     def as_dict(self) -> dict[str, object]:
         return dict(self.__dict__)
+
+
+def best_of(rounds: Sequence[PairRound]) -> PairRound:
+    """Each pair's and stage's best of ``rounds`` (a failure only where every round failed)."""
+
+    def best(values: Sequence[Mapping[str, float | None]]) -> dict[str, float | None]:
+        labels = dict.fromkeys(k for v in values for k in v)
+        return {k: max([x for v in values if (x := v.get(k)) is not None], default=None) for k in labels}
+
+    found = best([r.pairs for r in rounds])
+    errors = {k: e for r in rounds for k, e in r.errors.items() if found.get(k) is None}
+    return PairRound(found, best([r.incast for r in rounds]), errors)
 
 
 def _label(pair: Pair, views: Mapping[str, HostView]) -> str:

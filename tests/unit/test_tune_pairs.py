@@ -12,7 +12,7 @@ from fabtune.knobs import LosslessClass, lossless_change
 from fabtune.report import render_markdown, validate
 from fabtune.report.build import build
 from fabtune.tune.loop import TuneOptions, Tuner
-from fabtune.tune.pairs import PairRound, compare, confirm, slow_pairs
+from fabtune.tune.pairs import PairRound, best_of, compare, confirm, slow_pairs
 from tests.unit.test_tune_loop import FACTORY, FakeRack
 
 TOS = 106  # DSCP 26 (priority 3) with ECT(0)
@@ -90,9 +90,9 @@ def test_a_tos_move_that_only_improves_the_pairs_is_kept(tmp_path: Path) -> None
     assert "all_reduce" in move.reason and "not decisive alone" in move.reason
     assert rack.state["h03"]["nics"]["eth2"]["roce_tos"] == TOS
     assert move.decision["pairs"]["verdict"] == "better"
-    # The keep's round is the next reference; baseline, the move, its confirming round.
+    # The keep's two rounds are the next reference: 2 for the baseline, the move's and its confirmation.
     assert tuner.pair_reference is not None and tuner.pair_reference.incast[INCAST] > 300
-    assert rack.rounds == 3
+    assert rack.rounds == 4
 
 
 def test_a_move_that_breaks_one_pair_is_rolled_back_naming_it(tmp_path: Path) -> None:
@@ -110,11 +110,22 @@ def test_a_move_that_breaks_one_pair_is_rolled_back_naming_it(tmp_path: Path) ->
 
 def test_a_dip_in_one_round_only_is_not_a_broken_pair(tmp_path: Path) -> None:
     rack = PairRack()
-    rack.dips = [2]  # the move's first round: the pair dips, the confirming round does not
+    rack.dips = [3]  # the move's first round (after the baseline's 2): the pair dips, the confirming one not
     _, (result, _) = run(rack, tmp_path, ("lossless", "qps", "gdr"))
     [move] = result.moves
     assert move.outcome == "kept" and move.reason.startswith("all_reduce"), move.reason
-    assert rack.rounds == 3
+    assert rack.rounds == 4
+
+
+def test_the_pair_reference_is_the_best_of_two_rounds(tmp_path: Path) -> None:
+    """A slow run in the reference would make every later move look better: the best of two."""
+    rack = PairRack()
+    rack.dips = [1]
+    tuner, (result, _) = run(rack, tmp_path, ("lossless", "mtu", "qps", "gdr"))
+    assert rack.rounds == 2 and result.slow_pairs == []
+    assert tuner.pair_reference is not None and tuner.pair_reference.pairs[PAIR] > 340
+    assert best_of([PairRound({"a": None}, {}, {"a": "timeout"}), PairRound({"a": 5.0})]) == PairRound(
+        {"a": 5.0}, {})
 
 
 def test_a_slow_pair_is_reported_by_name(tmp_path: Path) -> None:
