@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from fabtune.bench.argv import (
     NcclOptions,
@@ -15,7 +17,8 @@ from fabtune.bench.argv import (
     perftest_argv,
     srun_argv,
 )
-from fabtune.errors import ConfigError
+from fabtune.cli import cli
+from fabtune.errors import ConfigError, ExitStatus
 
 CASES = [
     PerftestOptions(),
@@ -79,3 +82,13 @@ def test_mpirun_and_srun_lines() -> None:
     assert "--export=ALL,NCCL_IB_HCA=mlx5" in srun and srun[-len(test) :] == test
     with pytest.raises(ConfigError, match="test: 'bcast_perf'"):
         nccl_test_argv(NcclOptions(test="bcast_perf"))
+
+
+@pytest.mark.parametrize("verb", ["pairs", "incast"])
+def test_bench_refuses_a_tclass_with_rdma_cm_before_reading_any_host(verb: str, tmp_path: Path) -> None:
+    inventory = tmp_path / "inv.yml"
+    inventory.write_text("all: {hosts: {h01: {ansible_host: 192.0.2.1}}}\n")
+    result = CliRunner().invoke(cli, ["bench", verb, "-i", str(inventory), "--rdma-cm", "--tclass", "106"])
+    assert isinstance(result.exception, ConfigError), result.output  # main() maps it to exit 3
+    assert result.exception.code == ExitStatus.CONFIG
+    assert "tclass: 106 cannot be set with rdma_cm" in str(result.exception)
