@@ -195,7 +195,7 @@ def main() -> None:
         print(f"| {name} | {rate(wk, nulls)} | {rate(wr, gains)} | {mean:.2f} | {mean + base_runs:.2f} |")
     rounds = totals["loop"].pair_rounds
     print(f"\nib_write_bw pair rounds per decision (loop): {statistics.fmean(rounds):.2f} "
-          f"(at most {max(rounds)}), plus 1 per baseline")
+          f"(at most {max(rounds)}), plus 2 per baseline (the best-of-two reference)")
     pair_table(rack, tuner, args.per_effect)
 
 

@@ -7,6 +7,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from fabtune.commands.tune import print_result
 from fabtune.journal import Journal
 from fabtune.knobs import LosslessClass, lossless_change
 from fabtune.report import render_markdown, validate
@@ -174,3 +177,9 @@ def test_the_report_names_the_slow_pair(tmp_path: Path) -> None:
     assert [(c["phase"], c["host"], c["verdict"]) for c in warned] == [
         ("baseline", "h04->h03", "warn"), ("tuned state", "h04->h03", "warn")]
     assert f"- baseline: slow pair: {OTHER}: " in render_markdown(doc)
+
+
+def test_tune_prints_the_slow_pair(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _, (result, _) = run(OneSlowPair(), tmp_path, ("lossless", "mtu", "qps", "gdr"))
+    print_result(result, tmp_path / "report.json")
+    assert f"slow ib_write_bw pair (rdma_cm): {OTHER}: " in capsys.readouterr().out
