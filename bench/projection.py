@@ -37,6 +37,10 @@ Ansible time (measured per-host costs, scaled by waves of ``--forks`` hosts):
   parallel, so these are one wave's time. With ``--forks`` 50 (an assumption: Ansible's linear
   strategy runs each task on up to ``forks`` hosts at once) a call over N hosts takes
   ceil(N / forks) waves; the controller is assumed not to be the bottleneck at 50 forks;
+* not measured, assumed: an ib_write_bw measurement of the loop (``Tuner``'s pair round: the
+  covering pair round and the incast stage) is two Ansible runs, each a confirm's cost plus
+  ``PAIR_RUN_S`` (the 2 s ``-D`` run, server start and rdma_cm connection); its bandwidths are
+  not modelled (no decision changes);
 * not measured, assumed: a rollback's exact apply costs an armed apply; extending the revert
   deadline, reading facts, and reading the pause counters around a batch of measurements each
   cost a confirm.
@@ -77,6 +81,7 @@ from fabtune.sim.model.config import (
 )
 from fabtune.tune.loop import TuneOptions, Tuner, TuneResult
 from fabtune.tune.measure import Batch, MeasureSpec, Sample
+from fabtune.tune.pairs import PairRound
 
 NICS, GPUS, RATE_GBPS = 8, 8, 400.0
 _SPEC = MeasureSpec(Path("/nonexistent"), (), GPUS, {})
@@ -89,6 +94,7 @@ FACTORY: dict[str, Any] = {
     "cnp_dscp": 48, "cnp_prio": 6, "roce_tos": 0, "roce_mode": 2,
 }  # fmt: skip
 MEASURED_S = {"apply": 10.9, "confirm": 2.0}  # one wave, the 2-host testbed (the lead's measurement)
+PAIR_RUN_S = 4.0  # an assumption: ib_write_bw -D 2, plus server start and rdma_cm connection
 STATES = ("factory-defaults", "already-tuned")
 
 
@@ -215,6 +221,12 @@ class ModelRack:
     def diagnose(self, log: str, why: str) -> Diagnosis:
         return Diagnosis([], [])
 
+    def pairs(self) -> PairRound:
+        """The cost of one ib_write_bw measurement (the covering pair round and the incast stage: two
+        Ansible runs); its numbers are not modelled here and never change, so no decision does."""
+        self.costs.calls["pair round"] += 1
+        return PairRound({"unmodelled": 1.0})
+
     def measure(self, repetitions: int) -> Batch:
         self.costs.calls["counter reads"] += 1
         samples, pauses = [], 0
@@ -269,6 +281,7 @@ def ansible_s(costs: Costs, hosts: int, forks: int) -> float:
         "armed apply": MEASURED_S["apply"], "rollback apply": MEASURED_S["apply"],
         "confirm": MEASURED_S["confirm"], "extend": MEASURED_S["confirm"], "facts": MEASURED_S["confirm"],
         "counter reads": MEASURED_S["confirm"],
+        "pair round": 2 * (MEASURED_S["confirm"] + PAIR_RUN_S),
     }  # fmt: skip
     return sum(per_call[kind] * n for kind, n in costs.calls.items()) * waves(hosts, forks)
 

@@ -45,12 +45,15 @@ MAX_BYTES = 1 << 20
 """A profile is a few kilobytes; anything over 1 MiB (``/dev/zero``, a log) is not one."""
 POLICY_KEYS = ("alpha", "min_effect", "min_runs", "max_runs", "batch", "futility", "detect")
 INT_OPTIONS = frozenset(("min_runs", "max_runs", "batch", "baseline_runs", "revert_deadline_s"))
-FLOAT_OPTIONS = frozenset(("alpha", "min_effect", "futility", "detect", "pause_guard", "guard_loss"))
+FLOAT_OPTIONS = frozenset(("alpha", "min_effect", "futility", "detect", "pause_guard", "guard_loss",
+                           "pair_guard", "pair_gain"))
 OPTION_KEYS = (
     *POLICY_KEYS,
     "baseline_runs",
     "pause_guard",
     "guard_loss",
+    "pair_guard",
+    "pair_gain",
     "skip_groups",
     "revert_deadline_s",
     "pair_matrix",
@@ -157,6 +160,10 @@ def _range_problems(opts: TuneOptions, deadline: int) -> list[str]:
         )
     if not 0 < opts.guard_loss < 1:
         problems.append(f"fabtune_tune.guard_loss: {opts.guard_loss} must be between 0 and 1 (a fraction)")
+    for key in ("pair_guard", "pair_gain"):
+        value = getattr(opts, key)
+        if not 0 < value < 1:
+            problems.append(f"fabtune_tune.{key}: {value} must be between 0 and 1 (a fraction)")
     if not opts.pause_guard >= 1:
         problems.append(f"fabtune_tune.pause_guard: {opts.pause_guard} must be at least 1 (a factor)")
     if deadline < 30:
@@ -195,6 +202,8 @@ def check_tune(raw: object) -> tuple[list[str], TuneOptions, int]:
         float(typed.get("guard_loss", defaults.guard_loss)),
         tuple(typed.get("skip_groups", ())),
         pair_matrix=_pair_matrix(typed.get("pair_matrix", defaults.pair_matrix)),
+        pair_guard=float(typed.get("pair_guard", defaults.pair_guard)),
+        pair_gain=float(typed.get("pair_gain", defaults.pair_gain)),
     )
     deadline: int = typed.get("revert_deadline_s", DEFAULT_REVERT_DEADLINE_S)
     return problems + _range_problems(opts, deadline), opts, deadline

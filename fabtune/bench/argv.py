@@ -26,6 +26,9 @@ class PerftestOptions:
     gid_index: int | None = None
     tclass: int | None = None
     report_gbits: bool = True
+    # ``-R``: connect the QPs through rdma_cm, as storage and MPI traffic do: the GID comes from the
+    # address and the ToS from the port's rdma_cm default (``default_roce_tos``), not from -x/--tclass.
+    rdma_cm: bool = False
 
     def problems(self) -> list[str]:
         """Every invalid field, named with its value."""
@@ -40,6 +43,8 @@ class PerftestOptions:
             found.append(f"duration_s: {self.duration_s} must be from 1 to 600")
         if self.tclass is not None and not 0 <= self.tclass <= 255:
             found.append(f"tclass: {self.tclass} must be from 0 to 255")
+        if self.tclass is not None and self.rdma_cm:
+            found.append(f"tclass: {self.tclass} cannot be set with rdma_cm (its ToS is the port's default)")
         return found
 
 
@@ -70,7 +75,9 @@ def perftest_argv(
         "-p",
         str(port),
     ]
-    if opts.gid_index is not None:
+    if opts.rdma_cm:
+        argv.append("-R")
+    elif opts.gid_index is not None:
         argv += ["-x", str(opts.gid_index)]
     if opts.tclass is not None:
         argv += ["--tclass", str(opts.tclass)]

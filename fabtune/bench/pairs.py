@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -53,9 +54,7 @@ def _run_spec(pair: Pair, views: Mapping[str, HostView], opts: PerftestOptions) 
     if server.ipv4 is None:
         raise BenchmarkError(f"{pair.server}: {server.netdev} has no IPv4 address to test against")
     gid = server.gid_index if opts.gid_index is None else opts.gid_index
-    tuned = PerftestOptions(
-        opts.verb, opts.size, opts.qps, opts.duration_s, gid, opts.tclass, opts.report_gbits
-    )
+    tuned = dataclasses.replace(opts, gid_index=gid)
     server_argv = perftest_argv(tuned, server.device, pair.port)
     return {
         "id": f"{pair.client}->{pair.server}/{server.device}:{pair.port}",

@@ -14,7 +14,7 @@ from fabtune.bench.fabric import read_hosts
 from fabtune.bench.schedule import incast_stage, pair_rounds
 from fabtune.commands import _console
 from fabtune.commands._common import INVENTORY_OPTION, OOB_OPTION, ResultOutput, require_file, result_output
-from fabtune.errors import BenchmarkError
+from fabtune.errors import BenchmarkError, ConfigError
 from fabtune.inventory import read_inventory
 
 
@@ -36,10 +36,27 @@ def _perftest_options(f: click.decorators.FC) -> click.decorators.FC:
             click.option("--duration", type=int, default=5, show_default=True, help="Seconds per run (-D)."),
             click.option("--tclass", type=int, default=None, help="GRH traffic class (--tclass)."),
             click.option("--rails", type=int, default=None, help="NICs per host to test (default: all)."),
+            click.option(
+                "--rdma-cm", is_flag=True, default=False,
+                help="Connect through rdma_cm (-R): the GID from the address, the ToS from the port's "
+                "rdma_cm default, as storage and MPI traffic (what fabtune tune measures).",
+            ),
         ]
     ):
         f = option(f)
     return f
+
+
+def _checked(opts: PerftestOptions) -> PerftestOptions:
+    """``opts`` when valid, before any host is read.
+
+    Raises:
+        ConfigError: naming every invalid option and its value.
+    """
+    problems = opts.problems()
+    if problems:
+        raise ConfigError("perftest options", problems)
+    return opts
 
 
 def _print_pairs(results: list[pairs.PairResult], console: Console) -> None:
@@ -72,15 +89,16 @@ def pairs_cmd(
     duration: int,
     tclass: int | None,
     rails: int | None,
+    rdma_cm: bool,
 ) -> None:
     """All host pairs in concurrent rounds (an odd count: one host idle per round), NIC i to NIC i."""
     require_file(inventory, "inventory")
+    opts = _checked(PerftestOptions(verb, size, qps, duration, None, tclass, rdma_cm=rdma_cm))
     console = _console.err()
     views = read_hosts(inventory)
     hosts = sorted(views)
     count = min(len(v.rails) for v in views.values()) if rails is None else rails
     rounds = pair_rounds(hosts, count)
-    opts = PerftestOptions(verb, size, qps, duration, None, tclass)
     with console.status("pair matrix") as shown:
         done = pairs.run_rounds(
             inventory,
@@ -110,13 +128,14 @@ def incast_cmd(
     duration: int,
     tclass: int | None,
     rails: int | None,
+    rdma_cm: bool,
 ) -> None:
     """k senders to one receiver at once on NIC 0: loads the lossless class (PFC, ECN)."""
     require_file(inventory, "inventory")
+    opts = _checked(PerftestOptions(verb, size, qps, duration, None, tclass, rdma_cm=rdma_cm))
     views = read_hosts(inventory)
     hosts = sorted(views)
     stage = incast_stage(hosts, fan_in or len(hosts) - 1)
-    opts = PerftestOptions(verb, size, qps, duration, None, tclass)
     deadline = read_inventory(inventory).bench_timeout_s
     results = pairs.run_round(inventory, stage, views, opts, deadline_s=deadline)
     _print_pairs(results, output.console())

@@ -61,6 +61,8 @@ def print_result(result: TuneResult, report: Path, output: ResultOutput | None =
         f"all_reduce bus bandwidth: {base:.1f} -> {final:.1f} GB/s ({final / base - 1:+.1%}); "
         f"noise floor {result.noise_floor:.1%}"
     )
+    for line in result.slow_pairs:
+        console.print(f"slow ib_write_bw pair (rdma_cm): {line}", soft_wrap=True, highlight=False)
     html = report.with_suffix(".html")  # what a person opens; the JSON beside it is for scripts
     console.print(f"report: {html if html.is_file() else report}", soft_wrap=True, highlight=False)
     output.write({"kind": "tune", "run_id": result.run_id, "report": str(report),

@@ -208,6 +208,18 @@ def _check(raw: Mapping[str, Any], phase: str) -> dict[str, Any]:
     }
 
 
+def _slow_pair(line: str, phase: str) -> dict[str, Any]:
+    """A slow ib_write_bw pair the tuning loop named (``client->server device: ...``), as a warning."""
+    return {
+        "phase": phase,
+        "check": "ib_write_bw pair (rdma_cm)",
+        "host": line.split(" ", 1)[0],
+        "verdict": "warn",
+        "summary": f"slow pair: {line}",
+        "evidence": line,
+    }
+
+
 def _pair(
     raw: Mapping[str, Any], source: str, threshold: float | None, retest: bool = False
 ) -> dict[str, Any]:
@@ -458,6 +470,7 @@ def build_tune(run: Run, steps: Sequence[Step], journal: Journal) -> dict[str, A
             aa.append(series_point(s.seq, label, "baseline", "baseline", p.get("alltoall") or []))
             doc["checks"] += [_check(c, "baseline") for c in p.get("checks") or []]
             doc["counters"] += step_counters(p, label)
+            doc["checks"] += [_slow_pair(line, "baseline") for line in p.get("slow_pairs") or []]
         elif s.kind == "phase" and s.name == "baseline" and s.state == "failed":
             doc["checks"] += [
                 {
@@ -473,6 +486,7 @@ def build_tune(run: Run, steps: Sequence[Step], journal: Journal) -> dict[str, A
         elif s.kind == "phase" and s.name == "final" and s.state == "done":
             final_state = p.get("state")
             final_ar = [float(v) for v in p.get("all_reduce") or []]
+            doc["checks"] += [_slow_pair(line, "tuned state") for line in p.get("slow_pairs") or []]
         elif s.kind == "move":
             outcome = s.state if s.state in ("kept", "rolled_back") else "interrupted"
             ar.append(series_point(s.seq, s.name, "move", outcome, p.get("all_reduce") or []))

@@ -61,6 +61,8 @@ def render_markdown(doc: Mapping[str, Any], html_path: str | None = None) -> str
             )
         if t["tuned_desired"]:
             lines.append(f"- tuned desired state: `{t['tuned_desired']}`")
+        lines += [f"- {c['phase']}: {c['summary']}" for c in doc["checks"]
+                  if c["check"] == "ib_write_bw pair (rdma_cm)"]
         lines.append("")
         lines += _table(
             ["move", "outcome", "all_reduce", "alltoall", "reason"],

@@ -12,11 +12,12 @@ from typing import Any
 from fabtune import ansible
 from fabtune.bench import diagnose, pairs, rdmacounters
 from fabtune.bench.argv import PerftestOptions
-from fabtune.bench.fabric import read_hosts
+from fabtune.bench.fabric import HostView, read_hosts
 from fabtune.bench.pairs import PairResult
 from fabtune.bench.schedule import covering_rounds, pair_rounds, rail_pairs
 from fabtune.errors import PlaybookFailed
 from fabtune.inventory import InventoryInfo
+from fabtune.tune import pairs as rdma_cm
 from fabtune.tune.measure import Batch, MeasureSpec, busbw_ceilings, measure
 
 # Where each host keeps a run's pre-run record (the fabric_revert module writes it on first arming).
@@ -39,6 +40,7 @@ class AnsibleBackend:
     ceilings: Mapping[str, float] | None = None
     # per host, the reads of its ports' RDMA hw_counters (fabtune.bench.rdmacounters)
     hw_reads: Mapping[str, list[dict[str, Any]]] = field(default_factory=dict)
+    views: dict[str, HostView] = field(default_factory=dict)  # read once, for the pair rounds
 
     @property
     def inventory(self) -> Path:
@@ -174,3 +176,17 @@ class AnsibleBackend:
             hw_reads=self.hw_reads,
         )
         return measure(spec, repetitions)
+
+    def pairs(self) -> rdma_cm.PairRound | None:
+        """One pair round and one incast stage over rdma_cm (None: fewer than 2 hosts to pair).
+
+        The hosts' views (rails, devices, addresses) are read once: no move changes them.
+
+        Raises:
+            PlaybookFailed: a host could not be read, or a round could not run.
+        """
+        if len(self.info.hosts) < 2:
+            return None
+        if not self.views:
+            self.views = read_hosts(self.inventory)
+        return rdma_cm.measure(self.inventory, self.views, self.info.bench_timeout_s)

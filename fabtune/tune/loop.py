@@ -29,8 +29,11 @@ from fabtune.errors import BenchmarkError, ExitStatus, FabtuneError
 from fabtune.journal import Journal
 from fabtune.knobs import LADDERS, Candidate, LosslessClass, plan, roles_of
 from fabtune.tune.measure import Batch, FailedRun, Sample, merge_counters
+from fabtune.tune.pairs import PairDecision, PairRound, best_of, compare, confirm, slow_pairs
 from fabtune.tune.state import differences, snapshot_of, view_of, with_change
 from fabtune.tune.stats import Decision, DecisionPolicy, decide, noise_floor
+
+REFERENCE_ROUNDS = 2  # ib_write_bw rounds in a pair reference (the baseline's, a kept state's)
 
 
 class PreflightFailed(FabtuneError):
@@ -124,6 +127,8 @@ class Backend(Protocol):
 
     def measure(self, repetitions: int) -> Batch: ...
 
+    def pairs(self) -> PairRound | None: ...
+
     def diagnose(self, log: str, why: str) -> Diagnosis: ...
 
     def pair_matrix(self, full: bool) -> list[PairResult]: ...
@@ -145,6 +150,8 @@ class TuneOptions:
     # ib_write_bw between host pairs after the baseline and at the end, for the report: "round" (one
     # round that puts every host in a pair), "full" (every pair: n - 1 rounds) or "off"
     pair_matrix: str = "round"
+    pair_guard: float = 0.10  # a pair or incast stage of ib_write_bw (rdma_cm) losing more: rollback
+    pair_gain: float = 0.10  # the median pair or an incast stage gaining more: a keep on that evidence
 
 
 @dataclass
@@ -176,6 +183,7 @@ class TuneResult:
     preflight: list[CheckResult]
     runs: int = 0  # benchmark repetitions measured, the baseline's included
     planned: list[list[str]] = field(default_factory=list)  # every candidate of the plan, per group
+    slow_pairs: list[str] = field(default_factory=list)  # in the state the run leaves, each named
 
 
 @dataclass(frozen=True)
@@ -188,6 +196,8 @@ class Judgement:
     alltoall: Decision
     samples: list[Sample]
     pause_frames: int
+    pairs: PairDecision | None = None  # ib_write_bw over rdma_cm against the kept state's round
+    pair_rounds: tuple[PairRound, ...] = ()  # the move's rounds (1, or 2 when the pairs decided)
 
 
 def _ar(samples: Sequence[Sample]) -> list[float]:
@@ -219,12 +229,15 @@ class Tuner:
         self.revert_deadline_s, self.clock = revert_deadline_s, clock
         self.held_until = 0.0  # no host reverts the move before this (clock time); 0: unknown
         self.run_s = 0.0  # the longest one repetition has taken (wall time, clock seconds)
+        self.pair_s = 0.0  # the longest one ib_write_bw round (pairs and incast) has taken
         self.options = options or TuneOptions()
         self.emit: Event = on_event or (lambda kind, message, data: None)
         self.current: dict[str, dict[str, Any]] = {}
         # The kept state's measurements, refreshed after each keep: every guard compares with them.
         self.reference: list[Sample] = []
         self.pause_rate = 0.0  # pause frames per repetition in the kept state
+        self.pair_reference: PairRound | None = None  # the kept state's ib_write_bw round (rdma_cm)
+        self.pair_rounds = 0
         self._intents: dict[int, dict[str, Any]] = {}  # a move's intent payload, kept in its outcome
         self._counters: dict[str, dict[str, int]] = {}  # per-port counter deltas since the last take
         self.runs = 0
@@ -308,6 +321,10 @@ class Tuner:
             raise PreflightFailed(failed)
         self.reference = list(batch.samples)
         self.pause_rate = batch.pause_frames / max(len(batch.samples), 1)
+        self.pair_reference = self._pair_reference([])
+        slow = slow_pairs(self.pair_reference) if self.pair_reference else []
+        for line in slow:
+            self.emit("pairs", f"slow pair: {line}", {"pair": line})
         floor = noise_floor(_ar(self.reference))
         self.journal.finish_step(
             self.run_id,
@@ -319,6 +336,8 @@ class Tuner:
                 "noise_floor": floor,
                 "pause_frames": batch.pause_frames,
                 "counters": self._take_counters(),
+                "pairs": _round_payload(self.pair_reference),
+                "slow_pairs": slow,
                 "checks": [dataclasses.asdict(c) for c in batch.transport],
                 "policy": dataclasses.asdict(self.options.policy),
             },
@@ -404,6 +423,7 @@ class Tuner:
             "alltoall": judged.alltoall.__dict__,
             "pause_rate": judged.pause_frames / max(len(judged.samples), 1),
             "reference_pause_rate": self.pause_rate,
+            "pairs": judged.pairs.as_dict() if judged.pairs else None,
         }
         record.pause_frames = judged.pause_frames
         if judged.verdict == "keep":
@@ -462,8 +482,57 @@ class Tuner:
                 {"all_reduce": _ar(samples), "alltoall": _aa(samples)},
             )
             if self._settled(ar, aa) or len(samples) >= policy.max_runs:
-                verdict, reason = self._verdict((ar, aa), pauses / max(len(samples), 1))
-                return Judgement(verdict, reason, ar, aa, samples, pauses)
+                pairs, found = self._judge_pairs(ar, aa, armed=armed)
+                verdict, reason = self._verdict((ar, aa), pauses / max(len(samples), 1), pairs)
+                return Judgement(verdict, reason, ar, aa, samples, pauses, pairs, found)
+
+    def _pair_reference(self, rounds: Sequence[PairRound]) -> PairRound | None:
+        """The best of two rounds of the state as it is, pair by pair (``rounds``: those measured
+        already): one slow run in a reference would make every later move look better against it."""
+        found = list(rounds)
+        while len(found) < REFERENCE_ROUNDS:
+            more = self._pairs()
+            if more is None:
+                return None
+            found.append(more)
+        return best_of(found)
+
+    def _pairs(self) -> PairRound | None:
+        """One ib_write_bw round over rdma_cm (pairs and incast); None where the rack has none."""
+        start = self.clock()
+        found = self.backend.pairs()
+        if found is not None:
+            self.pair_rounds += 1
+            self.pair_s = max(self.pair_s, self.clock() - start)
+        return found
+
+    def _judge_pairs(
+        self, ar: Decision, aa: Decision, *, armed: bool
+    ) -> tuple[PairDecision | None, tuple[PairRound, ...]]:
+        """The move's ib_write_bw round against the kept state's; a verdict the pairs would decide
+        (a broken pair, a clear gain) is measured once more and must hold on both rounds.
+
+        Not measured when the collectives already roll the move back, or with no reference round.
+        """
+        if self.pair_reference is None or ar.worse or self._collapsed(aa):
+            return None, ()
+        if armed:
+            self._hold_for(self.pair_s)
+        found = self._pairs()
+        if found is None:
+            return None, ()
+        rounds: tuple[PairRound, ...] = (found,)
+        decided = compare(self.pair_reference, found, self.options.pair_guard, self.options.pair_gain)
+        if decided.verdict != "same":
+            if armed:
+                self._hold_for(self.pair_s)
+            again = self._pairs()
+            if again is not None:
+                options = self.options
+                decided = confirm(decided, self.pair_reference, again, options.pair_guard, options.pair_gain)
+                rounds = (found, again)
+        self.emit("measure", decided.reason, {"pairs": decided.as_dict()})
+        return decided, rounds
 
     def _collapsed(self, aa: Decision) -> bool:
         """The guard metric lost more than ``guard_loss``, with confidence (not a mere dip)."""
@@ -475,27 +544,41 @@ class Tuner:
             return True
         return ar.verdict != "continue" and aa.verdict != "continue"
 
-    def _verdict(self, decision: tuple[Decision, Decision], pause_rate: float) -> tuple[str, str]:
+    def _verdict(
+        self, decision: tuple[Decision, Decision], pause_rate: float, pairs: PairDecision | None = None
+    ) -> tuple[str, str]:
+        """keep or rollback, and the reason naming the metric that decided."""
         ar, aa = decision
-        if ar.worse:
-            return "rollback", f"all_reduce {ar.reason}"
-        if self._collapsed(aa):
-            return "rollback", f"guard: alltoall (incast) {aa.reason}"
-        # The kept state's pause rate: a flood an earlier keep caused (PFC on) is the reference now.
-        flood = pause_rate > max(self.options.pause_guard * self.pause_rate, 1000.0)
-        if flood and aa.verdict != "keep":
-            return (
-                "rollback",
-                f"guard: pause frames {pause_rate:.0f} per run against {self.pause_rate:.0f} in the kept "
-                f"state (over x{self.options.pause_guard:g}) with no incast gain",
-            )
+        vetoed = self._guard(ar, aa, pause_rate, pairs)
+        if vetoed:
+            return "rollback", vetoed
+        bounds = f"bounds {ar.ci_low - 1:+.1%}..{ar.ci_high - 1:+.1%}"
+        alone = f"all_reduce {ar.ratio - 1:+.1%} ({bounds}) not decisive alone"
         if ar.verdict == "keep":
             return "keep", f"all_reduce {ar.reason}"
         if aa.verdict == "keep":
-            bounds = f"bounds {ar.ci_low - 1:+.1%}..{ar.ci_high - 1:+.1%}"
-            alone = f"all_reduce {ar.ratio - 1:+.1%} ({bounds}) not decisive alone"
             return "keep", f"alltoall {aa.reason}; {alone}"
+        if pairs is not None and pairs.verdict == "better":
+            return "keep", f"{pairs.reason}; {alone}"
         return "rollback", f"all_reduce {ar.reason}"
+
+    def _guard(self, ar: Decision, aa: Decision, pause_rate: float, pairs: PairDecision | None) -> str:
+        """Why the move must be rolled back whatever it gains ('' when nothing vetoes it)."""
+        if ar.worse:
+            return f"all_reduce {ar.reason}"
+        if self._collapsed(aa):
+            return f"guard: alltoall (incast) {aa.reason}"
+        if pairs is not None and pairs.verdict == "worse":
+            return f"guard: {pairs.reason}"
+        # The kept state's pause rate: a flood an earlier keep caused (PFC on) is the reference now.
+        flood = pause_rate > max(self.options.pause_guard * self.pause_rate, 1000.0)
+        incast_gain = aa.verdict == "keep" or (pairs is not None and pairs.verdict == "better")
+        if flood and not incast_gain:
+            return (
+                f"guard: pause frames {pause_rate:.0f} per run against {self.pause_rate:.0f} in the kept "
+                f"state (over x{self.options.pause_guard:g}) with no incast gain"
+            )
+        return ""
 
     def _keep(
         self, seq: int, record: MoveRecord, judged: Judgement, desired: dict[str, dict[str, Any]]
@@ -561,6 +644,8 @@ class Tuner:
             pauses += more.pause_frames
         self.reference = samples
         self.pause_rate = pauses / max(len(samples), 1)
+        if judged.pair_rounds:  # topped up to two rounds, like the samples
+            self.pair_reference = self._pair_reference(judged.pair_rounds)
 
     def _undo(
         self, seq: int, record: MoveRecord, reason: str, desired: dict[str, dict[str, Any]]
@@ -610,6 +695,9 @@ class Tuner:
                     break  # an alternative was kept, or a ladder's rung did not improve
         planned = [[c.name for c in group] for group in groups]
         self.measure_pair_matrix("final")
+        slow = slow_pairs(self.pair_reference) if self.pair_reference else []
+        for line in slow:
+            self.emit("pairs", f"slow pair in the tuned state: {line}", {"pair": line})
         seq = self.journal.step(self.run_id, "phase", "final", {})
         self.journal.finish_step(
             self.run_id,
@@ -620,7 +708,9 @@ class Tuner:
                 "all_reduce": _ar(self.reference),
                 "alltoall": _aa(self.reference),
                 "runs": self.runs,
+                "pair_rounds": self.pair_rounds,
                 "planned": planned,
+                "slow_pairs": slow,
             },
         )
         return TuneResult(
@@ -633,6 +723,7 @@ class Tuner:
             transport,
             self.runs,
             planned,
+            slow,
         )
 
 
@@ -647,6 +738,11 @@ def _ports(facts: Mapping[str, Mapping[str, Any]]) -> dict[str, list[dict[str, A
         ]
         for host, fact in sorted(facts.items())
     }
+def _round_payload(found: PairRound | None) -> dict[str, Any] | None:
+    """A pair round as the journal keeps it."""
+    if found is None:
+        return None
+    return {"pairs": dict(found.pairs), "incast": dict(found.incast), "errors": dict(found.errors)}
 
 
 def restore_and_verify(

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from fabtune.bench.argv import (
     NcclOptions,
@@ -15,12 +17,14 @@ from fabtune.bench.argv import (
     perftest_argv,
     srun_argv,
 )
-from fabtune.errors import ConfigError
+from fabtune.cli import cli
+from fabtune.errors import ConfigError, ExitStatus
 
 CASES = [
     PerftestOptions(),
     PerftestOptions(verb="ib_read_bw", qps=1, size=65536, gid_index=3, tclass=106),
     PerftestOptions(verb="ib_send_bw", size=8388608, duration_s=2, report_gbits=False),
+    PerftestOptions(duration_s=2, gid_index=3, rdma_cm=True),
 ]
 
 
@@ -30,6 +34,14 @@ def test_server_and_client_differ_only_by_the_address() -> None:
     client = perftest_argv(opts, "mlx5_0", 18515, "10.0.0.2")
     assert client == [*server, "10.0.0.2"]
     assert server[:1] == ["ib_write_bw"] and "-x" in server
+
+
+def test_rdma_cm_takes_gid_and_tos_from_the_port() -> None:
+    """With -R the GID comes from the address and the ToS from rdma_cm's default: no -x, no --tclass."""
+    argv = perftest_argv(PerftestOptions(gid_index=3, rdma_cm=True), "mlx5_0", 18515, "10.0.0.2")
+    assert "-R" in argv and "-x" not in argv
+    with pytest.raises(ConfigError, match="tclass: 106 cannot be set with rdma_cm"):
+        perftest_argv(PerftestOptions(tclass=106, rdma_cm=True), "mlx5_0", 1)
 
 
 def test_bad_options_name_every_field() -> None:
@@ -70,3 +82,13 @@ def test_mpirun_and_srun_lines() -> None:
     assert "--export=ALL,NCCL_IB_HCA=mlx5" in srun and srun[-len(test) :] == test
     with pytest.raises(ConfigError, match="test: 'bcast_perf'"):
         nccl_test_argv(NcclOptions(test="bcast_perf"))
+
+
+@pytest.mark.parametrize("verb", ["pairs", "incast"])
+def test_bench_refuses_a_tclass_with_rdma_cm_before_reading_any_host(verb: str, tmp_path: Path) -> None:
+    inventory = tmp_path / "inv.yml"
+    inventory.write_text("all: {hosts: {h01: {ansible_host: 192.0.2.1}}}\n")
+    result = CliRunner().invoke(cli, ["bench", verb, "-i", str(inventory), "--rdma-cm", "--tclass", "106"])
+    assert isinstance(result.exception, ConfigError), result.output  # main() maps it to exit 3
+    assert result.exception.code == ExitStatus.CONFIG
+    assert "tclass: 106 cannot be set with rdma_cm" in str(result.exception)

@@ -95,6 +95,9 @@ BAD: dict[str, Bad] = {
     "pause_guard below 1": Bad(
         _tune("  pause_guard: 0.5\n"), ("fabtune_tune.pause_guard: 0.5 must be at least 1",)
     ),
+    "pair_guard 1.5": Bad(
+        _tune("  pair_guard: 1.5\n"), ("fabtune_tune.pair_guard: 1.5 must be between 0 and 1",)
+    ),
     "skip_groups a string": Bad(
         _tune("  skip_groups: mtu\n"),
         ("fabtune_tune.skip_groups: 'mtu' must be a list of move groups", "[mtu]"),

@@ -17,6 +17,7 @@ from fabtune.journal import Journal
 from fabtune.knobs import View, lossless_change, plan
 from fabtune.tune.loop import RevertFired, RollbackFailed, TuneOptions, Tuner
 from fabtune.tune.measure import Batch, Sample
+from fabtune.tune.pairs import PairRound
 from fabtune.tune.state import differences, snapshot_of, with_change
 
 FACTORY = {
@@ -116,6 +117,10 @@ class FakeRack:
         """The pair matrix the loop runs after the baseline and at the end (the report's heatmap)."""
         self.pair_rounds += 1
         return []
+
+    def pairs(self) -> PairRound | None:
+        """No ib_write_bw metric (a rack in tests/unit/test_tune_pairs.py measures one)."""
+        return None
 
     def measure(self, repetitions: int) -> Batch:
         ar, aa = self._busbw()

@@ -1,0 +1,214 @@
+"""The tuning loop's perftest metric: ib_write_bw over rdma_cm, one pair round and one incast stage.
+
+nccl-tests set their own traffic class (``NCCL_IB_TC``) and GID (``NCCL_IB_GID_INDEX``); storage,
+MPI and perftest traffic connect through rdma_cm and take the port's rdma_cm defaults (the RoCE
+ToS and mode). A fault there is invisible to the collectives, and a single slow pair is averaged
+away in them. Each decision therefore also measures, with ``ib_write_bw -R``:
+
+- one round of the pair schedule that puts every host in a pair (``covering_rounds``), NIC i to
+  NIC i on every rail at once: one number per pair;
+- one incast stage per rail (up to ``INCAST_FAN_IN`` clients into the first host at once), which
+  loads the class the rdma_cm ToS selects: a lossy class collapses under it, a lossless one pauses.
+  It needs 3 hosts; a 2-host rack has no incast stage.
+
+A round is compared pair by pair with the kept state's round (the same pairs, the same ports):
+the median pair, the worst pair and each incast stage, as ratios. One round per decision suffices
+because the thresholds (``pair_guard``, ``pair_gain``: 10 %) are many times ib_write_bw's
+run-to-run noise (about 1 %); a verdict the pairs decide is measured once more and must hold on
+both rounds (an ECMP collision in one round is not a broken pair).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fabtune.bench import pairs
+from fabtune.bench.argv import PerftestOptions
+from fabtune.bench.fabric import HostView
+from fabtune.bench.schedule import Pair, covering_rounds, incast_stage, rail_pairs
+
+INCAST_FAN_IN = 4  # clients per incast stage (fewer on a smaller rack): enough to overload a port
+OPTIONS = PerftestOptions(duration_s=2, rdma_cm=True)
+
+
+@dataclass(frozen=True)
+class PairRound:
+    """One measurement: each pair's and each incast stage's Gb/s (None: failed, with its error)."""
+
+    pairs: Mapping[str, float | None]
+    incast: Mapping[str, float | None] = field(default_factory=dict)
+    errors: Mapping[str, str] = field(default_factory=dict)
+
+    def median(self) -> float:
+        """The median pair's Gb/s (a failed pair counts 0)."""
+        values = [v or 0.0 for v in self.pairs.values()]
+        return statistics.median(values) if values else 0.0
+
+
+@dataclass(frozen=True)
+class PairDecision:
+    """A round against the reference: ``worse`` (a pair or an incast stage broke), ``better`` (the
+    median pair or an incast stage gained, nothing broke) or ``same``; and why, with the numbers."""
+
+    verdict: str
+    reason: str
+    median_ratio: float = 1.0
+    worst: str = ""
+    worst_ratio: float = 1.0
+    incast_ratio: float = 1.0
+    metric: str = ""  # what decided: "pair <label>", "incast <label>", "median pair"
+    broken: tuple[str, ...] = ()  # every pair and stage over the guard ("pair <label>", "incast <label>")
+
+    def as_dict(self) -> dict[str, object]:
+        return dict(self.__dict__)
+
+
+def best_of(rounds: Sequence[PairRound]) -> PairRound:
+    """Each pair's and stage's best of ``rounds`` (a failure only where every round failed)."""
+
+    def best(values: Sequence[Mapping[str, float | None]]) -> dict[str, float | None]:
+        labels = dict.fromkeys(k for v in values for k in v)
+        return {k: max([x for v in values if (x := v.get(k)) is not None], default=None) for k in labels}
+
+    found = best([r.pairs for r in rounds])
+    errors = {k: e for r in rounds for k, e in r.errors.items() if found.get(k) is None}
+    return PairRound(found, best([r.incast for r in rounds]), errors)
+
+
+def _label(pair: Pair, views: Mapping[str, HostView]) -> str:
+    return f"{pair.client}->{pair.server} {views[pair.server].rails[pair.rail].device}"
+
+
+def _schedule(views: Mapping[str, HostView]) -> tuple[list[list[Pair]], list[Pair]]:
+    """The covering pair rounds on every rail, and the incast stages on every rail (one run)."""
+    hosts = sorted(views)
+    if len(hosts) < 2:
+        return [], []
+    rails = min(len(v.rails) for v in views.values())
+    rounds = rail_pairs(covering_rounds(hosts), rails)
+    fan_in = min(INCAST_FAN_IN, len(hosts) - 1)
+    stages: list[Pair] = []
+    if fan_in >= 2:
+        for rail in range(rails):
+            stages += incast_stage(hosts, fan_in, rail, base_port=18515 + rail * fan_in)
+    return rounds, stages
+
+
+def measure(inventory: Path, views: Mapping[str, HostView], deadline_s: int | None) -> PairRound:
+    """One covering pair round and one incast stage (every rail), with ib_write_bw over rdma_cm.
+
+    Raises:
+        PlaybookFailed: when a round could not run (unreachable host, failed task).
+    """
+    rounds, stages = _schedule(views)
+    found: dict[str, float | None] = {}
+    errors: dict[str, str] = {}
+    for rnd in rounds:
+        for pair, res in zip(rnd, pairs.run_round(inventory, rnd, views, OPTIONS, deadline_s=deadline_s),
+                             strict=True):
+            found[_label(pair, views)] = res.gbps
+            if res.error:
+                errors[_label(pair, views)] = res.error
+    incast: dict[str, float | None] = {}
+    if stages:
+        results = pairs.run_round(inventory, stages, views, OPTIONS, deadline_s=deadline_s)
+        for rail in sorted({p.rail for p in stages}):
+            mine = [(p, r) for p, r in zip(stages, results, strict=True) if p.rail == rail]
+            server = mine[0][0]
+            label = f"{len(mine)}:1 into {server.server} {views[server.server].rails[rail].device}"
+            incast[label] = sum(r.gbps or 0.0 for _, r in mine)
+            for p, r in mine:
+                if r.error:
+                    errors[f"{label}: {p.client}"] = r.error
+    return PairRound(found, incast, errors)
+
+
+def _ratio(new: float | None, old: float | None) -> float | None:
+    if not old:
+        return None  # nothing to compare with (the reference pair failed)
+    return (new or 0.0) / old
+
+
+def _ratios(reference: Mapping[str, float | None], new: Mapping[str, float | None]) -> dict[str, float]:
+    return {k: r for k, v in new.items() if (r := _ratio(v, reference.get(k))) is not None}
+
+
+def _broke(metric: str, reference: PairRound, new: PairRound, guard: float) -> str:
+    """Why ``metric`` ("pair <label>" or "incast <label>") counts as broken, with both Gb/s."""
+    kind, _, label = metric.partition(" ")
+    old, now = (reference.pairs, new.pairs) if kind == "pair" else (reference.incast, new.incast)
+    why = new.errors.get(label)
+    detail = f": {why}" if why else ""
+    ratio = _ratio(now.get(label), old.get(label)) or 0.0
+    both = f"{_gbps(old.get(label))} -> {_gbps(now.get(label))} Gb/s{detail}"
+    return f"ib_write_bw (rdma_cm) {metric} x{ratio:.2f} ({both}), over the {guard:.0%} guard"
+
+
+def compare(reference: PairRound, new: PairRound, guard: float, gain: float) -> PairDecision:
+    """``new`` against ``reference``, pair by pair (the pairs both measured) and stage by stage.
+
+    ``worse``: a pair or an incast stage lost more than ``guard`` (the worst named); ``better``: an
+    incast stage or the median pair gained more than ``gain``, and nothing lost more than ``guard``.
+    """
+    ratios, stages = _ratios(reference.pairs, new.pairs), _ratios(reference.incast, new.incast)
+    if not ratios and not stages:
+        return PairDecision("same", "ib_write_bw: no pair measured in both states")
+    median = statistics.median(ratios.values()) if ratios else 1.0
+    worst = min(ratios, key=lambda k: ratios[k]) if ratios else ""
+    incast = min(stages.values(), default=1.0)
+    numbers = PairDecision("same", "", median, worst, ratios[worst] if worst else 1.0, incast)
+    under = {f"pair {k}": r for k, r in ratios.items()} | {f"incast {k}": r for k, r in stages.items()}
+    broken = tuple(sorted((m for m, r in under.items() if r < 1 - guard), key=lambda m: under[m]))
+    if broken:
+        reason = f"{_broke(broken[0], reference, new, guard)}; median pair x{median:.3f}"
+        return dataclasses.replace(numbers, verdict="worse", reason=reason, metric=broken[0], broken=broken)
+    high_stage = max(stages, key=lambda k: stages[k]) if stages else ""
+    tail = f"median pair x{median:.3f}, worst pair {worst or '-'} x{numbers.worst_ratio:.3f}"
+    if high_stage and stages[high_stage] > 1 + gain:
+        return dataclasses.replace(numbers, verdict="better", metric=f"incast {high_stage}", reason=(
+            f"ib_write_bw (rdma_cm) incast {high_stage} x{stages[high_stage]:.2f} "
+            f"({_gbps(reference.incast[high_stage])} -> {_gbps(new.incast.get(high_stage))} Gb/s); {tail}"))
+    if ratios and median > 1 + gain:
+        return dataclasses.replace(numbers, verdict="better", metric="median pair", reason=(
+            f"ib_write_bw (rdma_cm) median pair x{median:.2f} ({_gbps(reference.median())} -> "
+            f"{_gbps(new.median())} Gb/s); {tail}"))
+    same = f"ib_write_bw (rdma_cm) {tail}, incast x{incast:.3f}"
+    return dataclasses.replace(numbers, verdict="same", reason=same)
+
+
+def confirm(
+    first: PairDecision, reference: PairRound, again: PairRound, guard: float, gain: float
+) -> PairDecision:
+    """What a second round ``again`` leaves of ``first``: a pair or stage broken on both rounds (the
+    worst of them on the second named), a gain seen on both; else ``same``, with both reasons."""
+    second = compare(reference, again, guard, gain)
+    if first.verdict == "worse":
+        both = [m for m in second.broken if m in first.broken]
+        if both:
+            median = f"median pair x{second.median_ratio:.3f}"
+            reason = f"{_broke(both[0], reference, again, guard)} on two rounds; {median}"
+            return dataclasses.replace(second, reason=reason, metric=both[0], broken=tuple(both))
+    elif first.verdict == second.verdict == "better":
+        return second
+    return PairDecision("same", f"{first.reason}, not seen again on a second round ({second.reason})")
+
+
+def slow_pairs(found: PairRound, share: float = 0.8) -> list[str]:
+    """Pairs under ``share`` of the median of the other pairs: each named, with its Gb/s and why."""
+    slow = []
+    for label, gbps in sorted(found.pairs.items()):
+        others = [v or 0.0 for k, v in found.pairs.items() if k != label]
+        median = statistics.median(others) if others else 0.0
+        if median > 0 and (gbps or 0.0) < share * median:
+            why = found.errors.get(label)
+            slow.append(f"{label}: {_gbps(gbps)} Gb/s against a median of {_gbps(median)} Gb/s for the "
+                        f"other pairs" + (f" ({why})" if why else ""))
+    return slow
+
+
+def _gbps(value: float | None) -> str:
+    return "failed" if value is None else f"{value:.1f}"

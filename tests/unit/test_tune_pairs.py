@@ -1,0 +1,185 @@
+"""ib_write_bw over rdma_cm in every decision: a broken pair vetoes, a clear pair gain keeps."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fabtune.commands.tune import print_result
+from fabtune.journal import Journal
+from fabtune.knobs import LosslessClass, lossless_change
+from fabtune.report import render_markdown, validate
+from fabtune.report.build import build
+from fabtune.tune.loop import TuneOptions, Tuner
+from fabtune.tune.pairs import PairRound, best_of, compare, confirm, slow_pairs
+from tests.unit.test_tune_loop import FACTORY, FakeRack
+
+TOS = 106  # DSCP 26 (priority 3) with ECT(0)
+TUNED = {**FACTORY, **lossless_change(3).nic}
+PAIR, OTHER = "h02->h01 mlx5_0", "h04->h03 mlx5_0"
+INCAST = "3:1 into h01 mlx5_0"
+
+
+class PairRack(FakeRack):
+    """Four hosts whose collectives follow NCCL_IB_TC and MTU, and whose ib_write_bw (rdma_cm)
+    follows the rdma_cm ToS (the incast stage collapses in a lossy class) and ``pair_gbps``."""
+
+    def __init__(self, factory: Mapping[str, Any] = TUNED, **kw: Any) -> None:
+        super().__init__(hosts=("h01", "h02", "h03", "h04"), factory=factory, **kw)
+        for state in self.state.values():
+            state["nccl"] = {"NCCL_IB_TC": str(TOS)}
+        self.rounds = 0
+        self.dips: list[int] = []  # rounds (1-based) in which PAIR dips once (an ECMP collision)
+
+    def _busbw(self) -> tuple[float, float]:
+        nic = self.state["h01"]["nics"]["eth2"]
+        mtu = 1.06 if nic.get("mtu") == 4200 else 1.0
+        return 100 * mtu, 100.0
+
+    def pair_gbps(self) -> dict[str, float]:
+        return {PAIR: 360.0, OTHER: 360.0}
+
+    def pairs(self) -> PairRound | None:
+        self.rounds += 1
+        tos = self.state["h01"]["nics"]["eth2"].get("roce_tos")
+        found = self.pair_gbps()
+        if self.rounds in self.dips:
+            found[PAIR] *= 0.6
+        noise = self.rng.normal(0, 0.01, len(found) + 1)
+        pairs = {k: v * float(1 + n) for (k, v), n in zip(found.items(), noise, strict=False)}
+        incast = {INCAST: (340.0 if tos == TOS else 75.0) * float(1 + noise[-1])}
+        return PairRound(pairs, incast)
+
+
+class MtuBreaksAPair(PairRack):
+    """MTU 4200 lifts the collectives 6 %, but h04's switch port drops the big frames: h04->h03 falls."""
+
+    def pair_gbps(self) -> dict[str, float]:
+        found = super().pair_gbps()
+        if self.state["h04"]["nics"]["eth2"].get("mtu") == 4200:
+            found[OTHER] = 90.0
+        return found
+
+
+class OneSlowPair(PairRack):
+    """A rack whose only fault is one slow pair (a bad cable between h04 and h03)."""
+
+    def pair_gbps(self) -> dict[str, float]:
+        return {**super().pair_gbps(), OTHER: 150.0}
+
+
+def run(rack: PairRack, tmp_path: Path, skip: tuple[str, ...]) -> tuple[Tuner, Any]:
+    journal = Journal(tmp_path / "j.sqlite")
+    run_id = journal.open_run("tune", "rack", "inv.yml", None)
+    events: list[str] = []
+    options = TuneOptions(skip_groups=skip, lossless=LosslessClass(3, 26))
+    tuner = Tuner(rack, journal, run_id, "roce", options=options,
+                  on_event=lambda kind, message, data: events.append(f"{kind}: {message}"))
+    result = tuner.run()
+    tuner.emit = lambda kind, message, data: None
+    return tuner, (result, events)
+
+
+def test_a_tos_move_that_only_improves_the_pairs_is_kept(tmp_path: Path) -> None:
+    rack = PairRack(factory={**TUNED, "roce_tos": 0})  # NCCL_IB_TC is right: nccl-tests see no fault
+    tuner, (result, _) = run(rack, tmp_path, ("mtu", "qps", "gdr"))
+    [move] = result.moves
+    assert move.outcome == "kept", move.reason
+    assert move.reason.startswith(f"ib_write_bw (rdma_cm) incast {INCAST} x4.")
+    assert "all_reduce" in move.reason and "not decisive alone" in move.reason
+    assert rack.state["h03"]["nics"]["eth2"]["roce_tos"] == TOS
+    assert move.decision["pairs"]["verdict"] == "better"
+    # The keep's two rounds are the next reference: 2 for the baseline, the move's and its confirmation.
+    assert tuner.pair_reference is not None and tuner.pair_reference.incast[INCAST] > 300
+    assert rack.rounds == 4
+
+
+def test_a_move_that_breaks_one_pair_is_rolled_back_naming_it(tmp_path: Path) -> None:
+    rack = MtuBreaksAPair()
+    tuner, (result, _) = run(rack, tmp_path, ("lossless", "qps", "gdr"))
+    [move] = result.moves
+    assert move.name == "MTU 4200" and move.outcome == "rolled_back"
+    assert move.reason.startswith(f"guard: ib_write_bw (rdma_cm) pair {OTHER} x0.2")
+    assert "over the 10% guard" in move.reason
+    assert move.decision["all_reduce"]["verdict"] == "keep"  # the collective alone would have kept it
+    assert rack.state["h04"]["nics"]["eth2"]["mtu"] == 1500
+    moves = [s for s in tuner.journal.steps(tuner.run_id) if s.kind == "move"]
+    assert [s.state for s in moves] == ["rolled_back"]
+
+
+def test_a_dip_in_one_round_only_is_not_a_broken_pair(tmp_path: Path) -> None:
+    rack = PairRack()
+    rack.dips = [3]  # the move's first round (after the baseline's 2): the pair dips, the confirming one not
+    _, (result, _) = run(rack, tmp_path, ("lossless", "qps", "gdr"))
+    [move] = result.moves
+    assert move.outcome == "kept" and move.reason.startswith("all_reduce"), move.reason
+    assert rack.rounds == 4
+
+
+def test_the_pair_reference_is_the_best_of_two_rounds(tmp_path: Path) -> None:
+    """A slow run in the reference would make every later move look better: the best of two."""
+    rack = PairRack()
+    rack.dips = [1]
+    tuner, (result, _) = run(rack, tmp_path, ("lossless", "mtu", "qps", "gdr"))
+    assert rack.rounds == 2 and result.slow_pairs == []
+    assert tuner.pair_reference is not None and tuner.pair_reference.pairs[PAIR] > 340
+    assert best_of([PairRound({"a": None}, {}, {"a": "timeout"}), PairRound({"a": 5.0})]) == PairRound(
+        {"a": 5.0}, {})
+
+
+def test_a_slow_pair_is_reported_by_name(tmp_path: Path) -> None:
+    tuner, (result, events) = run(OneSlowPair(), tmp_path, ("lossless", "mtu", "qps", "gdr"))
+    assert result.moves == [] and len(result.slow_pairs) == 1
+    shape = rf"{OTHER}: 1[45]\d\.\d Gb/s against a median of 3[56]\d\.\d Gb/s for the other pairs"
+    assert re.fullmatch(shape, result.slow_pairs[0])
+    assert any(e.startswith(f"pairs: slow pair: {OTHER}: ") for e in events)
+    baseline = next(s for s in tuner.journal.steps(tuner.run_id) if s.name == "baseline")
+    assert [line.split(":")[0] for line in baseline.payload["slow_pairs"]] == [OTHER]
+
+
+def test_compare_reads_the_worst_pair_the_median_and_the_incast() -> None:
+    ref = PairRound({"a": 100.0, "b": 100.0, "c": 100.0}, {"s": 100.0})
+
+    def verdict(found: PairRound) -> str:
+        return compare(ref, found, 0.1, 0.1).verdict
+
+    assert verdict(PairRound({"a": 101.0, "b": 99.0, "c": 100.0}, {"s": 98.0})) == "same"
+    failed = PairRound({"a": 100.0, "b": None, "c": 100.0}, {"s": 100.0}, {"b": "timeout"})
+    broke = compare(ref, failed, 0.1, 0.1)
+    assert (broke.verdict, broke.worst, broke.worst_ratio) == ("worse", "b", 0.0)
+    assert "failed Gb/s: timeout" in broke.reason
+    assert verdict(PairRound({"a": 100.0, "b": 100.0, "c": 100.0}, {"s": 80.0})) == "worse"
+    assert verdict(PairRound({"a": 120.0, "b": 120.0, "c": 95.0}, {})) == "better"
+    once = compare(ref, PairRound({"a": 50.0, "b": 100.0, "c": 100.0}), 0.1, 0.1)
+    assert confirm(once, ref, ref, 0.1, 0.1).verdict == "same"
+    # A pair broken on both rounds is named, though a transient dip was the first round's worst.
+    first = compare(ref, PairRound({"a": 80.0, "b": 40.0, "c": 100.0}), 0.1, 0.1)
+    assert (first.metric, first.broken) == ("pair b", ("pair b", "pair a"))
+    both = confirm(first, ref, PairRound({"a": 79.0, "b": 100.0, "c": 100.0}), 0.1, 0.1)
+    assert (both.verdict, both.metric) == ("worse", "pair a")
+    assert both.reason.startswith("ib_write_bw (rdma_cm) pair a x0.79 (100.0 -> 79.0 Gb/s), over the 10%")
+    gained = compare(ref, PairRound({"a": 100.0, "b": 100.0, "c": 100.0}, {"s": 300.0}), 0.1, 0.1)
+    assert confirm(gained, ref, PairRound(ref.pairs, {"s": 101.0}), 0.1, 0.1).verdict == "same"
+    assert slow_pairs(PairRound({"a": 100.0, "b": 100.0, "c": 60.0})) == [
+        "c: 60.0 Gb/s against a median of 100.0 Gb/s for the other pairs"]
+
+
+def test_the_report_names_the_slow_pair(tmp_path: Path) -> None:
+    tuner, _ = run(OneSlowPair(), tmp_path, ("lossless", "mtu", "qps", "gdr"))
+    tuner.journal.close_run(tuner.run_id, "done", {})
+    doc = build(tuner.journal, tuner.run_id)
+    validate(doc)
+    warned = [c for c in doc["checks"] if c["check"] == "ib_write_bw pair (rdma_cm)"]
+    assert [(c["phase"], c["host"], c["verdict"]) for c in warned] == [
+        ("baseline", "h04->h03", "warn"), ("tuned state", "h04->h03", "warn")]
+    assert f"- baseline: slow pair: {OTHER}: " in render_markdown(doc)
+
+
+def test_tune_prints_the_slow_pair(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _, (result, _) = run(OneSlowPair(), tmp_path, ("lossless", "mtu", "qps", "gdr"))
+    print_result(result, tmp_path / "report.json")
+    assert f"slow ib_write_bw pair (rdma_cm): {OTHER}: " in capsys.readouterr().out
