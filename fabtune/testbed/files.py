@@ -224,7 +224,9 @@ NICD_LOG = "/var/log/fabtune-nicd.log"
 def _subnet_manager(spec: TestbedSpec, upper: Path) -> dict[str, object]:
     """Make the host the subnet manager: opensm.conf, and the emulated opensm hostinit starts."""
     _write(upper / "etc/opensm/opensm.conf", opensm_conf(spec))
-    return {"argv": [sys.executable, "-m", "fabtune.sim.opensm"], "log": OPENSM_LOG}
+    flavor = spec.sm.flavor if spec.sm is not None else "upstream"
+    return {"argv": [sys.executable, "-m", "fabtune.sim.opensm", "--flavor", flavor],
+            "log": OPENSM_LOG}
 
 
 def _daemons(spec: TestbedSpec, host: HostSpec, host_dir: Path, upper: Path) -> None:
@@ -302,7 +304,7 @@ def write_fabric(spec: TestbedSpec, tb_dir: Path) -> None:
         },
         "sm": None if spec.sm is None else {
             "host": spec.sm.host, "routing_engine": spec.sm.routing_engine,
-            "adaptive_routing": spec.sm.adaptive_routing,
+            "adaptive_routing": spec.sm.adaptive_routing, "flavor": spec.sm.flavor,
         },
         "host_addresses": {h.name: layout.mgmt_ip(spec, h) for h in spec.hosts},
     }

@@ -71,6 +71,7 @@ class SmSpec:
     host: str
     routing_engine: str = "minhop"
     adaptive_routing: bool = False
+    flavor: str = "upstream"
 
 
 @dataclass(frozen=True)
@@ -215,8 +216,10 @@ NCCL_VALUE_RE = re.compile(r"[A-Za-z0-9_.,:^=/+-]{0,200}")
 # IPv6 address, so that address's GIDs come first and the RoCEv2 IPv4 GID lands at index 5.
 GID_LAYOUTS = ("standard", "ipv6-first")
 SWITCH_KEYS = ("pfc_priorities", "ecn_priorities", "trust", "nodes_per_leaf", "oversubscription")
-SM_KEYS = ("host", "routing_engine", "adaptive_routing")
+SM_KEYS = ("host", "routing_engine", "adaptive_routing", "flavor")
 ROUTING_ENGINES = ("minhop", "updn", "dnup", "ftree", "lash", "dor", "dfsssp", "sssp", "ar_updn", "ar_ftree")
+# The subnet manager: upstream opensm (Debian's package) or NVIDIA's SM (its ar_* engines).
+SM_FLAVORS = ("upstream", "mlnx")
 
 
 def _check_initial(c: _Checker, path: str, raw: object, base: dict[str, Any]) -> dict[str, Any]:
@@ -342,7 +345,12 @@ def _build_sm(c: _Checker, fabric: str, raw: object, hosts: list[str]) -> SmSpec
         c.add("sm.adaptive_routing", given,
               f"adaptive routing comes with the NVIDIA SM's ar_* engines; routing_engine {engine} "
               f"{'is' if ar else 'is not'} one")
-    return SmSpec(host=host, routing_engine=engine, adaptive_routing=ar)
+    flavor = c.choice("sm.flavor", data.get("flavor", "mlnx" if ar else "upstream"), SM_FLAVORS)
+    if ar and flavor != "mlnx":
+        c.add("sm.routing_engine", engine,
+              f"is an NVIDIA SM engine: upstream opensm (sm.flavor {flavor}) has none; "
+              "set sm.flavor: mlnx")
+    return SmSpec(host=host, routing_engine=engine, adaptive_routing=ar, flavor=flavor)
 
 
 def _check_subnet_base(c: _Checker, value: object) -> str:
@@ -458,5 +466,6 @@ def spec_to_doc(spec: TestbedSpec) -> dict[str, Any]:
             "host": spec.sm.host,
             "routing_engine": spec.sm.routing_engine,
             "adaptive_routing": spec.sm.adaptive_routing,
+            "flavor": spec.sm.flavor,
         }
     return doc
