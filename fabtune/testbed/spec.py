@@ -204,8 +204,11 @@ TOP_KEYS = (
     "sm",
     "login_user",
     "tools",
+    "nccl_conf",
 )
-INITIAL_KEYS = tuple(DEFAULT_INITIAL)
+# dscp2prio: DSCP -> priority entries over the kernel's default map (dscp >> 3), as `mlnx_qos
+# --dscp2prio set,D,P` or `dcb app add ... dscp-prio D:P` leave them (formats.md 4.1, 5.1).
+INITIAL_KEYS = (*DEFAULT_INITIAL, "dscp2prio")
 OVERRIDE_KEYS = ("nic_numa", "initial", "gid_layout", "nccl_conf", "tools")
 # A host's own /etc/nccl.conf (e.g. one host whose NCCL_IB_GID_INDEX names its RoCEv1 GID): NCCL
 # reads the file's KEY=value lines as if set in the environment (docs: env.rst, "NCCL_CONF_FILE").
@@ -240,6 +243,20 @@ def _check_initial(c: _Checker, path: str, raw: object, base: dict[str, Any]) ->
             out[key] = c.choice(f"{path}.roce_mode", value, (1, 2))
         elif key == "mtu":
             out[key] = c.int_in(f"{path}.mtu", value, 1280, 9216)
+        elif key == "dscp2prio":
+            out[key] = {**base.get(key, {}), **_check_dscp_map(c, f"{path}.dscp2prio", value)}
+    return out
+
+
+def _check_dscp_map(c: _Checker, path: str, raw: object) -> dict[int, int]:
+    """DSCP (0-63; a digit string too, as state.json's JSON keeps it) to priority (0-7)."""
+    if not isinstance(raw, dict):
+        c.add(path, raw, "must be a mapping of DSCP (0-63) to priority (0-7)")
+        return {}
+    out = {}
+    for key, prio in raw.items():
+        dscp = int(key) if isinstance(key, str) and key.isdigit() else key
+        out[c.int_in(f"{path} key", dscp, 0, 63)] = c.int_in(f"{path}.{key}", prio, 0, 7)
     return out
 
 
@@ -303,7 +320,11 @@ def _build_host(c: _Checker, doc: dict[str, Any], name: str, index: int) -> Host
         nic_numa[int(dev.split("_")[1])] = c.int_in(f"overrides.{name}.nic_numa.{dev}", numa, 0, sockets - 1)
     gpu_numa = tuple(_numa_of(i, gpus, sockets) for i in range(gpus))
     gid_layout = c.choice(f"overrides.{name}.gid_layout", own.get("gid_layout", "standard"), GID_LAYOUTS)
-    nccl_conf = _check_nccl_conf(c, f"overrides.{name}.nccl_conf", own.get("nccl_conf"))
+    # The rack's /etc/nccl.conf (top-level nccl_conf), each host's own keys over it.
+    nccl_conf = tuple(sorted({
+        **dict(_check_nccl_conf(c, "nccl_conf", doc.get("nccl_conf"))),
+        **dict(_check_nccl_conf(c, f"overrides.{name}.nccl_conf", own.get("nccl_conf"))),
+    }.items()))
     tools = _check_tools(c, f"overrides.{name}.tools", own.get("tools"),
                          _check_tools(c, "tools", doc.get("tools"), DEFAULT_TOOLS))
     return HostSpec(name, index, gpus, sockets, tuple(nic_numa), gpu_numa, initial, gid_layout,

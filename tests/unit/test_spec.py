@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -132,3 +133,38 @@ def test_tools_per_host_default_to_debian_12_and_are_validated() -> None:
     for expected in ("tools.iproute2: '5.10.0'", "tools.mlnx-tools: '5.9'", "tools.perl: '5'",
                      "overrides.h01.tools.iproute2: 6.1"):
         assert expected in problems
+
+
+def test_the_rack_can_start_with_nccl_settings_per_host_over_the_racks() -> None:
+    """Issue 13: any NCCL setting in the starting state, globally or per host."""
+    spec = build_spec({"hosts": 2, "nccl_conf": {"NCCL_IB_TC": 106, "NCCL_IB_QPS_PER_CONNECTION": 4},
+                       "overrides": {"h02": {"nccl_conf": {"NCCL_IB_TC": 41}}}})
+    assert spec.host("h01").nccl_conf == (("NCCL_IB_QPS_PER_CONNECTION", "4"), ("NCCL_IB_TC", "106"))
+    assert spec.host("h02").nccl_conf == (("NCCL_IB_QPS_PER_CONNECTION", "4"), ("NCCL_IB_TC", "41"))
+    assert [h.nccl_conf for h in build_spec(spec_to_doc(spec)).hosts] == [h.nccl_conf for h in spec.hosts]
+    with pytest.raises(ConfigError, match=r"nccl_conf\.IB_TC: 1 is not an NCCL variable name"):
+        build_spec({"hosts": 2, "nccl_conf": {"IB_TC": 1}})
+
+
+def test_a_host_dscp_map_other_than_the_default(tmp_path: Path) -> None:
+    """Issue 13: the host DSCP map is part of the starting state; the model reads it."""
+    from fabtune.sim import observe
+    from fabtune.sim.node import NodeState, provision
+
+    spec = build_spec({"hosts": 2, "initial": {"dscp2prio": {26: 5, "46": 3}},
+                       "overrides": {"h02": {"initial": {"dscp2prio": {26: 4}}}}})
+    assert spec.host("h01").initial["dscp2prio"] == {26: 5, 46: 3}
+    assert spec.host("h02").initial["dscp2prio"] == {26: 4, 46: 3}
+    again = build_spec(json.loads(json.dumps(spec_to_doc(spec))))  # as state.json keeps it
+    assert again.host("h02").initial["dscp2prio"] == {26: 4, 46: 3}
+    host = spec.host("h02")
+    provision(tmp_path, layout.node_description(spec, host), host.initial)
+    state = NodeState.under(tmp_path)
+    nic = state.node.nics[0]
+    mapping = observe.nic_config(state, nic, 0).dscp2prio
+    assert (mapping[26], mapping[46], mapping[10]) == (4, 3, 1)  # the rest: dscp >> 3
+    with pytest.raises(ConfigError) as err:
+        build_spec({"hosts": 2, "initial": {"dscp2prio": {64: 1, 3: 8}}})
+    problems = "\n".join(err.value.problems)
+    assert "initial.dscp2prio key: 64 must be an integer from 0 to 63" in problems
+    assert "initial.dscp2prio.3: 8 must be an integer from 0 to 7" in problems
