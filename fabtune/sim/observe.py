@@ -187,7 +187,15 @@ def switch_config(raw: Mapping[str, Any], hosts: int) -> SwitchConfig:
         leaves=max(1, -(-hosts // max(per_leaf, 1))),
         oversubscription=float(raw.get("oversubscription", 1.0)),
         adaptive_routing=bool(raw.get("adaptive_routing", False)),
+        dscp2prio=_switch_dscp_map(raw.get("dscp2prio") or {}),
+        spines=int(raw.get("spines", SwitchConfig.spines)),
     )
+
+
+def _switch_dscp_map(entries: Mapping[str, Any]) -> tuple[int, ...]:
+    """The switches' 64-entry DSCP map: the default (``dscp >> 3``) with ``fabric.json``'s entries."""
+    over = {int(d): int(p) for d, p in entries.items()}
+    return tuple(over.get(d, d >> 3) for d in range(64))
 
 
 def sm_config(raw: Mapping[str, Any] | None) -> SmConfig:

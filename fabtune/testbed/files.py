@@ -301,6 +301,8 @@ def write_fabric(spec: TestbedSpec, tb_dir: Path) -> None:
             "ecn_priorities": list(spec.switch.ecn_priorities),
             "trust": spec.switch.trust, "nodes_per_leaf": spec.switch.nodes_per_leaf,
             "oversubscription": spec.switch.oversubscription,
+            "dscp2prio": {str(d): p for d, p in spec.switch.dscp2prio},
+            "spines": spec.switch.spines, "adaptive_routing": spec.switch.adaptive_routing,
         },
         "sm": None if spec.sm is None else {
             "host": spec.sm.host, "routing_engine": spec.sm.routing_engine,

@@ -62,6 +62,9 @@ class SwitchSpec:
     trust: str = "dscp"
     nodes_per_leaf: int = 32
     oversubscription: float = 1.0
+    dscp2prio: tuple[tuple[int, int], ...] = ()  # entries over the default map (dscp >> 3)
+    spines: int = 16
+    adaptive_routing: bool = False  # per-packet adaptive routing on the RoCE switches
 
 
 @dataclass(frozen=True)
@@ -218,7 +221,8 @@ NCCL_VALUE_RE = re.compile(r"[A-Za-z0-9_.,:^=/+-]{0,200}")
 # RoCEv2 IPv4 GID at index 3; "ipv6-first" models a host whose RoCE netdevs also carry a global
 # IPv6 address, so that address's GIDs come first and the RoCEv2 IPv4 GID lands at index 5.
 GID_LAYOUTS = ("standard", "ipv6-first")
-SWITCH_KEYS = ("pfc_priorities", "ecn_priorities", "trust", "nodes_per_leaf", "oversubscription")
+SWITCH_KEYS = ("pfc_priorities", "ecn_priorities", "trust", "nodes_per_leaf", "oversubscription",
+               "dscp2prio", "spines", "adaptive_routing")
 SM_KEYS = ("host", "routing_engine", "adaptive_routing", "flavor")
 ROUTING_ENGINES = ("minhop", "updn", "dnup", "ftree", "lash", "dor", "dfsssp", "sssp", "ar_updn", "ar_ftree")
 # The subnet manager: upstream opensm (Debian's package) or NVIDIA's SM (its ar_* engines).
@@ -347,7 +351,17 @@ def _build_switch(c: _Checker, raw: object) -> SwitchSpec:
         trust=c.choice("switch.trust", data.get("trust", default.trust), ("dscp", "pcp")),
         nodes_per_leaf=c.int_in("switch.nodes_per_leaf", data.get("nodes_per_leaf", 32), 1, 256),
         oversubscription=float(data.get("oversubscription", 1.0)),
+        dscp2prio=tuple(sorted(_check_dscp_map(c, "switch.dscp2prio", data.get("dscp2prio", {})).items())),
+        spines=c.int_in("switch.spines", data.get("spines", default.spines), 1, 256),
+        adaptive_routing=_check_bool(c, "switch.adaptive_routing", data.get("adaptive_routing", False)),
     )
+
+
+def _check_bool(c: _Checker, path: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        c.add(path, value, "must be true or false")
+        return False
+    return value
 
 
 def _build_sm(c: _Checker, fabric: str, raw: object, hosts: list[str]) -> SmSpec | None:
@@ -427,6 +441,9 @@ def build_spec(doc: object, source: str = "testbed spec") -> TestbedSpec:
         sm=_build_sm(c, fabric, data.get("sm"), host_names),
         login_user=_check_login_user(c, data.get("login_user", DEFAULT_LOGIN_USER)),
     )
+    if fabric == "ib" and spec.switch.adaptive_routing:
+        c.add("switch.adaptive_routing", True, "is the RoCE switches' own: on InfiniBand adaptive "
+              "routing is the subnet manager's (sm.routing_engine ar_*, sm.flavor mlnx)")
     if c.problems:
         raise ConfigError(source, sorted(set(c.problems)))
     return spec
@@ -468,6 +485,9 @@ def spec_to_doc(spec: TestbedSpec) -> dict[str, Any]:
             "trust": spec.switch.trust,
             "nodes_per_leaf": spec.switch.nodes_per_leaf,
             "oversubscription": spec.switch.oversubscription,
+            "dscp2prio": dict(spec.switch.dscp2prio),
+            "spines": spec.switch.spines,
+            "adaptive_routing": spec.switch.adaptive_routing,
         },
         "overrides": {
             h.name: {

@@ -168,3 +168,26 @@ def test_a_host_dscp_map_other_than_the_default(tmp_path: Path) -> None:
     problems = "\n".join(err.value.problems)
     assert "initial.dscp2prio key: 64 must be an integer from 0 to 63" in problems
     assert "initial.dscp2prio.3: 8 must be an integer from 0 to 7" in problems
+
+
+def test_switch_dscp_map_spines_and_adaptive_routing_reach_the_model(tmp_path: Path) -> None:
+    """Issue 13: the switches' DSCP map, spine count and (RoCE) adaptive routing are expressible."""
+    from fabtune.sim import observe
+    from fabtune.sim.model.routing import roce_route_eff
+    from fabtune.testbed.files import write_fabric
+
+    spec = build_spec({"hosts": 2, "switch": {"dscp2prio": {26: 5}, "spines": 4}})
+    assert (spec.switch.dscp2prio, spec.switch.spines, spec.switch.adaptive_routing) == (((26, 5),), 4, False)
+    assert build_spec(json.loads(json.dumps(spec_to_doc(spec)))).switch == spec.switch
+    write_fabric(spec, tmp_path)
+    view = observe.fabric_view(tmp_path / "fabric")
+    assert (view.switch.dscp2prio[26], view.switch.dscp2prio[46], view.switch.spines) == (5, 5, 4)
+    fab = observe.fabric_config(view, ())
+    ar = build_spec({"hosts": 2, "name": "ar", "switch": {"adaptive_routing": True}})
+    write_fabric(ar, tmp_path / "ar")
+    fab_ar = observe.fabric_config(observe.fabric_view(tmp_path / "ar" / "fabric"), ())
+    assert roce_route_eff(fab_ar, 1) > roce_route_eff(fab, 1)
+    with pytest.raises(ConfigError, match=r"switch\.adaptive_routing: True is the RoCE switches' own"):
+        build_spec({"hosts": 2, "fabric": "ib", "switch": {"adaptive_routing": True}})
+    with pytest.raises(ConfigError, match=r"switch\.spines: 0 must be an integer from 1 to 256"):
+        build_spec({"hosts": 2, "switch": {"spines": 0}})
