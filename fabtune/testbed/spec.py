@@ -220,7 +220,8 @@ NCCL_VALUE_RE = re.compile(r"[A-Za-z0-9_.,:^=/+-]{0,200}")
 # How a host's RoCE GID tables are filled (fabtune.sim.node.roce_gids): "standard" puts the
 # RoCEv2 IPv4 GID at index 3; "ipv6-first" models a host whose RoCE netdevs also carry a global
 # IPv6 address, so that address's GIDs come first and the RoCEv2 IPv4 GID lands at index 5.
-GID_LAYOUTS = ("standard", "ipv6-first")
+# "v1-only": a NIC without RoCE v2, whose table holds only RoCEv1 entries (link-local 0, IPv4 1).
+GID_LAYOUTS = ("standard", "ipv6-first", "v1-only")
 SWITCH_KEYS = ("pfc_priorities", "ecn_priorities", "trust", "nodes_per_leaf", "oversubscription",
                "dscp2prio", "spines", "adaptive_routing")
 SM_KEYS = ("host", "routing_engine", "adaptive_routing", "flavor")

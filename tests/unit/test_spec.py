@@ -191,3 +191,24 @@ def test_switch_dscp_map_spines_and_adaptive_routing_reach_the_model(tmp_path: P
         build_spec({"hosts": 2, "fabric": "ib", "switch": {"adaptive_routing": True}})
     with pytest.raises(ConfigError, match=r"switch\.spines: 0 must be an integer from 1 to 256"):
         build_spec({"hosts": 2, "switch": {"spines": 0}})
+
+
+def test_a_host_whose_gid_table_has_only_rocev1_entries(tmp_path: Path) -> None:
+    """Issue 13: a RoCEv1-only GID table; the model picks its v1 IPv4 GID and pays RoCEv1 headers."""
+    from fabtune.sim import observe
+    from fabtune.sim.model.transport import best_gid, resolve_gid, with_gid
+    from fabtune.sim.node import NodeState, provision
+
+    spec = build_spec({"hosts": 2, "overrides": {"h02": {"gid_layout": "v1-only"}}})
+    assert build_spec(spec_to_doc(spec)).host("h02").gid_layout == "v1-only"
+    configs = []
+    for host in spec.hosts:
+        root = tmp_path / host.name
+        provision(root, layout.node_description(spec, host), host.initial)
+        state = NodeState.under(root)
+        configs.append(observe.nic_config(state, state.node.nics[0], 0))
+    standard, v1_only = configs
+    assert {g.version for g in standard.gids} == {"v1", "v2"}
+    assert [(g.version, g.scope) for g in v1_only.gids] == [("v1", "link-local"), ("v1", "ipv4")]
+    assert best_gid(v1_only) == 1 and best_gid(standard) == 3
+    assert with_gid(v1_only, resolve_gid(v1_only, None)).roce_mode == 1
