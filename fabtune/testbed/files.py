@@ -324,7 +324,8 @@ def inventory(spec: TestbedSpec, tb_dir: Path) -> dict[str, object]:
         spec.fabric: {"children": {f"rack_{spec.name}": {}}},
     }
     if spec.sm is not None:
-        children["subnet_managers"] = {"hosts": {spec.sm.host: {}}}
+        children["subnet_managers"] = {"hosts": {spec.sm.host: {}},
+                                       "vars": {"fabtune_sm_flavor": spec.sm.flavor}}
     return {
         "all": {
             "vars": {

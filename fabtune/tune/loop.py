@@ -135,6 +135,7 @@ class TuneOptions:
     guard_loss: float = 0.05
     skip_groups: tuple[str, ...] = ()
     lossless: LosslessClass | None = None  # the inventory's fabtune_lossless (not a profile key)
+    sm_flavor: str | None = None  # the inventory's fabtune_sm_flavor (not a profile key)
 
 
 @dataclass
@@ -522,7 +523,8 @@ class Tuner:
         transport = self.baseline()
         baseline = _ar(self.reference)
         moves: list[MoveRecord] = []
-        groups = plan(view_of(facts, self.fabric, self.options.lossless), self.options.skip_groups)
+        groups = plan(view_of(facts, self.fabric, self.options.lossless, self.options.sm_flavor),
+                      self.options.skip_groups)
         for group in groups:
             for cand in group:
                 if cand.name in done:
