@@ -208,6 +208,7 @@ def sm_config(raw: Mapping[str, Any] | None) -> SmConfig:
         ar_sl_mask=int(raw.get("ar_sl_mask", 0xFFFF)),
         qos=bool(raw.get("qos", False)),
         lmc=int(raw.get("lmc", 0)),
+        flavor=str(raw.get("flavor", "upstream")),
     )
 
 

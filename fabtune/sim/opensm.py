@@ -145,12 +145,13 @@ class SmSettings:
     lmc: int = 0
     sm_priority: int = 0
     guid: int = 0
+    flavor: str = "upstream"
 
     def to_json(self) -> dict[str, Any]:
         """The fabric directory's ``sm.json`` (the shape ``observe.sm_config`` reads)."""
         return {"routing_engine": self.routing_engine, "adaptive_routing": self.adaptive_routing,
                 "ar_sl_mask": self.ar_sl_mask, "qos": self.qos, "lmc": self.lmc,
-                "sm_priority": self.sm_priority}
+                "sm_priority": self.sm_priority, "flavor": self.flavor}
 
 
 def conf_lines(text: str) -> list[tuple[str, str]]:
@@ -293,6 +294,7 @@ def settings(text: str, flavor: Flavor = FLAVORS["upstream"]) -> tuple[SmSetting
         routing_engine=engine, adaptive_routing=engine.split(",")[0] in AR_ENGINES,
         qos=bool(values.get("qos", False)), lmc=int(values.get("lmc", 0)),
         sm_priority=int(values.get("sm_priority", 0)), guid=int(values.get("guid", 0)),
+        flavor=flavor.name,
     )
     return result, report + errors
 
@@ -301,7 +303,8 @@ def read_settings(path: Path, flavor: Flavor = FLAVORS["upstream"]) -> tuple[SmS
     """The settings of the file at ``path`` and the report (opensm's defaults when there is none)."""
     if not path.is_file():
         return SmSettings(routing_engine=flavor.default_engine,
-                          adaptive_routing=flavor.default_engine in AR_ENGINES), []
+                          adaptive_routing=flavor.default_engine in AR_ENGINES,
+                          flavor=flavor.name), []
     return settings(path.read_text(), flavor)
 
 

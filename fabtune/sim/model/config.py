@@ -108,6 +108,7 @@ class SmConfig:
     ar_sl_mask: int = 0xFFFF
     qos: bool = False
     lmc: int = 0
+    flavor: str = "upstream"  # upstream opensm, or NVIDIA's SM ("mlnx": the ar_* engines)
 
 
 @dataclasses.dataclass(frozen=True)

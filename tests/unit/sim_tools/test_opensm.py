@@ -51,7 +51,8 @@ def test_parse_conf_skips_comments_and_keeps_values() -> None:
 
 def test_defaults_when_unset() -> None:
     assert opensm.settings(CONF) == (opensm.SmSettings(), [])
-    assert opensm.settings(CONF, MLNX)[0] == opensm.SmSettings("ar_updn", adaptive_routing=True)
+    assert opensm.settings(CONF, MLNX)[0] == opensm.SmSettings("ar_updn", adaptive_routing=True,
+                                                               flavor="mlnx")
 
 
 def test_adaptive_routing_is_the_ar_engine_not_a_flag() -> None:
@@ -60,7 +61,7 @@ def test_adaptive_routing_is_the_ar_engine_not_a_flag() -> None:
     text = CONF + "routing_engine ar_ftree,minhop\nsm_priority 14\nqos TRUE\nlmc 2\n"
     got, report = opensm.settings(text, MLNX)
     assert got == opensm.SmSettings(routing_engine="ar_ftree,minhop", adaptive_routing=True,
-                                    qos=True, lmc=2, sm_priority=14)
+                                    qos=True, lmc=2, sm_priority=14, flavor="mlnx")
     assert report == []
     assert observe.sm_config(got.to_json()).adaptive_routing
     plain, _ = opensm.settings(CONF + "routing_engine ftree,minhop\n", MLNX)
@@ -163,7 +164,7 @@ def test_sweeps_publish_routing_and_master(ib: NodeState, tmp_path: Path) -> Non
     sm.sweep()
     assert json.loads((fabric / "sm.json").read_text()) == {
         "routing_engine": "ar_updn", "adaptive_routing": True, "ar_sl_mask": 0xFFFF, "qos": False,
-        "lmc": 0, "sm_priority": 15}
+        "lmc": 0, "sm_priority": 15, "flavor": "mlnx"}
     record = opensm.master(fabric)
     assert record is not None
     port = ib.node.nics[0]
