@@ -60,6 +60,7 @@ class FabricView:
     seed: int
     hosts: tuple[str, ...]
     addresses: dict[str, str]
+    job_nodes: int = 0  # the nodes a collective runs as (0: the hosts taking part)
 
     def host_index(self, name: str) -> int:
         """Index of host ``name`` in the testbed (the model's host index; -1 when unknown)."""
@@ -221,11 +222,24 @@ def fabric_view(fabric_dir: Path = FABRIC_DIR) -> FabricView:
     if sm_file.is_file():
         sm_raw = json.loads(sm_file.read_text())
     hosts = tuple(addresses)
+    job_nodes = int(doc.get("job_nodes") or 0)
     return FabricView(
         kind=cast(FabricKind, str(doc.get("fabric", "roce"))),
-        switch=switch_config(doc.get("switch") or {}, len(hosts) or int(doc.get("hosts", 1))),
+        switch=switch_config(doc.get("switch") or {},
+                             max(len(hosts) or int(doc.get("hosts", 1)), job_nodes)),
         sm=sm_config(sm_raw), seed=int(doc.get("seed", 0)), hosts=hosts, addresses=addresses,
+        job_nodes=job_nodes,
     )
+
+
+def scaled_job(hosts: tuple[HostConfig, ...], nodes: int) -> tuple[HostConfig, ...]:
+    """The job as ``nodes`` nodes: the real hosts, then copies of them in turn (named ``H+k``) up to
+    ``nodes``, so a collective over a few real hosts runs at the scale of the rack to come."""
+    if not hosts or nodes <= len(hosts):
+        return hosts
+    extra = tuple(dataclasses.replace(hosts[i % len(hosts)], name=f"{hosts[i % len(hosts)].name}+{i}")
+                  for i in range(len(hosts), nodes))
+    return hosts + extra
 
 
 def fabric_config(view: FabricView, hosts: tuple[HostConfig, ...]) -> FabricConfig:

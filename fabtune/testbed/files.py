@@ -309,6 +309,7 @@ def write_fabric(spec: TestbedSpec, tb_dir: Path) -> None:
             "adaptive_routing": spec.sm.adaptive_routing, "flavor": spec.sm.flavor,
         },
         "host_addresses": {h.name: layout.mgmt_ip(spec, h) for h in spec.hosts},
+        **({"job_nodes": spec.job_nodes} if spec.job_nodes else {}),
     }
     (fabric / "fabric.json").write_text(json.dumps(doc, indent=2) + "\n")
 

@@ -110,6 +110,7 @@ class TestbedSpec:
     switch: SwitchSpec
     sm: SmSpec | None
     login_user: str = DEFAULT_LOGIN_USER
+    job_nodes: int = 0  # the model runs each collective as this many nodes (0: the hosts)
 
     @property
     def nonroot_login(self) -> bool:
@@ -208,7 +209,11 @@ TOP_KEYS = (
     "login_user",
     "tools",
     "nccl_conf",
+    "job_nodes",
 )
+# A job larger than the rack: the model runs each collective as job_nodes nodes (the real hosts and
+# copies of them), so tuning at 64 or 256 nodes can be tried while only a few hosts are built.
+MAX_JOB_NODES = 4096
 # dscp2prio: DSCP -> priority entries over the kernel's default map (dscp >> 3), as `mlnx_qos
 # --dscp2prio set,D,P` or `dcb app add ... dscp-prio D:P` leave them (formats.md 4.1, 5.1).
 INITIAL_KEYS = (*DEFAULT_INITIAL, "dscp2prio")
@@ -441,6 +446,8 @@ def build_spec(doc: object, source: str = "testbed spec") -> TestbedSpec:
         switch=_build_switch(c, data.get("switch")),
         sm=_build_sm(c, fabric, data.get("sm"), host_names),
         login_user=_check_login_user(c, data.get("login_user", DEFAULT_LOGIN_USER)),
+        job_nodes=c.int_in("job_nodes", data["job_nodes"], len(hosts), MAX_JOB_NODES)
+        if "job_nodes" in data else 0,
     )
     if fabric == "ib" and spec.switch.adaptive_routing:
         c.add("switch.adaptive_routing", True, "is the RoCE switches' own: on InfiniBand adaptive "
@@ -503,6 +510,8 @@ def spec_to_doc(spec: TestbedSpec) -> dict[str, Any]:
     }
     if spec.nonroot_login:
         doc["login_user"] = spec.login_user
+    if spec.job_nodes:
+        doc["job_nodes"] = spec.job_nodes
     if spec.sm is not None:
         doc["sm"] = {
             "host": spec.sm.host,

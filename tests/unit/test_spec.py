@@ -212,3 +212,29 @@ def test_a_host_whose_gid_table_has_only_rocev1_entries(tmp_path: Path) -> None:
     assert [(g.version, g.scope) for g in v1_only.gids] == [("v1", "link-local"), ("v1", "ipv4")]
     assert best_gid(v1_only) == 1 and best_gid(standard) == 3
     assert with_gid(v1_only, resolve_gid(v1_only, None)).roce_mode == 1
+
+
+def test_a_job_larger_than_the_rack_runs_as_job_nodes_in_the_model(tmp_path: Path) -> None:
+    """Issue 13: two real hosts, the collective as 64 nodes (two leaves: routing matters)."""
+    import dataclasses
+
+    from fabtune.sim import observe
+    from fabtune.sim.model.calibration import nic, rack
+    from fabtune.sim.model.collective import expected_busbw
+    from fabtune.sim.tools import nccl_tests
+    from fabtune.testbed.files import write_fabric
+
+    spec = build_spec({"hosts": 2, "job_nodes": 64})
+    assert build_spec(spec_to_doc(spec)).job_nodes == 64 and build_spec({"hosts": 2}).job_nodes == 0
+    write_fabric(spec, tmp_path)
+    view = observe.fabric_view(tmp_path / "fabric")
+    assert (view.job_nodes, view.switch.leaves) == (64, 2)
+    host = dataclasses.replace(rack(2, nic(), nics=2, gpus=2).hosts[0], name="h01")
+    records = [{"host": name, "config": observe.to_json(dataclasses.replace(host, name=name))}
+               for name in ("h01", "h02")]
+    fabric, names = nccl_tests._fabric_of(records, 2, tmp_path / "fabric")
+    assert len(fabric.hosts) == len(names) == 64 and names[:3] == ["h01", "h02", "h01+2"]
+    two = observe.fabric_config(dataclasses.replace(view, job_nodes=0), fabric.hosts[:2])
+    assert expected_busbw(fabric, "all_reduce", 2**30) < expected_busbw(two, "all_reduce", 2**30)
+    with pytest.raises(ConfigError, match=r"job_nodes: 1 must be an integer from 2 to 4096"):
+        build_spec({"hosts": 2, "job_nodes": 1})
