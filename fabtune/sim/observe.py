@@ -210,6 +210,7 @@ def sm_config(raw: Mapping[str, Any] | None) -> SmConfig:
         qos=bool(raw.get("qos", False)),
         lmc=int(raw.get("lmc", 0)),
         flavor=str(raw.get("flavor", "upstream")),
+        sl2vl=tuple(int(v) for v in raw.get("sl2vl") or ()),
     )
 
 
@@ -287,5 +288,5 @@ def fabric_from_json(raw: Mapping[str, Any]) -> FabricConfig:
     sw: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in raw["switch"].items()}
     return FabricConfig(
         fabric=raw["fabric"], hosts=tuple(host_from_json(h) for h in raw["hosts"]),
-        switch=SwitchConfig(**sw), sm=SmConfig(**raw["sm"]), seed=int(raw["seed"]),
+        switch=SwitchConfig(**sw), sm=sm_config(raw["sm"]), seed=int(raw["seed"]),
     )

@@ -146,12 +146,13 @@ class SmSettings:
     sm_priority: int = 0
     guid: int = 0
     flavor: str = "upstream"
+    sl2vl: tuple[int, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """The fabric directory's ``sm.json`` (the shape ``observe.sm_config`` reads)."""
         return {"routing_engine": self.routing_engine, "adaptive_routing": self.adaptive_routing,
                 "ar_sl_mask": self.ar_sl_mask, "qos": self.qos, "lmc": self.lmc,
-                "sm_priority": self.sm_priority, "flavor": self.flavor}
+                "sm_priority": self.sm_priority, "flavor": self.flavor, "sl2vl": list(self.sl2vl)}
 
 
 def conf_lines(text: str) -> list[tuple[str, str]]:
@@ -294,9 +295,29 @@ def settings(text: str, flavor: Flavor = FLAVORS["upstream"]) -> tuple[SmSetting
         routing_engine=engine, adaptive_routing=engine.split(",")[0] in AR_ENGINES,
         qos=bool(values.get("qos", False)), lmc=int(values.get("lmc", 0)),
         sm_priority=int(values.get("sm_priority", 0)), guid=int(values.get("guid", 0)),
-        flavor=flavor.name,
+        flavor=flavor.name, sl2vl=sl2vl(values) if values.get("qos") else (),
     )
     return result, report + errors
+
+
+def _vls(text: str | None) -> list[int]:
+    """The VLs of an SL2VL list as parse_sl2vl_entry (opensm/osm_qos.c) reads them: each entry's
+    leading number (strtoul; none is 0) in 4 bits, the first 16 entries, missing ones 0."""
+    return [_strtol(tok) & 0xF for tok in text.split(",")[:16]] if text else []
+
+
+def sl2vl(values: dict[str, Any]) -> tuple[int, ...]:
+    """The VL of each SL on the CAs (qos_ca_sl2vl, else qos_sl2vl: qos_build_config,
+    opensm/osm_qos.c), 15 wherever the CAs' or the switches' external ports' table maps it to VL15,
+    which drops the SL (doc/QoS_management_in_OpenSM.txt section 7); () when neither is set."""
+    generic = values.get("qos_sl2vl")
+    ca = _vls(values.get("qos_ca_sl2vl") or generic)
+    swe = _vls(values.get("qos_swe_sl2vl") or generic)
+    if not ca and not swe:
+        return ()
+    ca += [0] * (16 - len(ca))
+    swe += [0] * (16 - len(swe))
+    return tuple(15 if 15 in (c, s) else c for c, s in zip(ca, swe, strict=True))
 
 
 def read_settings(path: Path, flavor: Flavor = FLAVORS["upstream"]) -> tuple[SmSettings, list[str]]:

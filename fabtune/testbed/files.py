@@ -215,7 +215,12 @@ def opensm_conf(spec: TestbedSpec) -> str:
         if proc.returncode != 0 or not path.is_file():
             raise TestbedError(f"{OPENSM} --create-config failed (rc {proc.returncode}): install opensm")
         text = path.read_text()
-    return set_conf_key(text, "routing_engine", spec.sm.routing_engine)
+    text = set_conf_key(text, "routing_engine", spec.sm.routing_engine)
+    if spec.sm.qos:
+        text = set_conf_key(text, "qos", "TRUE")
+    if spec.sm.qos_sl2vl:
+        text = set_conf_key(text, "qos_sl2vl", ",".join(map(str, spec.sm.qos_sl2vl)))
+    return text
 
 
 NICD_LOG = "/var/log/fabtune-nicd.log"
@@ -307,6 +312,8 @@ def write_fabric(spec: TestbedSpec, tb_dir: Path) -> None:
         "sm": None if spec.sm is None else {
             "host": spec.sm.host, "routing_engine": spec.sm.routing_engine,
             "adaptive_routing": spec.sm.adaptive_routing, "flavor": spec.sm.flavor,
+            "qos": spec.sm.qos,
+            "sl2vl": list(spec.sm.qos_sl2vl) if spec.sm.qos else [],
         },
         "host_addresses": {h.name: layout.mgmt_ip(spec, h) for h in spec.hosts},
         **({"job_nodes": spec.job_nodes} if spec.job_nodes else {}),

@@ -75,6 +75,8 @@ class SmSpec:
     routing_engine: str = "minhop"
     adaptive_routing: bool = False
     flavor: str = "upstream"
+    qos: bool = False
+    qos_sl2vl: tuple[int, ...] = ()  # opensm.conf qos_sl2vl: the VL of SL 0-15 (15 drops the SL)
 
 
 @dataclass(frozen=True)
@@ -229,7 +231,7 @@ NCCL_VALUE_RE = re.compile(r"[A-Za-z0-9_.,:^=/+-]{0,200}")
 GID_LAYOUTS = ("standard", "ipv6-first", "v1-only")
 SWITCH_KEYS = ("pfc_priorities", "ecn_priorities", "trust", "nodes_per_leaf", "oversubscription",
                "dscp2prio", "spines", "adaptive_routing")
-SM_KEYS = ("host", "routing_engine", "adaptive_routing", "flavor")
+SM_KEYS = ("host", "routing_engine", "adaptive_routing", "flavor", "qos", "qos_sl2vl")
 ROUTING_ENGINES = ("minhop", "updn", "dnup", "ftree", "lash", "dor", "dfsssp", "sssp", "ar_updn", "ar_ftree")
 # The subnet manager: upstream opensm (Debian's package) or NVIDIA's SM (its ar_* engines).
 SM_FLAVORS = ("upstream", "mlnx")
@@ -391,7 +393,10 @@ def _build_sm(c: _Checker, fabric: str, raw: object, hosts: list[str]) -> SmSpec
         c.add("sm.routing_engine", engine,
               f"is an NVIDIA SM engine: upstream opensm (sm.flavor {flavor}) has none; "
               "set sm.flavor: mlnx")
-    return SmSpec(host=host, routing_engine=engine, adaptive_routing=ar, flavor=flavor)
+    qos = _check_bool(c, "sm.qos", data.get("qos", False))
+    sl2vl = tuple(c.int_list("sm.qos_sl2vl", data["qos_sl2vl"], 16, 0, 15)) if "qos_sl2vl" in data else ()
+    return SmSpec(host=host, routing_engine=engine, adaptive_routing=ar, flavor=flavor, qos=qos,
+                  qos_sl2vl=sl2vl)
 
 
 def _check_subnet_base(c: _Checker, value: object) -> str:
@@ -518,5 +523,7 @@ def spec_to_doc(spec: TestbedSpec) -> dict[str, Any]:
             "routing_engine": spec.sm.routing_engine,
             "adaptive_routing": spec.sm.adaptive_routing,
             "flavor": spec.sm.flavor,
+            "qos": spec.sm.qos,
+            **({"qos_sl2vl": list(spec.sm.qos_sl2vl)} if spec.sm.qos_sl2vl else {}),
         }
     return doc

@@ -164,7 +164,7 @@ def test_sweeps_publish_routing_and_master(ib: NodeState, tmp_path: Path) -> Non
     sm.sweep()
     assert json.loads((fabric / "sm.json").read_text()) == {
         "routing_engine": "ar_updn", "adaptive_routing": True, "ar_sl_mask": 0xFFFF, "qos": False,
-        "lmc": 0, "sm_priority": 15, "flavor": "mlnx"}
+        "lmc": 0, "sm_priority": 15, "flavor": "mlnx", "sl2vl": []}
     record = opensm.master(fabric)
     assert record is not None
     port = ib.node.nics[0]
@@ -257,3 +257,30 @@ def test_sminfo_reads_the_subnets_master(ib: NodeState, tmp_path: Path, capsys: 
     record["heartbeat"] = time.time() - 2 * opensm.STALE_S
     (fabric / "sminfo.json").write_text(json.dumps(record))
     assert sminfo.main([], ib, fabric) == 255
+
+
+def test_sl2vl_as_opensm_builds_the_cas_table() -> None:
+    """qos_ca_sl2vl, else qos_sl2vl (qos_build_config); VL15 drops the SL (QoS doc section 7)."""
+    drop3 = ",".join(["0", "1", "2", "15"] + ["0"] * 12)
+    got, _ = opensm.settings(CONF.replace("qos FALSE", "qos TRUE") + f"qos_sl2vl {drop3}\n")
+    assert got.sl2vl == (0, 1, 2, 15) + (0,) * 12 and got.to_json()["sl2vl"][3] == 15
+    assert opensm.settings(CONF + f"qos_sl2vl {drop3}\n")[0].sl2vl == ()  # QoS off: not programmed
+    ca_first, _ = opensm.settings(CONF.replace("qos FALSE", "qos TRUE")
+                                  + f"qos_sl2vl {drop3}\nqos_ca_sl2vl 1,1,1,1\n")
+    assert ca_first.sl2vl[:5] == (1, 1, 1, 15, 0)  # the switches' ports still take qos_sl2vl
+    ca_only, _ = opensm.settings(CONF.replace("qos FALSE", "qos TRUE") + "qos_ca_sl2vl 1,1,1,1\n")
+    assert ca_only.sl2vl[:5] == (1, 1, 1, 1, 0)
+    swe_drop, _ = opensm.settings(CONF.replace("qos FALSE", "qos TRUE") + "qos_swe_sl2vl 0,15\n")
+    assert swe_drop.sl2vl[:2] == (0, 15)
+    assert opensm.sl2vl({"qos_sl2vl": "17,x,3y"})[:4] == (1, 0, 3, 0)  # 4 bits; no number is 0
+
+
+@needs_opensm
+def test_spec_qos_and_sl2vl_reach_opensm_conf() -> None:
+    spec = build_spec({"name": "u", "fabric": "ib", "hosts": 2,
+                       "sm": {"qos": True, "qos_sl2vl": [0] * 3 + [15] + [0] * 12}})
+    assert build_spec(spec_to_doc(spec)).sm == spec.sm
+    got, report = opensm.settings(files.opensm_conf(spec))
+    assert report == [] and got.qos and got.sl2vl[3] == 15
+    with pytest.raises(ConfigError, match=r"sm\.qos_sl2vl: \[1, 2\] must be a list of 16 integers"):
+        build_spec({"fabric": "ib", "hosts": 2, "sm": {"qos_sl2vl": [1, 2]}})
