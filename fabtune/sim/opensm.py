@@ -123,8 +123,10 @@ FLAVORS = {
 
 # The types of the keys this emulation reads, as opt_tbl in opensm/osm_subnet.c declares them.
 UINT8_KEYS = ("lmc", "sm_priority", "max_op_vls", "sm_sl")
-UINT32_KEYS = ("sweep_interval", "qos_max_vls")
-INT32_KEYS = ("qos_high_limit",)
+QOS_SETS = ("qos", "qos_ca", "qos_sw0", "qos_swe", "qos_rtr")
+"""The QoS parameter sets, in the order osm_subn_verify_config checks them."""
+UINT32_KEYS = ("sweep_interval", *(f"{q}_max_vls" for q in QOS_SETS))
+INT32_KEYS = tuple(f"{q}_high_limit" for q in QOS_SETS)
 BOOL_KEYS = ("qos", "reassign_lids", "force_heavy_sweep", "sweep_on_trap", "congestion_control",
              "use_ucast_cache")
 LIMITS = {"lmc": (7, 0), "sm_priority": (15, 0)}
@@ -256,14 +258,34 @@ def _verify(report: _Report, values: dict[str, Any]) -> None:
     # subn_verify_max_vls/subn_verify_high_limit: the report names the QoS default
     # (OSM_DEFAULT_QOS_MAX_VLS 15, OSM_DEFAULT_QOS_HIGH_LIMIT 0, include/opensm/osm_base.h); the
     # value becomes "unset" (0, -1), which the QoS setup replaces with that default.
-    max_vls = values.get("qos_max_vls", 0)
-    if max_vls > 15:
-        report.add(f" Invalid Cached Option: qos_max_vls={max_vls}: Using Default = 15")
-        values["qos_max_vls"] = 0
-    high_limit = values.get("qos_high_limit", -1)
-    if high_limit > 255:
-        report.add(f" Invalid Cached Option: qos_high_limit={high_limit}: Using Default: 0")
-        values["qos_high_limit"] = -1
+    for q in QOS_SETS:
+        max_vls = values.get(f"{q}_max_vls", 0)
+        if max_vls > 15:
+            report.add(f" Invalid Cached Option: {q}_max_vls={max_vls}: Using Default = 15")
+            values[f"{q}_max_vls"] = 0
+        high_limit = values.get(f"{q}_high_limit", -1)
+        if high_limit > 255:
+            report.add(f" Invalid Cached Option: {q}_high_limit={high_limit}: Using Default: 0")
+            values[f"{q}_high_limit"] = -1
+        _verify_sl2vl(report, q, values.get(f"{q}_sl2vl"))
+
+
+def _verify_sl2vl(report: _Report, q: str, text: str | None) -> None:
+    """subn_verify_sl2vl: warn about entries that are no VL 0-15 and about a list not of 16."""
+    if text is None:
+        return
+    tokens = [t for t in re.split(r"[,\n]+", text) if t]
+    for tok in tokens:
+        match = _STRTOUL.match(tok)
+        rest = tok[match.end():] if match else tok
+        if rest:
+            report.add(f" Warning: Cached Option {q}_sl2vl:vl={tok} improperly formatted")
+        elif not 0 <= (_strtoul(tok) or 0) <= 15:
+            report.add(f" Warning: Cached Option {q}_sl2vl:vl={_strtoul(tok)} out of range")
+    if len(tokens) < 16:
+        report.add(f" Warning: Cached Option {q}_sl2vl: < 16 VLs listed")
+    elif len(tokens) > 16:
+        report.add(f" Warning: Cached Option {q}_sl2vl: > 16 listed: excess VLs will be dropped")
 
 
 def routing_engines(value: str | None, flavor: Flavor) -> tuple[str, list[str]]:

@@ -24,7 +24,7 @@ from fabtune.sim import opensm
 
 REAL = shutil.which("opensm")
 pytestmark = pytest.mark.skipif(REAL is None, reason="Debian's opensm is not installed (scripts/install.sh)")
-REPORTS = (" Unrecognized token:", "-E- Parsing error", " Invalid Cached Option")
+REPORTS = (" Unrecognized token:", "-E- Parsing error", " Invalid Cached Option", " Warning: Cached Option")
 UPSTREAM = opensm.FLAVORS["upstream"]
 
 CASES = {
@@ -44,6 +44,10 @@ CASES = {
     "not a boolean": "qos maybe\n",
     "qos limits": "qos TRUE\nqos_max_vls 16\nqos_high_limit 300\n",
     "qos limits without qos": "qos_max_vls 16\nqos_high_limit 300\n",
+    "per-type qos limits": "qos TRUE\nqos_ca_max_vls 20\nqos_swe_high_limit 256\n",
+    "sl2vl": "qos TRUE\nqos_sl2vl 0,1,2,15,4,5,6,7,0,1,2,3,4,5,6,7\n",
+    "short and bad sl2vl": "qos TRUE\nqos_sl2vl 0,1,x,17\nqos_ca_sl2vl 1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1\n",
+    "sl2vl without qos": "qos_sl2vl 0,1\n",
     "comments, tabs and quotes": "sm_sl\t3   # the SM's SL\nrouting_engine 'ftree,minhop'\n# lmc 5\n",
     "max_op_vls as a count": "max_op_vls 8\nsm_sl 15\nsweep_interval 0\n",
     "the last line wins": "sm_priority 3\nsm_priority 12\n",
