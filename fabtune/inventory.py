@@ -41,6 +41,7 @@ class InventoryInfo:
     oob_interface: str | None
     bench_timeout_s: int | None = None  # fabtune_bench_timeout_s: every benchmark launch's deadline
     lossless: LosslessClass | None = None  # fabtune_lossless: the class the switches run (RoCE)
+    sm_flavor: str | None = None  # fabtune_sm_flavor: the subnet manager (IB): upstream or mlnx
 
 
 def _ansible_inventory(path: Path) -> dict[str, Any]:
@@ -142,7 +143,9 @@ def read_inventory(path: Path) -> InventoryInfo:
     return InventoryInfo(path, name, fabric, tuple(hosts), tuple(_group_hosts(data, "subnet_managers")),
                          str(launcher), first.get("fabtune_oob_interface"),
                          bench_timeout(path, first.get("fabtune_bench_timeout_s")),
-                         lossless_class(path, fabric, {h: hostvars.get(h, {}).get(LOSSLESS) for h in hosts}))
+                         lossless_class(path, fabric, {h: hostvars.get(h, {}).get(LOSSLESS) for h in hosts}),
+                         sm_flavor(path, fabric, {h: hostvars.get(h, {}).get(SM_FLAVOR)
+                                                  for h in _group_hosts(data, "subnet_managers")}))
 
 
 BENCH_TIMEOUT = "fabtune_bench_timeout_s"
@@ -207,7 +210,30 @@ def lossless_class(path: Path, fabric: str, declared: dict[str, Any]) -> Lossles
     return _with_cnp_class(path, {k: n for k, n in numbers.items() if n is not None})
 
 
-def _one_value(path: Path, declared: dict[str, Any]) -> Any:
+SM_FLAVOR = "fabtune_sm_flavor"
+SM_FLAVORS = ("upstream", "mlnx")
+
+
+def sm_flavor(path: Path, fabric: str, declared: dict[str, Any]) -> str | None:
+    """``fabtune_sm_flavor`` of the subnet managers: ``upstream`` (opensm as Debian ships it) or
+    ``mlnx`` (NVIDIA's SM, whose ``ar_*`` engines give adaptive routing); None when undeclared.
+
+    Raises:
+        ConfigError: a value other than those, SM hosts that differ, or a RoCE inventory.
+    """
+    value = _one_value(path, declared, SM_FLAVOR, "a fabric's subnet managers run one SM")
+    if value is None:
+        return None
+    if fabric != "ib":
+        raise ConfigError(str(path), [f"{SM_FLAVOR}: {value!r} is for InfiniBand fabrics; "
+                                      f"this inventory is {fabric}"])
+    if value not in SM_FLAVORS:
+        raise ConfigError(str(path), [f"{SM_FLAVOR}: {value!r} must be one of {', '.join(SM_FLAVORS)}"])
+    return str(value)
+
+
+def _one_value(path: Path, declared: dict[str, Any], var: str = LOSSLESS,
+               one: str = "a fabric runs one lossless class") -> Any:
     """The value every host declares (None: no host does); hosts that differ are refused by name."""
     values = {h: v for h, v in declared.items() if v is not None}
     if not values:
@@ -220,7 +246,7 @@ def _one_value(path: Path, declared: dict[str, Any]) -> Any:
         more = f" and {len(differ) - 3} more" if len(differ) > 3 else ""
         raise ConfigError(
             str(path),
-            [f"{LOSSLESS}: {first} declares {value!r}, but {said}{more}; a fabric runs one lossless class"],
+            [f"{var}: {first} declares {value!r}, but {said}{more}; {one}"],
         )
     return value
 

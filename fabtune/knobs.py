@@ -161,6 +161,7 @@ class View:
     hosts: int
     gpu_nic_distance: str
     lossless: LosslessClass | None = None
+    sm_flavor: str = "upstream"  # the SM: upstream opensm, or NVIDIA's (mlnx: ar_* engines)
 
 
 def lossless_change(prio: int, cnp_prio: int = 6, *, dscp: int | None = None, cnp_dscp: int = 48) -> Change:
@@ -271,8 +272,15 @@ def _gdr(view: View) -> list[Candidate]:
 
 
 def _routing(view: View) -> list[Candidate]:
+    """Adaptive routing only on NVIDIA's SM (its ar_* engines; upstream opensm has none and would
+    fall back to minhop), declared by the inventory's fabtune_sm_flavor or seen in opensm.conf."""
     if view.fabric != "ib":
         return []
+    ftree = Candidate(
+        "routing", "ftree", Change(sm={"routing_engine": "ftree"}), "fat-tree routing balances paths"
+    )
+    if view.sm_flavor != "mlnx":
+        return [ftree]
     return [
         Candidate(
             "routing",
@@ -283,9 +291,7 @@ def _routing(view: View) -> list[Candidate]:
             ),
             "adaptive routing spreads flows over all spines",
         ),
-        Candidate(
-            "routing", "ftree", Change(sm={"routing_engine": "ftree"}), "fat-tree routing balances paths"
-        ),
+        ftree,
     ]
 
 

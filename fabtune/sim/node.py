@@ -497,6 +497,9 @@ def roce_gids(nic: NicDescription) -> list[tuple[str, str]]:
 
     ``standard``: link-local at 0-1, IPv4-mapped at 2-3. ``ipv6-first``: the netdev also has a
     global IPv6 address (ULA ``fd00::/64`` + EUI-64), whose entries take 2-3, pushing IPv4 to 4-5.
+    ``v1-only``: a device without RoCE v2 (UDP encapsulation) gets only the v1 entry of each
+    address (link-local at 0, IPv4-mapped at 1): the kernel adds a GID per type the port supports
+    (``roce_gid_type_mask_support``, drivers/infiniband/core/roce_gid_mgmt.c).
     """
     link_local = _groups(bytes([0xFE, 0x80] + [0] * 6 + _eui64(nic.mac)))
     entries = [(link_local, GID_TYPE_V1), (link_local, GID_TYPE_V2)]
@@ -506,6 +509,8 @@ def roce_gids(nic: NicDescription) -> list[tuple[str, str]]:
     if nic.ipv4:
         mapped = _groups(ipaddress.IPv6Address(f"::ffff:{nic.ipv4}").packed)
         entries += [(mapped, GID_TYPE_V1), (mapped, GID_TYPE_V2)]
+    if nic.gid_layout == "v1-only":
+        return [e for e in entries if e[1] == GID_TYPE_V1]
     return entries
 
 

@@ -60,6 +60,7 @@ class FabricView:
     seed: int
     hosts: tuple[str, ...]
     addresses: dict[str, str]
+    job_nodes: int = 0  # the nodes a collective runs as (0: the hosts taking part)
 
     def host_index(self, name: str) -> int:
         """Index of host ``name`` in the testbed (the model's host index; -1 when unknown)."""
@@ -187,7 +188,15 @@ def switch_config(raw: Mapping[str, Any], hosts: int) -> SwitchConfig:
         leaves=max(1, -(-hosts // max(per_leaf, 1))),
         oversubscription=float(raw.get("oversubscription", 1.0)),
         adaptive_routing=bool(raw.get("adaptive_routing", False)),
+        dscp2prio=_switch_dscp_map(raw.get("dscp2prio") or {}),
+        spines=int(raw.get("spines", SwitchConfig.spines)),
     )
+
+
+def _switch_dscp_map(entries: Mapping[str, Any]) -> tuple[int, ...]:
+    """The switches' 64-entry DSCP map: the default (``dscp >> 3``) with ``fabric.json``'s entries."""
+    over = {int(d): int(p) for d, p in entries.items()}
+    return tuple(over.get(d, d >> 3) for d in range(64))
 
 
 def sm_config(raw: Mapping[str, Any] | None) -> SmConfig:
@@ -200,6 +209,8 @@ def sm_config(raw: Mapping[str, Any] | None) -> SmConfig:
         ar_sl_mask=int(raw.get("ar_sl_mask", 0xFFFF)),
         qos=bool(raw.get("qos", False)),
         lmc=int(raw.get("lmc", 0)),
+        flavor=str(raw.get("flavor", "upstream")),
+        sl2vl=tuple(int(v) for v in raw.get("sl2vl") or ()),
     )
 
 
@@ -212,11 +223,24 @@ def fabric_view(fabric_dir: Path = FABRIC_DIR) -> FabricView:
     if sm_file.is_file():
         sm_raw = json.loads(sm_file.read_text())
     hosts = tuple(addresses)
+    job_nodes = int(doc.get("job_nodes") or 0)
     return FabricView(
         kind=cast(FabricKind, str(doc.get("fabric", "roce"))),
-        switch=switch_config(doc.get("switch") or {}, len(hosts) or int(doc.get("hosts", 1))),
+        switch=switch_config(doc.get("switch") or {},
+                             max(len(hosts) or int(doc.get("hosts", 1)), job_nodes)),
         sm=sm_config(sm_raw), seed=int(doc.get("seed", 0)), hosts=hosts, addresses=addresses,
+        job_nodes=job_nodes,
     )
+
+
+def scaled_job(hosts: tuple[HostConfig, ...], nodes: int) -> tuple[HostConfig, ...]:
+    """The job as ``nodes`` nodes: the real hosts, then copies of them in turn (named ``H+k``) up to
+    ``nodes``, so a collective over a few real hosts runs at the scale of the rack to come."""
+    if not hosts or nodes <= len(hosts):
+        return hosts
+    extra = tuple(dataclasses.replace(hosts[i % len(hosts)], name=f"{hosts[i % len(hosts)].name}+{i}")
+                  for i in range(len(hosts), nodes))
+    return hosts + extra
 
 
 def fabric_config(view: FabricView, hosts: tuple[HostConfig, ...]) -> FabricConfig:
@@ -264,5 +288,5 @@ def fabric_from_json(raw: Mapping[str, Any]) -> FabricConfig:
     sw: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in raw["switch"].items()}
     return FabricConfig(
         fabric=raw["fabric"], hosts=tuple(host_from_json(h) for h in raw["hosts"]),
-        switch=SwitchConfig(**sw), sm=SmConfig(**raw["sm"]), seed=int(raw["seed"]),
+        switch=SwitchConfig(**sw), sm=sm_config(raw["sm"]), seed=int(raw["seed"]),
     )

@@ -5,10 +5,17 @@ builder lists it in the host's ``daemons.json``), it does what the fabric model 
 opensm:
 
 * it reads ``/etc/opensm/opensm.conf`` (the format ``opensm --create-config`` writes: ``#``
-  comments, ``key value`` lines, ``(null)`` for unset, booleans ``TRUE``/``FALSE``) and validates
-  it: every key must be one opensm 3.3 knows or one of NVIDIA MLNX OpenSM's adaptive-routing keys
-  (``fabric_desired.py``, module_utils of the collection fabtune.fabric), routing engines must
-  exist, integers must be in range;
+  comments, ``key value`` lines, ``(null)`` for unset, booleans ``TRUE``/``FALSE``) as opensm's own
+  parser does (``osm_subn_parse_conf_file``, ``opensm/osm_subnet.c``): a key the flavor does not
+  know is reported (`` Unrecognized token: "KEY"``) and skipped, a value that does not parse is
+  reported and leaves the default, an out-of-range ``lmc``/``sm_priority`` is reported and reset
+  (``osm_subn_verify_config``); an unknown routing engine is reported and skipped, minhop being
+  the fallback (``setup_routing_engines``, ``opensm/osm_opensm.c``). The file is never refused as a
+  whole. The flavor (``--flavor``, from the testbed spec) is ``upstream`` (Debian's opensm 3.3.23:
+  the keys its ``--create-config`` writes, the engines of ``osm_opensm.c``) or ``mlnx`` (NVIDIA's
+  SM: also its ``ar_*`` engines, with adaptive routing, ``ar_updn`` by default, and
+  ``adaptive_timeout_sl_mask``; formats.md 7.2). No NVIDIA document says how its SM treats an
+  unknown key; its opensm.conf is the same format, so the same parser is assumed;
 * it "sweeps": publishes the routing the switches now follow as ``sm.json`` in the shared fabric
   directory (``routing_engine``, ``adaptive_routing``, ``ar_sl_mask``, ``qos``, ``lmc``,
   ``sm_priority``: what ``fabtune.sim.observe.sm_config`` reads) and the master-SM record
@@ -20,7 +27,7 @@ opensm:
   ib_sm role's handlers restart or reload it through systemd where systemd runs. The testbed has
   no service manager, so the emulation applies the file when it changes.
 
-No master: an invalid file (the emulation refuses it as a whole and logs why) or a stopped
+No master: no local port with the configured ``guid`` (the SM cannot bind), or a stopped
 daemon (``SIGTERM``/``SIGINT``: it removes ``sminfo.json``; killed outright: the record's
 ``heartbeat`` goes stale after ``STALE_S`` seconds) make ``sminfo`` fail as it does on a subnet
 without a master SM. ``sm.json`` stays: the switches keep the routing they were last given.
@@ -33,11 +40,11 @@ import dataclasses
 import importlib.util
 import json
 import os
+import re
 import signal
 import sys
 import threading
 import time
-from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
 from types import ModuleType
@@ -58,7 +65,7 @@ DEFAULT_ENGINE = "minhop"
 
 
 class ConfError(ValueError):
-    """An opensm.conf the emulated SM refuses; ``problems`` names each key and why."""
+    """The SM cannot run with this configuration (no local port to bind); ``problems`` says why."""
 
     def __init__(self, problems: list[str]) -> None:
         super().__init__("; ".join(problems))
@@ -67,7 +74,9 @@ class ConfError(ValueError):
 
 @cache
 def _schema() -> ModuleType:
-    """The collection's ``fabric_desired.py`` (opensm's keys and engines), loaded without Ansible.
+    """The collection's ``fabric_desired.py`` (its ``OPENSM_KEYS``: every key Debian's opensm
+    3.3.23 writes with ``--create-config``, compared with the real binary by a unit test), loaded
+    without Ansible.
 
     The path is ``fabtune.ansible.MODULE_UTILS``'s, spelled out: this daemon does not import
     ansible-runner.
@@ -82,6 +91,51 @@ def _schema() -> ModuleType:
     return module
 
 
+# upstream opensm's routing engines (static_routing_modules, opensm/osm_opensm.c; the comment
+# ``opensm --create-config`` writes lists the same) and NVIDIA's SM's adaptive-routing engines.
+UPSTREAM_ENGINES = ("none", "minhop", "updn", "dnup", "file", "ftree", "lash", "dor", "torus-2QoS",
+                    "nue", "dfsssp", "sssp")
+AR_ENGINES = ("ar_updn", "ar_ftree", "ar_torus", "ar_dor")
+MLNX_KEYS = frozenset(("adaptive_timeout_sl_mask",))
+"""Keys of NVIDIA's SM that upstream opensm does not know (MLNXSM 5.10 release notes, formats.md 7.2)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Flavor:
+    """What one subnet manager knows: its keys, its routing engines and its default engine."""
+
+    name: str
+    extra_keys: frozenset[str]
+    engines: tuple[str, ...]
+    default_engine: str
+
+    @property
+    def keys(self) -> frozenset[str]:
+        """Every opensm.conf key this SM reads."""
+        return frozenset(_schema().OPENSM_KEYS) | self.extra_keys
+
+
+FLAVORS = {
+    "upstream": Flavor("upstream", frozenset(), UPSTREAM_ENGINES, DEFAULT_ENGINE),
+    # NVIDIA's SM: ar_updn is its default engine since MLNXSM 5.10 (formats.md 7.2).
+    "mlnx": Flavor("mlnx", MLNX_KEYS, UPSTREAM_ENGINES + AR_ENGINES, "ar_updn"),
+}
+
+# The types of the keys this emulation reads, as opt_tbl in opensm/osm_subnet.c declares them.
+UINT8_KEYS = ("lmc", "sm_priority", "max_op_vls", "sm_sl")
+QOS_SETS = ("qos", "qos_ca", "qos_sw0", "qos_swe", "qos_rtr")
+"""The QoS parameter sets, in the order osm_subn_verify_config checks them."""
+UINT32_KEYS = ("sweep_interval", *(f"{q}_max_vls" for q in QOS_SETS))
+INT32_KEYS = tuple(f"{q}_high_limit" for q in QOS_SETS)
+BOOL_KEYS = ("qos", "reassign_lids", "force_heavy_sweep", "sweep_on_trap", "congestion_control",
+             "use_ucast_cache")
+LIMITS = {"lmc": (7, 0), "sm_priority": (15, 0)}
+"""osm_subn_verify_config: the largest valid value and the default it falls back to."""
+REPORT_CHARS = 127
+"""log_report formats into a 128-byte buffer: a longer report is cut."""
+_STRTOUL = re.compile(r"\s*([+-]?)(0[xX][0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*)")
+
+
 @dataclasses.dataclass(frozen=True)
 class SmSettings:
     """What the SM applies from opensm.conf."""
@@ -93,101 +147,208 @@ class SmSettings:
     lmc: int = 0
     sm_priority: int = 0
     guid: int = 0
+    flavor: str = "upstream"
+    sl2vl: tuple[int, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """The fabric directory's ``sm.json`` (the shape ``observe.sm_config`` reads)."""
         return {"routing_engine": self.routing_engine, "adaptive_routing": self.adaptive_routing,
                 "ar_sl_mask": self.ar_sl_mask, "qos": self.qos, "lmc": self.lmc,
-                "sm_priority": self.sm_priority}
+                "sm_priority": self.sm_priority, "flavor": self.flavor, "sl2vl": list(self.sl2vl)}
 
 
-def parse_conf(text: str) -> dict[str, str]:
-    """``key value`` lines of an opensm.conf (comments and blank lines skipped; the last wins)."""
-    out: dict[str, str] = {}
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line.startswith("#"):
+def conf_lines(text: str) -> list[tuple[str, str]]:
+    """``(key, value)`` of each line, in order, as osm_subn_parse_conf_file splits them: a ``#``
+    ends the line, the key is the first word, the value the rest without surrounding blanks and
+    one pair of matching quotes (clean_val)."""
+    out: list[tuple[str, str]] = []
+    for raw in text.splitlines():
+        line = raw.split("#", 1)[0]
+        parts = line.strip(" \t\n").split(None, 1)
+        if not parts:
             continue
-        key, _, value = line.partition(" ")
-        out[key] = value.strip()
+        value = parts[1].strip() if len(parts) > 1 else ""
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+            value = value[1:-1]
+        out.append((parts[0], value))
     return out
 
 
-def _bool(problems: list[str], key: str, value: str, default: bool) -> bool:
-    if value in ("", UNSET):
-        return default
-    if value.upper() not in ("TRUE", "FALSE"):
-        problems.append(f"{key}: {value!r} is not TRUE or FALSE")
-        return default
-    return value.upper() == "TRUE"
+def parse_conf(text: str) -> dict[str, str]:
+    """The last value of each key of an opensm.conf text."""
+    return dict(conf_lines(text))
 
 
-def _int(problems: list[str], key: str, value: str, bounds: tuple[int, int], default: int) -> int:
-    if value in ("", UNSET, "-1"):  # opensm writes -1 for "not set" (qos_high_limit ...)
-        return default
-    try:
-        number = int(value, 0)
-    except ValueError:
-        problems.append(f"{key}: {value!r} is not a number")
-        return default
-    low, high = bounds
-    if not low <= number <= high:
-        problems.append(f"{key}: {number} is out of range {low}..{high}")
-        return default
+def _strtoul(value: str) -> int | None:
+    """strtoul(value, &end, 0) when all of ``value`` is the number, else None."""
+    match = _STRTOUL.fullmatch(value)
+    if match is None:
+        return None
+    number = int(match.group(2), 16) if match.group(2)[:2].lower() == "0x" \
+        else int(match.group(2), 8 if match.group(2).startswith("0") else 10)
+    return -number if match.group(1) == "-" else number
+
+
+def _strtol(value: str) -> int:
+    """strtol(value, NULL, 0) as opts_parse_int32 uses it: the leading number, 0 when none."""
+    match = _STRTOUL.match(value)
+    if match is None:
+        return 0
+    return _strtoul(match.group(0)) or 0
+
+
+class _Report:
+    """The lines opensm prints while it reads its configuration (log_report)."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def add(self, text: str) -> None:
+        self.lines.append(text[:REPORT_CHARS])
+
+
+def _unsigned(report: _Report, key: str, value: str, bits: int) -> int | None:
+    """opts_strtoul: a number in range, else the report and None (the value stays)."""
+    number = _strtoul(value)
+    if value == "" or number is None:
+        report.add(f"-E- Parsing error in field {key}, expected numeric input received: {value}")
+        return None
+    if number < 0 or number >= 2 ** bits:  # strtoul wraps a negative number to a huge one
+        report.add(f"-E- Parsing error in field {key}, value out of range")
+        return None
     return number
 
 
-def _engines(problems: list[str], value: str) -> str:
-    if value in ("", UNSET):
-        return DEFAULT_ENGINE
-    engines = [e.strip() for e in value.split(",")]
-    unknown = [e for e in engines if e not in _schema().ROUTING_ENGINES]
-    if unknown:
-        problems.append(f"routing_engine: unknown routing engine {unknown[0]!r}")
-        return DEFAULT_ENGINE
-    return ",".join(engines)
+def read_values(text: str, flavor: Flavor) -> tuple[dict[str, Any], list[str]]:
+    """The values of the keys this emulation types, after every line of ``text``, and the report.
+
+    A key the flavor does not know is reported and skipped; the others keep their last value.
+    """
+    report = _Report()
+    values: dict[str, Any] = {}
+    for key, value in conf_lines(text):
+        if key not in flavor.keys:
+            report.add(f' Unrecognized token: "{key}"')
+        elif key in BOOL_KEYS:
+            values[key] = value == "TRUE"  # opts_parse_boolean: anything else is FALSE
+        elif key in UINT8_KEYS or key in UINT32_KEYS:
+            number = _unsigned(report, key, value, 8 if key in UINT8_KEYS else 32)
+            if number is not None:
+                values[key] = number
+        elif key in INT32_KEYS:
+            values[key] = _strtol(value)
+        elif key == "guid":
+            number = _unsigned(report, key, value, 64)
+            if number is not None:
+                values[key] = number
+        else:
+            values[key] = None if value == UNSET else value
+    _verify(report, values)
+    return values, report.lines
 
 
-def settings(conf: Mapping[str, str]) -> SmSettings:
-    """Validate parsed opensm.conf keys and return what the SM applies.
+def _verify(report: _Report, values: dict[str, Any]) -> None:
+    """osm_subn_verify_config for the keys typed here: out of range, reported, back to default."""
+    for key, (high, default) in LIMITS.items():
+        if values.get(key, default) > high:
+            report.add(f" Invalid Cached Option Value:{key} = {values[key]}:Using Default:{default}")
+            values[key] = default
+    if not values.get("qos"):
+        return
+    # subn_verify_max_vls/subn_verify_high_limit: the report names the QoS default
+    # (OSM_DEFAULT_QOS_MAX_VLS 15, OSM_DEFAULT_QOS_HIGH_LIMIT 0, include/opensm/osm_base.h); the
+    # value becomes "unset" (0, -1), which the QoS setup replaces with that default.
+    for q in QOS_SETS:
+        max_vls = values.get(f"{q}_max_vls", 0)
+        if max_vls > 15:
+            report.add(f" Invalid Cached Option: {q}_max_vls={max_vls}: Using Default = 15")
+            values[f"{q}_max_vls"] = 0
+        high_limit = values.get(f"{q}_high_limit", -1)
+        if high_limit > 255:
+            report.add(f" Invalid Cached Option: {q}_high_limit={high_limit}: Using Default: 0")
+            values[f"{q}_high_limit"] = -1
+        _verify_sl2vl(report, q, values.get(f"{q}_sl2vl"))
+
+
+def _verify_sl2vl(report: _Report, q: str, text: str | None) -> None:
+    """subn_verify_sl2vl: warn about entries that are no VL 0-15 and about a list not of 16."""
+    if text is None:
+        return
+    tokens = [t for t in re.split(r"[,\n]+", text) if t]
+    for tok in tokens:
+        match = _STRTOUL.match(tok)
+        rest = tok[match.end():] if match else tok
+        if rest:
+            report.add(f" Warning: Cached Option {q}_sl2vl:vl={tok} improperly formatted")
+        elif not 0 <= (_strtoul(tok) or 0) <= 15:
+            report.add(f" Warning: Cached Option {q}_sl2vl:vl={_strtoul(tok)} out of range")
+    if len(tokens) < 16:
+        report.add(f" Warning: Cached Option {q}_sl2vl: < 16 VLs listed")
+    elif len(tokens) > 16:
+        report.add(f" Warning: Cached Option {q}_sl2vl: > 16 listed: excess VLs will be dropped")
+
+
+def routing_engines(value: str | None, flavor: Flavor) -> tuple[str, list[str]]:
+    """The engine chain opensm sets up, and its error lines (setup_routing_engines): each unknown
+    name is reported and skipped; with none named, the flavor's default."""
+    if not value:
+        return flavor.default_engine, []
+    chain, errors = [], []
+    for name in re.split(r"[, \t\n]+", value):
+        if not name or name == "no_fallback":
+            continue
+        if name in flavor.engines:
+            chain.append(name)
+        else:
+            errors.append(f"ERR: cannot find or setup routing engine '{name}'")
+    return ",".join(chain) or DEFAULT_ENGINE, errors
+
+
+def settings(text: str, flavor: Flavor = FLAVORS["upstream"]) -> tuple[SmSettings, list[str]]:
+    """What the SM applies from an opensm.conf text, and what it reports while reading it.
 
     Adaptive routing is on when the first routing engine is one of the NVIDIA SM's ``ar_*``
     engines, where AR is on by default (NVIDIA's AR bring-up procedure, formats.md 7.2): there is
     no separate on/off key.
-
-    Raises:
-        ConfError: on an unknown key or a value opensm would not take.
     """
-    schema = _schema()
-    known = schema.OPENSM_KEYS | schema.MLNX_AR_KEYS
-    problems = [f"{key}: not an opensm option" for key in conf if key not in known]
-    ranges = schema.SM_INT_RANGES
-    for key in schema.SM_BOOL_KEYS:
-        if key in conf:
-            _bool(problems, key, conf[key], False)
-    for key, bounds in ranges.items():
-        if key in conf:
-            _int(problems, key, conf[key], bounds, 0)
-    engine = _engines(problems, conf.get("routing_engine", UNSET))
+    values, report = read_values(text, flavor)
+    engine, errors = routing_engines(values.get("routing_engine"), flavor)
     result = SmSettings(
-        routing_engine=engine,
-        adaptive_routing=engine.split(",")[0] in schema.AR_ENGINES,
-        qos=_bool(problems, "qos", conf.get("qos", UNSET), False),
-        lmc=_int(problems, "lmc", conf.get("lmc", UNSET), ranges["lmc"], 0),
-        sm_priority=_int(problems, "sm_priority", conf.get("sm_priority", UNSET),
-                         ranges["sm_priority"], 0),
-        guid=_int(problems, "guid", conf.get("guid", UNSET), (0, 2**64 - 1), 0),
+        routing_engine=engine, adaptive_routing=engine.split(",")[0] in AR_ENGINES,
+        qos=bool(values.get("qos", False)), lmc=int(values.get("lmc", 0)),
+        sm_priority=int(values.get("sm_priority", 0)), guid=int(values.get("guid", 0)),
+        flavor=flavor.name, sl2vl=sl2vl(values) if values.get("qos") else (),
     )
-    if problems:
-        raise ConfError(sorted(set(problems)))
-    return result
+    return result, report + errors
 
 
-def read_settings(path: Path) -> SmSettings:
-    """The settings of the file at ``path`` (opensm's defaults when there is none)."""
+def _vls(text: str | None) -> list[int]:
+    """The VLs of an SL2VL list as parse_sl2vl_entry (opensm/osm_qos.c) reads them: each entry's
+    leading number (strtoul; none is 0) in 4 bits, the first 16 entries, missing ones 0."""
+    return [_strtol(tok) & 0xF for tok in text.split(",")[:16]] if text else []
+
+
+def sl2vl(values: dict[str, Any]) -> tuple[int, ...]:
+    """The VL of each SL on the CAs (qos_ca_sl2vl, else qos_sl2vl: qos_build_config,
+    opensm/osm_qos.c), 15 wherever the CAs' or the switches' external ports' table maps it to VL15,
+    which drops the SL (doc/QoS_management_in_OpenSM.txt section 7); () when neither is set."""
+    generic = values.get("qos_sl2vl")
+    ca = _vls(values.get("qos_ca_sl2vl") or generic)
+    swe = _vls(values.get("qos_swe_sl2vl") or generic)
+    if not ca and not swe:
+        return ()
+    ca += [0] * (16 - len(ca))
+    swe += [0] * (16 - len(swe))
+    return tuple(15 if 15 in (c, s) else c for c, s in zip(ca, swe, strict=True))
+
+
+def read_settings(path: Path, flavor: Flavor = FLAVORS["upstream"]) -> tuple[SmSettings, list[str]]:
+    """The settings of the file at ``path`` and the report (opensm's defaults when there is none)."""
     if not path.is_file():
-        return SmSettings()
-    return settings(parse_conf(path.read_text()))
+        return SmSettings(routing_engine=flavor.default_engine,
+                          adaptive_routing=flavor.default_engine in AR_ENGINES,
+                          flavor=flavor.name), []
+    return settings(path.read_text(), flavor)
 
 
 def sm_port(state: NodeState, guid: int = 0) -> NicDescription:
@@ -260,8 +421,10 @@ def log(text: str) -> None:
 class OpenSM:
     """The daemon's state: what it applied, its activity count, where it publishes."""
 
-    def __init__(self, conf_path: Path, fabric_dir: Path, state: NodeState) -> None:
+    def __init__(self, conf_path: Path, fabric_dir: Path, state: NodeState,
+                 flavor: Flavor = FLAVORS["upstream"]) -> None:
         self.conf_path, self.fabric_dir, self.state = conf_path, fabric_dir, state
+        self.flavor = flavor
         self.host = state.node.hostname
         self.activity = 0
         self.applied: SmSettings | None = None
@@ -269,10 +432,13 @@ class OpenSM:
         self.stamp: tuple[int, int, int] | None = None
 
     def reread(self) -> None:
-        """Read opensm.conf again; become master with it, or withdraw when it is invalid."""
+        """Read opensm.conf again (logging what opensm reports about it); become master with it,
+        or withdraw when it names no local port."""
         self.stamp = _stamp(self.conf_path)
         try:
-            conf = read_settings(self.conf_path)
+            conf, report = read_settings(self.conf_path, self.flavor)
+            for line in report:
+                log(line)
             port = sm_port(self.state, conf.guid)
         except (ConfError, OSError) as e:
             problems = e.problems if isinstance(e, ConfError) else [str(e)]
@@ -300,7 +466,7 @@ class OpenSM:
 
     def run(self, stop: threading.Event, hup: threading.Event) -> None:
         """Sweep until ``stop`` is set; re-read on change or ``hup``; withdraw at the end."""
-        log(f"OpenSM (fabtune emulation) starting on {self.host}")
+        log(f"OpenSM (fabtune emulation, {self.flavor.name} flavor) starting on {self.host}")
         self.reread()
         next_sweep = time.monotonic() + SWEEP_S
         try:
@@ -322,12 +488,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="opensm", description=__doc__.splitlines()[0])
     parser.add_argument("--config", "-F", type=Path, default=CONF)
     parser.add_argument("--fabric-dir", type=Path, default=FABRIC_DIR)
+    parser.add_argument("--flavor", choices=tuple(FLAVORS), default="upstream")
     args = parser.parse_args(argv)
     stop, hup = threading.Event(), threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     signal.signal(signal.SIGHUP, lambda *_: hup.set())
-    OpenSM(args.config, args.fabric_dir, NodeState.inside_host()).run(stop, hup)
+    OpenSM(args.config, args.fabric_dir, NodeState.inside_host(),
+           FLAVORS[args.flavor]).run(stop, hup)
     return 0
 
 

@@ -215,7 +215,12 @@ def opensm_conf(spec: TestbedSpec) -> str:
         if proc.returncode != 0 or not path.is_file():
             raise TestbedError(f"{OPENSM} --create-config failed (rc {proc.returncode}): install opensm")
         text = path.read_text()
-    return set_conf_key(text, "routing_engine", spec.sm.routing_engine)
+    text = set_conf_key(text, "routing_engine", spec.sm.routing_engine)
+    if spec.sm.qos:
+        text = set_conf_key(text, "qos", "TRUE")
+    if spec.sm.qos_sl2vl:
+        text = set_conf_key(text, "qos_sl2vl", ",".join(map(str, spec.sm.qos_sl2vl)))
+    return text
 
 
 NICD_LOG = "/var/log/fabtune-nicd.log"
@@ -224,7 +229,9 @@ NICD_LOG = "/var/log/fabtune-nicd.log"
 def _subnet_manager(spec: TestbedSpec, upper: Path) -> dict[str, object]:
     """Make the host the subnet manager: opensm.conf, and the emulated opensm hostinit starts."""
     _write(upper / "etc/opensm/opensm.conf", opensm_conf(spec))
-    return {"argv": [sys.executable, "-m", "fabtune.sim.opensm"], "log": OPENSM_LOG}
+    flavor = spec.sm.flavor if spec.sm is not None else "upstream"
+    return {"argv": [sys.executable, "-m", "fabtune.sim.opensm", "--flavor", flavor],
+            "log": OPENSM_LOG}
 
 
 def _daemons(spec: TestbedSpec, host: HostSpec, host_dir: Path, upper: Path) -> None:
@@ -299,12 +306,17 @@ def write_fabric(spec: TestbedSpec, tb_dir: Path) -> None:
             "ecn_priorities": list(spec.switch.ecn_priorities),
             "trust": spec.switch.trust, "nodes_per_leaf": spec.switch.nodes_per_leaf,
             "oversubscription": spec.switch.oversubscription,
+            "dscp2prio": {str(d): p for d, p in spec.switch.dscp2prio},
+            "spines": spec.switch.spines, "adaptive_routing": spec.switch.adaptive_routing,
         },
         "sm": None if spec.sm is None else {
             "host": spec.sm.host, "routing_engine": spec.sm.routing_engine,
-            "adaptive_routing": spec.sm.adaptive_routing,
+            "adaptive_routing": spec.sm.adaptive_routing, "flavor": spec.sm.flavor,
+            "qos": spec.sm.qos,
+            "sl2vl": list(spec.sm.qos_sl2vl) if spec.sm.qos else [],
         },
         "host_addresses": {h.name: layout.mgmt_ip(spec, h) for h in spec.hosts},
+        **({"job_nodes": spec.job_nodes} if spec.job_nodes else {}),
     }
     (fabric / "fabric.json").write_text(json.dumps(doc, indent=2) + "\n")
 
@@ -320,7 +332,8 @@ def inventory(spec: TestbedSpec, tb_dir: Path) -> dict[str, object]:
         spec.fabric: {"children": {f"rack_{spec.name}": {}}},
     }
     if spec.sm is not None:
-        children["subnet_managers"] = {"hosts": {spec.sm.host: {}}}
+        children["subnet_managers"] = {"hosts": {spec.sm.host: {}},
+                                       "vars": {"fabtune_sm_flavor": spec.sm.flavor}}
     return {
         "all": {
             "vars": {

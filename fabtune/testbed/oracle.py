@@ -14,7 +14,7 @@ from typing import Any
 from fabtune.inventory import InventoryInfo
 from fabtune.sim.model import best_config, expected_busbw
 from fabtune.sim.model.config import FabricConfig
-from fabtune.sim.observe import controller_host, fabric_config, fabric_view
+from fabtune.sim.observe import controller_host, fabric_config, fabric_view, scaled_job
 from fabtune.testbed.build import load_state
 from fabtune.testbed.layout import Names, testbed_dir
 from fabtune.testbed.spec import is_testbed_name
@@ -28,7 +28,7 @@ def controller_fabric(name: str) -> FabricConfig:
     view = fabric_view(tb_dir / "fabric")
     names = Names(name)
     hosts = tuple(controller_host(tb_dir / "hosts" / h, names.netns(h)) for h in view.hosts)
-    return fabric_config(view, hosts)
+    return fabric_config(view, scaled_job(hosts, view.job_nodes))
 
 
 def testbed_oracle(info: InventoryInfo) -> dict[str, Any] | None:

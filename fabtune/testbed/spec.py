@@ -62,6 +62,9 @@ class SwitchSpec:
     trust: str = "dscp"
     nodes_per_leaf: int = 32
     oversubscription: float = 1.0
+    dscp2prio: tuple[tuple[int, int], ...] = ()  # entries over the default map (dscp >> 3)
+    spines: int = 16
+    adaptive_routing: bool = False  # per-packet adaptive routing on the RoCE switches
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,9 @@ class SmSpec:
     host: str
     routing_engine: str = "minhop"
     adaptive_routing: bool = False
+    flavor: str = "upstream"
+    qos: bool = False
+    qos_sl2vl: tuple[int, ...] = ()  # opensm.conf qos_sl2vl: the VL of SL 0-15 (15 drops the SL)
 
 
 @dataclass(frozen=True)
@@ -106,6 +112,7 @@ class TestbedSpec:
     switch: SwitchSpec
     sm: SmSpec | None
     login_user: str = DEFAULT_LOGIN_USER
+    job_nodes: int = 0  # the model runs each collective as this many nodes (0: the hosts)
 
     @property
     def nonroot_login(self) -> bool:
@@ -203,8 +210,15 @@ TOP_KEYS = (
     "sm",
     "login_user",
     "tools",
+    "nccl_conf",
+    "job_nodes",
 )
-INITIAL_KEYS = tuple(DEFAULT_INITIAL)
+# A job larger than the rack: the model runs each collective as job_nodes nodes (the real hosts and
+# copies of them), so tuning at 64 or 256 nodes can be tried while only a few hosts are built.
+MAX_JOB_NODES = 4096
+# dscp2prio: DSCP -> priority entries over the kernel's default map (dscp >> 3), as `mlnx_qos
+# --dscp2prio set,D,P` or `dcb app add ... dscp-prio D:P` leave them (formats.md 4.1, 5.1).
+INITIAL_KEYS = (*DEFAULT_INITIAL, "dscp2prio")
 OVERRIDE_KEYS = ("nic_numa", "initial", "gid_layout", "nccl_conf", "tools")
 # A host's own /etc/nccl.conf (e.g. one host whose NCCL_IB_GID_INDEX names its RoCEv1 GID): NCCL
 # reads the file's KEY=value lines as if set in the environment (docs: env.rst, "NCCL_CONF_FILE").
@@ -213,10 +227,14 @@ NCCL_VALUE_RE = re.compile(r"[A-Za-z0-9_.,:^=/+-]{0,200}")
 # How a host's RoCE GID tables are filled (fabtune.sim.node.roce_gids): "standard" puts the
 # RoCEv2 IPv4 GID at index 3; "ipv6-first" models a host whose RoCE netdevs also carry a global
 # IPv6 address, so that address's GIDs come first and the RoCEv2 IPv4 GID lands at index 5.
-GID_LAYOUTS = ("standard", "ipv6-first")
-SWITCH_KEYS = ("pfc_priorities", "ecn_priorities", "trust", "nodes_per_leaf", "oversubscription")
-SM_KEYS = ("host", "routing_engine", "adaptive_routing")
+# "v1-only": a NIC without RoCE v2, whose table holds only RoCEv1 entries (link-local 0, IPv4 1).
+GID_LAYOUTS = ("standard", "ipv6-first", "v1-only")
+SWITCH_KEYS = ("pfc_priorities", "ecn_priorities", "trust", "nodes_per_leaf", "oversubscription",
+               "dscp2prio", "spines", "adaptive_routing")
+SM_KEYS = ("host", "routing_engine", "adaptive_routing", "flavor", "qos", "qos_sl2vl")
 ROUTING_ENGINES = ("minhop", "updn", "dnup", "ftree", "lash", "dor", "dfsssp", "sssp", "ar_updn", "ar_ftree")
+# The subnet manager: upstream opensm (Debian's package) or NVIDIA's SM (its ar_* engines).
+SM_FLAVORS = ("upstream", "mlnx")
 
 
 def _check_initial(c: _Checker, path: str, raw: object, base: dict[str, Any]) -> dict[str, Any]:
@@ -237,6 +255,20 @@ def _check_initial(c: _Checker, path: str, raw: object, base: dict[str, Any]) ->
             out[key] = c.choice(f"{path}.roce_mode", value, (1, 2))
         elif key == "mtu":
             out[key] = c.int_in(f"{path}.mtu", value, 1280, 9216)
+        elif key == "dscp2prio":
+            out[key] = {**base.get(key, {}), **_check_dscp_map(c, f"{path}.dscp2prio", value)}
+    return out
+
+
+def _check_dscp_map(c: _Checker, path: str, raw: object) -> dict[int, int]:
+    """DSCP (0-63; a digit string too, as state.json's JSON keeps it) to priority (0-7)."""
+    if not isinstance(raw, dict):
+        c.add(path, raw, "must be a mapping of DSCP (0-63) to priority (0-7)")
+        return {}
+    out = {}
+    for key, prio in raw.items():
+        dscp = int(key) if isinstance(key, str) and key.isdigit() else key
+        out[c.int_in(f"{path} key", dscp, 0, 63)] = c.int_in(f"{path}.{key}", prio, 0, 7)
     return out
 
 
@@ -300,7 +332,11 @@ def _build_host(c: _Checker, doc: dict[str, Any], name: str, index: int) -> Host
         nic_numa[int(dev.split("_")[1])] = c.int_in(f"overrides.{name}.nic_numa.{dev}", numa, 0, sockets - 1)
     gpu_numa = tuple(_numa_of(i, gpus, sockets) for i in range(gpus))
     gid_layout = c.choice(f"overrides.{name}.gid_layout", own.get("gid_layout", "standard"), GID_LAYOUTS)
-    nccl_conf = _check_nccl_conf(c, f"overrides.{name}.nccl_conf", own.get("nccl_conf"))
+    # The rack's /etc/nccl.conf (top-level nccl_conf), each host's own keys over it.
+    nccl_conf = tuple(sorted({
+        **dict(_check_nccl_conf(c, "nccl_conf", doc.get("nccl_conf"))),
+        **dict(_check_nccl_conf(c, f"overrides.{name}.nccl_conf", own.get("nccl_conf"))),
+    }.items()))
     tools = _check_tools(c, f"overrides.{name}.tools", own.get("tools"),
                          _check_tools(c, "tools", doc.get("tools"), DEFAULT_TOOLS))
     return HostSpec(name, index, gpus, sockets, tuple(nic_numa), gpu_numa, initial, gid_layout,
@@ -323,7 +359,17 @@ def _build_switch(c: _Checker, raw: object) -> SwitchSpec:
         trust=c.choice("switch.trust", data.get("trust", default.trust), ("dscp", "pcp")),
         nodes_per_leaf=c.int_in("switch.nodes_per_leaf", data.get("nodes_per_leaf", 32), 1, 256),
         oversubscription=float(data.get("oversubscription", 1.0)),
+        dscp2prio=tuple(sorted(_check_dscp_map(c, "switch.dscp2prio", data.get("dscp2prio", {})).items())),
+        spines=c.int_in("switch.spines", data.get("spines", default.spines), 1, 256),
+        adaptive_routing=_check_bool(c, "switch.adaptive_routing", data.get("adaptive_routing", False)),
     )
+
+
+def _check_bool(c: _Checker, path: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        c.add(path, value, "must be true or false")
+        return False
+    return value
 
 
 def _build_sm(c: _Checker, fabric: str, raw: object, hosts: list[str]) -> SmSpec | None:
@@ -342,7 +388,15 @@ def _build_sm(c: _Checker, fabric: str, raw: object, hosts: list[str]) -> SmSpec
         c.add("sm.adaptive_routing", given,
               f"adaptive routing comes with the NVIDIA SM's ar_* engines; routing_engine {engine} "
               f"{'is' if ar else 'is not'} one")
-    return SmSpec(host=host, routing_engine=engine, adaptive_routing=ar)
+    flavor = c.choice("sm.flavor", data.get("flavor", "mlnx" if ar else "upstream"), SM_FLAVORS)
+    if ar and flavor != "mlnx":
+        c.add("sm.routing_engine", engine,
+              f"is an NVIDIA SM engine: upstream opensm (sm.flavor {flavor}) has none; "
+              "set sm.flavor: mlnx")
+    qos = _check_bool(c, "sm.qos", data.get("qos", False))
+    sl2vl = tuple(c.int_list("sm.qos_sl2vl", data["qos_sl2vl"], 16, 0, 15)) if "qos_sl2vl" in data else ()
+    return SmSpec(host=host, routing_engine=engine, adaptive_routing=ar, flavor=flavor, qos=qos,
+                  qos_sl2vl=sl2vl)
 
 
 def _check_subnet_base(c: _Checker, value: object) -> str:
@@ -397,7 +451,12 @@ def build_spec(doc: object, source: str = "testbed spec") -> TestbedSpec:
         switch=_build_switch(c, data.get("switch")),
         sm=_build_sm(c, fabric, data.get("sm"), host_names),
         login_user=_check_login_user(c, data.get("login_user", DEFAULT_LOGIN_USER)),
+        job_nodes=c.int_in("job_nodes", data["job_nodes"], len(hosts), MAX_JOB_NODES)
+        if "job_nodes" in data else 0,
     )
+    if fabric == "ib" and spec.switch.adaptive_routing:
+        c.add("switch.adaptive_routing", True, "is the RoCE switches' own: on InfiniBand adaptive "
+              "routing is the subnet manager's (sm.routing_engine ar_*, sm.flavor mlnx)")
     if c.problems:
         raise ConfigError(source, sorted(set(c.problems)))
     return spec
@@ -439,6 +498,9 @@ def spec_to_doc(spec: TestbedSpec) -> dict[str, Any]:
             "trust": spec.switch.trust,
             "nodes_per_leaf": spec.switch.nodes_per_leaf,
             "oversubscription": spec.switch.oversubscription,
+            "dscp2prio": dict(spec.switch.dscp2prio),
+            "spines": spec.switch.spines,
+            "adaptive_routing": spec.switch.adaptive_routing,
         },
         "overrides": {
             h.name: {
@@ -453,10 +515,15 @@ def spec_to_doc(spec: TestbedSpec) -> dict[str, Any]:
     }
     if spec.nonroot_login:
         doc["login_user"] = spec.login_user
+    if spec.job_nodes:
+        doc["job_nodes"] = spec.job_nodes
     if spec.sm is not None:
         doc["sm"] = {
             "host": spec.sm.host,
             "routing_engine": spec.sm.routing_engine,
             "adaptive_routing": spec.sm.adaptive_routing,
+            "flavor": spec.sm.flavor,
+            "qos": spec.sm.qos,
+            **({"qos_sl2vl": list(spec.sm.qos_sl2vl)} if spec.sm.qos_sl2vl else {}),
         }
     return doc

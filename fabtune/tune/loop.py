@@ -152,6 +152,7 @@ class TuneOptions:
     pair_matrix: str = "round"
     pair_guard: float = 0.10  # a pair or incast stage of ib_write_bw (rdma_cm) losing more: rollback
     pair_gain: float = 0.10  # the median pair or an incast stage gaining more: a keep on that evidence
+    sm_flavor: str | None = None  # the inventory's fabtune_sm_flavor (not a profile key)
 
 
 @dataclass
@@ -684,7 +685,8 @@ class Tuner:
         baseline = _ar(self.reference)
         self.measure_pair_matrix("baseline")
         moves: list[MoveRecord] = []
-        groups = plan(view_of(facts, self.fabric, self.options.lossless), self.options.skip_groups)
+        groups = plan(view_of(facts, self.fabric, self.options.lossless, self.options.sm_flavor),
+                      self.options.skip_groups)
         for group in groups:
             for cand in group:
                 if cand.name in done:

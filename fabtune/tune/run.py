@@ -21,14 +21,14 @@ from fabtune.tune.loop import Event, RevertFired, TuneOptions, Tuner, TuneResult
 
 def options_from(raw: Mapping[str, Any] | None, info: InventoryInfo | None = None) -> tuple[TuneOptions, int]:
     """Tuning options from a profile's ``fabtune_tune`` section (or a run's journaled options), with
-    what the inventory declares for the planner (``fabtune_lossless``).
+    what the inventory declares for the planner (``fabtune_lossless``, ``fabtune_sm_flavor``).
 
     Raises:
         ConfigError: listing each unknown key and invalid value (``fabtune.profile`` checks them).
     """
     options, deadline = tune_options(raw)
     if info is not None:
-        options = dataclasses.replace(options, lossless=info.lossless)
+        options = dataclasses.replace(options, lossless=info.lossless, sm_flavor=info.sm_flavor)
     return options, deadline
 
 

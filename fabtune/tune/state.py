@@ -72,7 +72,8 @@ def _distance(facts: Mapping[str, Any]) -> str:
 
 
 def view_of(
-    facts: Mapping[str, Mapping[str, Any]], fabric: str, lossless: LosslessClass | None = None
+    facts: Mapping[str, Mapping[str, Any]], fabric: str, lossless: LosslessClass | None = None,
+    sm_flavor: str | None = None,
 ) -> View:
     """What the planner needs: the first host's NIC and NCCL state, the GID index, the worst affinity,
     and the lossless class the fabric declares (the inventory's ``fabtune_lossless``)."""
@@ -91,4 +92,5 @@ def view_of(
         hosts=len(facts),
         gpu_nic_distance=worst,
         lossless=lossless,
+        sm_flavor=sm_flavor or str((first.get("sm") or {}).get("sm_flavor") or "upstream"),
     )

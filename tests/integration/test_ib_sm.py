@@ -47,10 +47,10 @@ def ib_profile() -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def rack() -> Iterator[TestbedSpec]:
-    """A 2-host IB rack; h01 runs the SM (minhop, no adaptive routing)."""
+    """A 2-host IB rack; h01 runs NVIDIA's SM (minhop, no adaptive routing until ar_updn)."""
     yield from make_testbed({"name": "itib", "fabric": "ib", "hosts": 2, "subnet_base": "10.206",
                              "nics_per_host": 2, "gpus_per_host": 2, "seed": 7,
-                             "sm": {"host": "h01", "routing_engine": "minhop",
+                             "sm": {"host": "h01", "routing_engine": "minhop", "flavor": "mlnx",
                                     "adaptive_routing": False}})
 
 
@@ -123,14 +123,29 @@ def test_ib_profile_changes_the_sm_and_is_idempotent(rack: TestbedSpec) -> None:
     assert "h01" in second.results("Check that a master subnet manager answers")
 
 
-def test_invalid_conf_means_no_master(rack: TestbedSpec) -> None:
+def test_unknown_engine_is_logged_and_minhop_routes(rack: TestbedSpec) -> None:
+    """As opensm's setup_routing_engines: an unknown engine is reported and skipped, minhop
+    routes, the SM stays master; an unknown key is reported too (osm_subn_parse_conf_file)."""
     on_host(rack, "h01", "cp /etc/opensm/opensm.conf /root/opensm.conf.good && "
                          "sed -i 's/^routing_engine .*/routing_engine no_such_engine/' "
-                         "/etc/opensm/opensm.conf")
+                         "/etc/opensm/opensm.conf && echo 'ar_enable TRUE' >> /etc/opensm/opensm.conf")
+    try:
+        wait_for(lambda: fabric_sm(rack).routing_engine == "minhop")
+        assert sminfo_ok(rack, "h02")
+        log = on_host(rack, "h01", "cat /var/log/opensm.log")
+        assert "cannot find or setup routing engine 'no_such_engine'" in log
+        assert 'Unrecognized token: "ar_enable"' in log
+    finally:
+        on_host(rack, "h01", "cp /root/opensm.conf.good /etc/opensm/opensm.conf")
+    wait_for(lambda: fabric_sm(rack).routing_engine == "ar_updn")
+
+
+def test_no_local_port_means_no_master(rack: TestbedSpec) -> None:
+    on_host(rack, "h01", "cp /etc/opensm/opensm.conf /root/opensm.conf.good && "
+                         "sed -i 's/^guid .*/guid 0x1/' /etc/opensm/opensm.conf")
     try:
         wait_for(lambda: not sminfo_ok(rack, "h02"))
         assert on_host(rack, "h02", "sminfo", rc=255) == "sminfo: iberror: failed: query\n"
-        assert "no_such_engine" in on_host(rack, "h01", "cat /var/log/opensm.log")
         assert fabric_sm(rack).routing_engine == "ar_updn"  # the switches keep their routes
     finally:
         on_host(rack, "h01", "cp /root/opensm.conf.good /etc/opensm/opensm.conf")

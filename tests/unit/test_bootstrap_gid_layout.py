@@ -22,7 +22,7 @@ def test_spec_accepts_and_round_trips_gid_layout() -> None:
     assert "gid_layout" not in spec_to_doc(build_spec({"hosts": 2}))["overrides"]["h01"]
     with pytest.raises(ConfigError) as err:
         build_spec({"hosts": 2, "overrides": {"h01": {"gid_layout": "v3"}}})
-    assert "overrides.h01.gid_layout: 'v3' must be one of standard, ipv6-first" in err.value.problems
+    assert "overrides.h01.gid_layout: 'v3' must be one of standard, ipv6-first, v1-only" in err.value.problems
 
 
 def _state(tmp_path: Path, layout_name: str) -> NodeState:

@@ -167,3 +167,24 @@ def test_repeated_runs_of_one_configuration_differ() -> None:
     fab = rack(4, nic(), env=TUNED_ENV)
     busbw = [round(collective(fab, "all_reduce", [8 * GIB], run).rows[0].busbw, 2) for run in range(10)]
     assert len(set(busbw)) == len(busbw), busbw
+
+
+def test_an_sl_the_sm_maps_to_vl15_never_arrives() -> None:
+    """opensm's QoS doc section 7: VL15 in the SL2VL table drops the SL."""
+    import dataclasses as dc
+
+    from fabtune.sim.model.calibration import nic, rack
+    from fabtune.sim.model.collective import expected_busbw
+    from fabtune.sim.model.config import Flow
+    from fabtune.sim.model.p2p import p2p
+
+    drop3 = (0, 1, 2, 15) + (0,) * 12
+    fab = rack(2, nic("ib"), nics=1, gpus=1)
+    fab = dc.replace(fab, sm=dc.replace(fab.sm, qos=True, sl2vl=drop3))
+    on_sl3 = dc.replace(fab, hosts=tuple(dc.replace(h, nccl_env=(("NCCL_IB_SL", "3"),)) for h in fab.hosts))
+    assert expected_busbw(fab, "all_reduce", 2**30) > 0
+    assert expected_busbw(on_sl3, "all_reduce", 2**30) == 0
+    assert p2p(fab, [Flow(0, 1, sl=3)], noisy=False).results[0].failure == "timeout"
+    assert p2p(fab, [Flow(0, 1)], noisy=False).results[0].failure is None
+    no_qos = dc.replace(on_sl3, sm=dc.replace(on_sl3.sm, qos=False))
+    assert expected_busbw(no_qos, "all_reduce", 2**30) > 0

@@ -56,9 +56,18 @@ def test_oracle_finds_the_switch_lossless_class() -> None:
 
 
 def test_oracle_turns_on_ib_adaptive_routing() -> None:
-    fab = dataclasses.replace(rack(40, nic("ib"), nics=2, gpus=2), sm=SmConfig("minhop"))
+    fab = dataclasses.replace(rack(40, nic("ib"), nics=2, gpus=2), sm=SmConfig("minhop", flavor="mlnx"))
     best, value = best_config(fab)
     assert best.sm.adaptive_routing
     assert best.sm.routing_engine.startswith("ar_")
     rng = np.random.default_rng(3)
     assert all(value >= score(fab, _random_knobs(rng)) for _ in range(60))
+
+
+def test_oracle_has_no_adaptive_routing_with_upstream_opensm() -> None:
+    """Issue 13: upstream opensm has no ar_* engine, so the best reachable config routes without AR."""
+    fab = dataclasses.replace(rack(40, nic("ib"), nics=2, gpus=2), sm=SmConfig("minhop"))
+    best, value = best_config(fab)
+    assert not best.sm.adaptive_routing and not best.sm.routing_engine.startswith("ar_")
+    nvidia, ar_value = best_config(dataclasses.replace(fab, sm=SmConfig("minhop", flavor="mlnx")))
+    assert nvidia.sm.adaptive_routing and ar_value >= value

@@ -35,6 +35,7 @@ from fabtune.sim.model.routing import (
     leaf_of,
     oversub_cap,
     roce_route_eff,
+    sl_dropped,
     spans_leaves,
 )
 from fabtune.sim.model.transport import (
@@ -212,6 +213,8 @@ def _connect(fabric: FabricConfig, a: NicRef, b: NicRef) -> tuple[ClassPath | No
     ha, hb = fabric.hosts[a[0]], fabric.hosts[b[0]]
     tx, rx = ha.nics[a[1]], hb.nics[b[1]]
     if link.is_ib(tx):
+        if sl_dropped(fabric.sm, int(ha.env("NCCL_IB_SL") or 0)):
+            return None, "timeout"  # every packet dropped: the QPs' retries run out
         return class_path(tx, rx, fabric.switch, 0), None
     gids = (_nccl_gid(ha, a[1]), _nccl_gid(hb, b[1]))
     failure = gid_failure(fabric, (a[0], b[0]), gids)

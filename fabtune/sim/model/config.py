@@ -108,6 +108,8 @@ class SmConfig:
     ar_sl_mask: int = 0xFFFF
     qos: bool = False
     lmc: int = 0
+    flavor: str = "upstream"  # upstream opensm, or NVIDIA's SM ("mlnx": the ar_* engines)
+    sl2vl: tuple[int, ...] = ()  # with qos: the VL of each SL 0-15 (15 drops the SL); () = not set
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,3 +141,4 @@ class Flow:
     rdma_cm: bool = False
     gid_index: int | None = None
     use_cuda: bool = False
+    sl: int = 0  # perftest -S (IB)

@@ -176,11 +176,14 @@ def _gdr(fabric: FabricConfig, k: Knobs) -> Iterable[Knobs]:
 
 
 def _sm(fabric: FabricConfig, k: Knobs) -> Iterable[Knobs]:
-    """Yield the subnet-manager grid: routing engine x adaptive routing (IB only)."""
+    """Yield the subnet-manager grid: routing engine x adaptive routing (IB only); the ar_*
+    engines and adaptive routing only with NVIDIA's SM (upstream opensm has neither)."""
     if fabric.fabric != "ib":
         return
+    nvidia = fabric.sm.flavor == "mlnx"
     for engine, ar in itertools.product(ENGINES, (False, True)):
-        yield dataclasses.replace(k, routing_engine=engine, ar=ar)
+        if nvidia or not (ar or engine.startswith("ar_")):
+            yield dataclasses.replace(k, routing_engine=engine, ar=ar)
 
 
 GROUPS: tuple[Group, ...] = (_transport, _qos, _cnp, _mtu, _qps, _gdr, _sm)

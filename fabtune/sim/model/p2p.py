@@ -16,7 +16,7 @@ from fabtune.sim.model.config import FabricConfig, Flow, NicConfig
 from fabtune.sim.model.congestion import Traffic, congested, f_cc, flow_counters
 from fabtune.sim.model.qos import ClassPath, class_path
 from fabtune.sim.model.results import Counters, NicRef, P2PResult, P2PRun
-from fabtune.sim.model.routing import leaf_of
+from fabtune.sim.model.routing import leaf_of, sl_dropped
 from fabtune.sim.model.transport import gid_failure, resolve_gid, with_gid
 
 LinkId = tuple[object, ...]
@@ -68,6 +68,8 @@ def _prepare(fabric: FabricConfig, i: int, flow: Flow) -> _Prepared | P2PResult:
         failure = gid_failure(fabric, (flow.src_host, flow.dst_host), gids)
         if failure is not None:
             return P2PResult(0.0, 0.0, failure)
+    elif sl_dropped(fabric.sm, flow.sl):
+        return P2PResult(0.0, 0.0, "timeout")
     tx, rx = with_gid(tx0, gids[0]), with_gid(rx0, gids[1])
     cp = class_path(tx, rx, fabric.switch, _tos(flow, tx))
     return _Prepared(i, flow, tx, rx, cp, _demand(flow, tx, rx))

@@ -12,7 +12,7 @@ import functools
 import numpy as np
 
 from fabtune.sim.model import params
-from fabtune.sim.model.config import CollectiveOp, FabricConfig, SwitchConfig
+from fabtune.sim.model.config import CollectiveOp, FabricConfig, SmConfig, SwitchConfig
 
 
 def leaf_of(sw: SwitchConfig, host: int) -> int:
@@ -84,3 +84,9 @@ def ib_route_eff(fabric: FabricConfig, op: CollectiveOp, ar: bool) -> float:
 def oversub_cap(sw: SwitchConfig) -> float:
     """Return the share of line rate a leaf's uplinks give each host when all cross spines."""
     return min(1.0, 1.0 / max(sw.oversubscription, 1e-9))
+
+
+def sl_dropped(sm: SmConfig, sl: int) -> bool:
+    """Whether the SM's QoS maps ``sl`` to VL15: opensm's doc/QoS_management_in_OpenSM.txt section 7,
+    "VL15 used here means drop this SL" (the SL2VL table, IBA 7.6.6), so its packets never arrive."""
+    return sm.qos and len(sm.sl2vl) == 16 and sm.sl2vl[sl & 15] == 15

@@ -252,7 +252,9 @@ def _fabric_of(records: list[dict[str, Any]], gpus: int, fabric_dir: Path) -> tu
             configs[name] = observe.host_from_json(rec["config"])
         ranks_on[name] = ranks_on.get(name, 0) + gpus
     hosts = tuple(dataclasses.replace(configs[n], gpus=ranks_on[n]) for n in names)
-    return observe.fabric_config(observe.fabric_view(fabric_dir), hosts), names
+    view = observe.fabric_view(fabric_dir)
+    hosts = observe.scaled_job(hosts, view.job_nodes)  # the spec's job_nodes: a job larger than the rack
+    return observe.fabric_config(view, hosts), names + [h.name for h in hosts[len(names):]]
 
 
 def _result_doc(res: CollectiveResult, in_place: CollectiveResult, names: list[str],
@@ -291,8 +293,10 @@ def _failed_sends(fabric: FabricConfig, names: list[str], records: list[dict[str
     out: dict[str, list[dict[str, Any]]] = {}
     for (src, nic), (dst, peer_nic), failure in failed_hops(fabric):
         host, peer = names[src], names[dst]
+        if host not in ipv4:  # a copy standing in for a node of a larger job: no host prints
+            continue
         local = ipv4[host][nic] if nic < len(ipv4[host]) else None
-        remote = ipv4[peer][peer_nic] if peer_nic < len(ipv4[peer]) else None
+        remote = ipv4[peer][peer_nic] if peer_nic < len(ipv4.get(peer, [])) else None
         out.setdefault(host, []).append({
             "nic": fabric.hosts[src].nics[nic].name, "peer": peer, "failure": failure,
             "local_ipv4": local, "remote_ipv4": remote,

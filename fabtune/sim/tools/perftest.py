@@ -180,7 +180,7 @@ def _flow_record(ctx: Ctx, peer_hello: dict[str, Any], start: float) -> dict[str
         "server": peer_side.host, "src": src, "dst": dst, "size": a.size, "qps": a.qps,
         "tclass": a.tos if a.rdma_cm else a.tclass, "rdma_cm": a.rdma_cm,
         "gid_index": a.gid_index, "use_cuda": a.use_cuda is not None,
-        "bidirectional": a.bidirectional,
+        "bidirectional": a.bidirectional, "sl": a.sl,
     }
 
 
@@ -192,7 +192,8 @@ def _flows(view: observe.FabricView, records: list[dict[str, Any]]) -> list[tupl
         if src < 0 or dst < 0:
             continue
         flow = Flow(src, dst, int(r["src"]["nic"]), int(r["dst"]["nic"]), int(r["size"]),
-                    int(r["qps"]), r["tclass"], bool(r["rdma_cm"]), r["gid_index"], bool(r["use_cuda"]))
+                    int(r["qps"]), r["tclass"], bool(r["rdma_cm"]), r["gid_index"], bool(r["use_cuda"]),
+                    int(r.get("sl") or 0))
         out_flows.append((str(r["key"]), flow))
         if r.get("bidirectional"):
             back = dataclasses.replace(flow, src_host=dst, dst_host=src, src_nic=flow.dst_nic,

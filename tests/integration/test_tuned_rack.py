@@ -1,0 +1,42 @@
+"""An already-tuned RoCE rack (fabtune/testbed/specs/roce-tuned.yml): nothing to plan, zero moves."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fabtune import knobs
+from fabtune.inventory import read_inventory
+from fabtune.testbed import oracle as testbed_model
+from fabtune.testbed.spec import TestbedSpec
+from fabtune.tune import run as tune_run
+from fabtune.tune.backend import AnsibleBackend
+from fabtune.tune.state import view_of
+from tests.integration.conftest import make_testbed
+from tests.integration.tunerack import inventory
+
+pytestmark = pytest.mark.testbed
+EXAMPLE = Path(__file__).resolve().parents[2] / "fabtune" / "testbed" / "specs" / "roce-tuned.yml"
+
+
+@pytest.fixture(scope="module")
+def rack() -> Iterator[TestbedSpec]:
+    doc = yaml.safe_load(EXAMPLE.read_text())
+    doc.update({"name": "ktund", "subnet_base": "10.190", "hosts": 2, "nics_per_host": 2,
+                "gpus_per_host": 2})
+    yield from make_testbed(doc)
+
+
+def test_an_already_tuned_rack_has_nothing_to_plan(rack: TestbedSpec) -> None:
+    facts = AnsibleBackend(read_inventory(inventory(rack))).facts()
+    view = knobs.plan(view_of(facts, "roce"))
+    assert view == [], [[c.name for c in group] for group in view]
+
+
+def test_tune_keeps_zero_moves_on_an_already_tuned_rack(rack: TestbedSpec) -> None:
+    result, _report = tune_run.tune(inventory(rack), {"max_runs": 6, "baseline_runs": 4},
+                                    oracle=testbed_model.testbed_oracle)
+    assert [(m.name, m.outcome) for m in result.moves] == []
