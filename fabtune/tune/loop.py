@@ -25,9 +25,10 @@ from fabtune.bench.checks import CheckResult
 from fabtune.bench.diagnose import Diagnosis
 from fabtune.errors import BenchmarkError, ExitStatus, FabtuneError
 from fabtune.journal import Journal
-from fabtune.knobs import LADDERS, Candidate, LosslessClass, plan, roles_of
+from fabtune.knobs import LADDERS, Candidate, LosslessClass, roles_of
+from fabtune.tune.hosts import changed_nics, host_groups, plan_rack
 from fabtune.tune.measure import Batch, FailedRun, Sample
-from fabtune.tune.state import differences, snapshot_of, view_of, with_change
+from fabtune.tune.state import differences, snapshot_of, with_change
 from fabtune.tune.stats import Decision, DecisionPolicy, decide, noise_floor
 
 
@@ -113,9 +114,9 @@ class Backend(Protocol):
         roles: Sequence[str] | None = None,
     ) -> ansible.RunOutcome: ...
 
-    def confirm(self, run_id: str) -> ansible.RunOutcome: ...
+    def confirm(self, run_id: str, *, hosts: Sequence[str] | None = None) -> ansible.RunOutcome: ...
 
-    def extend(self, run_id: str) -> ansible.RunOutcome: ...
+    def extend(self, run_id: str, *, hosts: Sequence[str] | None = None) -> ansible.RunOutcome: ...
 
     def measure(self, repetitions: int) -> Batch: ...
 
@@ -151,6 +152,7 @@ class MoveRecord:
     reference: float = 0.0
     decision: dict[str, Any] = field(default_factory=dict)
     pause_frames: int = 0
+    hosts: list[str] = field(default_factory=list)  # the hosts the move changed (the rest kept as they were)
 
 
 @dataclass
@@ -309,13 +311,27 @@ class Tuner:
 
     # -- one move -------------------------------------------------------------------------
 
+    def _intent(self, cand: Candidate, hosts: Sequence[str]) -> dict[str, Any]:
+        """What a move will do, journaled before it starts: per host it changes, the desired state
+        and the NICs whose knobs change; the other hosts are left as they are."""
+        return {
+            "group": cand.group,
+            "knobs": cand.change.knobs(),
+            "why": cand.why,
+            "hosts": list(hosts),
+            "nics": {h: changed_nics(self.current[h], cand.change) for h in hosts},
+            "desired": {h: with_change(self.current[h], cand.change) for h in hosts},
+        }
+
     def try_move(self, cand: Candidate) -> MoveRecord:
-        desired = {h: with_change(state, cand.change) for h, state in self.current.items()}
-        intent = {"group": cand.group, "knobs": cand.change.knobs(), "why": cand.why, "desired": desired}
+        hosts = sorted(cand.hosts or self.current)
+        intent = self._intent(cand, hosts)
+        desired: dict[str, dict[str, Any]] = intent["desired"]
         seq = self.journal.step(self.run_id, "move", cand.name, intent)
         self._intents[seq] = intent
         self.journal.snapshot(self.run_id, seq, self.current)
-        self.emit("move", f"{cand.name}: {cand.why}", {"knobs": cand.change.knobs()})
+        scope = "" if len(hosts) == len(self.current) else f" on {', '.join(hosts)}"
+        self.emit("move", f"{cand.name}{scope}: {cand.why}", {"knobs": cand.change.knobs(), "hosts": hosts})
         record = MoveRecord(
             cand.group,
             cand.name,
@@ -323,16 +339,17 @@ class Tuner:
             "",
             "",
             reference=statistics.median(_ar(self.reference)),
+            hosts=hosts,
         )
-        applied = self.backend.apply(
-            desired, run_id=self.run_id, snapshots=self.current, roles=roles_of(record.knobs)
-        )
+        snapshots = {h: self.current[h] for h in hosts}
+        roles = roles_of(record.knobs)
+        applied = self.backend.apply(desired, run_id=self.run_id, snapshots=snapshots, roles=roles)
         if not applied.ok:
             reason = "; ".join(f"{t.host}: {t.result.get('msg', 'failed')}" for t in applied.failures())[:500]
             return self._undo(seq, record, f"apply failed: {reason}", desired)
         self.journal.finish_step(self.run_id, seq, "applied")
         try:
-            judged = self.judge(armed=True)
+            judged = self.judge(held=hosts)
         except BenchmarkFailed as err:
             return self._failed_move(seq, record, err, desired)
         except _MoveGone as gone:
@@ -349,21 +366,21 @@ class Tuner:
             return self._keep(seq, record, judged, desired)
         return self._undo(seq, record, judged.reason, desired)
 
-    def _hold(self) -> None:
-        """Extend every host's revert deadline: the controller is alive, the move still held.
+    def _hold(self, hosts: Sequence[str]) -> None:
+        """Extend the revert deadline of the hosts holding the move: the controller is alive.
 
         Raises:
             _MoveGone: hosts had already reverted the move (their runs would measure the old state).
         """
-        outcome = self.backend.extend(self.run_id)
+        outcome = self.backend.extend(self.run_id, hosts=hosts)
         if reverted_hosts(outcome):
             raise _MoveGone(outcome)
         outcome.raise_for_failure("extending the revert deadline")
 
-    def judge(self, *, armed: bool = False) -> Judgement:
-        """Measure the rack as it is now against the reference until the decision is clear.
+    def judge(self, *, held: Sequence[str] = ()) -> Judgement:
+        """Measure the whole rack as it is now against the reference until the decision is clear.
 
-        ``armed``: the rack holds a move whose revert is armed. Its deadline is extended before each
+        ``held``: the hosts holding a move whose revert is armed. Its deadline is extended before each
         batch after the first (the apply extended it at its end), and once more before the verdict,
         which proves no host reverted the move while it was measured: the deadline only has to
         outlast one batch, whatever the rack's size.
@@ -373,8 +390,8 @@ class Tuner:
         samples: list[Sample] = []
         pauses = 0
         while True:
-            if armed and samples:  # the apply's last play extended it just before the first batch
-                self._hold()
+            if held and samples:  # the apply's last play extended it just before the first batch
+                self._hold(held)
             batch = self._measure(policy.batch if samples else policy.min_runs)
             samples += batch.samples
             pauses += batch.pause_frames
@@ -386,8 +403,8 @@ class Tuner:
                 {"all_reduce": _ar(samples), "alltoall": _aa(samples)},
             )
             if self._settled(ar, aa) or len(samples) >= policy.max_runs:
-                if armed:
-                    self._hold()
+                if held:
+                    self._hold(held)
                 verdict, reason = self._verdict((ar, aa), pauses / max(len(samples), 1))
                 return Judgement(verdict, reason, ar, aa, samples, pauses)
 
@@ -427,7 +444,7 @@ class Tuner:
         self, seq: int, record: MoveRecord, judged: Judgement, desired: dict[str, dict[str, Any]]
     ) -> MoveRecord:
         reason = judged.reason
-        confirmed = self.backend.confirm(self.run_id)
+        confirmed = self.backend.confirm(self.run_id, hosts=record.hosts)
         fired = reverted_hosts(confirmed)
         if fired:
             self._revert_fired(seq, record, fired, rebooted_hosts(confirmed))
@@ -443,7 +460,8 @@ class Tuner:
         self, seq: int, record: MoveRecord, hosts: list[str], rebooted: Sequence[str] = ()
     ) -> NoReturn:
         """The move was measured, at least in part, on hosts that had reverted it: discard, undo, stop."""
-        restore_and_verify(self.backend, self.current)  # the other hosts may still hold the move
+        # the move's other hosts may still hold it
+        restore_and_verify(self.backend, self.current, hosts=record.hosts)
         if rebooted and set(rebooted) == set(hosts):
             reason = (
                 f"{', '.join(hosts)} rebooted before the move was decided and reverted it at boot: its "
@@ -490,8 +508,8 @@ class Tuner:
     def _undo(
         self, seq: int, record: MoveRecord, reason: str, desired: dict[str, dict[str, Any]]
     ) -> MoveRecord:
-        restore_and_verify(self.backend, self.current, roles_of(record.knobs))
-        confirmed = self.backend.confirm(self.run_id)
+        restore_and_verify(self.backend, self.current, roles_of(record.knobs), hosts=record.hosts)
+        confirmed = self.backend.confirm(self.run_id, hosts=record.hosts)
         fired = reverted_hosts(confirmed)
         if fired:
             self._revert_fired(seq, record, fired, rebooted_hosts(confirmed))
@@ -522,7 +540,7 @@ class Tuner:
         transport = self.baseline()
         baseline = _ar(self.reference)
         moves: list[MoveRecord] = []
-        groups = plan(view_of(facts, self.fabric, self.options.lossless), self.options.skip_groups)
+        groups = plan_rack(host_groups(facts, self.fabric, self.options.lossless), self.options.skip_groups)
         for group in groups:
             for cand in group:
                 if cand.name in done:
@@ -543,6 +561,7 @@ class Tuner:
                 "alltoall": _aa(self.reference),
                 "runs": self.runs,
                 "planned": planned,
+                "planned_hosts": {c.name: list(c.hosts) for group in groups for c in group},
             },
         )
         return TuneResult(
@@ -559,16 +578,22 @@ class Tuner:
 
 
 def restore_and_verify(
-    backend: Backend, snapshots: Mapping[str, Mapping[str, Any]], roles: Sequence[str] | None = None
+    backend: Backend,
+    snapshots: Mapping[str, Mapping[str, Any]],
+    roles: Sequence[str] | None = None,
+    *,
+    hosts: Sequence[str] | None = None,
 ) -> None:
     """Apply each host's snapshot exactly (couplings off), read the state back, require equality.
 
-    ``roles``: only the roles of the knobs that moved run; the whole state is verified all the same.
+    ``roles``: only the roles of the knobs that moved run; ``hosts``: only the hosts a move changed
+    are restored (None: every host of ``snapshots``). Every host's whole state is verified all the same.
 
     Raises:
         RollbackFailed: naming every knob that did not come back.
     """
-    outcome = backend.apply(snapshots, exact=True, roles=roles)
+    restore = snapshots if hosts is None else {h: snapshots[h] for h in hosts}
+    outcome = backend.apply(restore, exact=True, roles=roles)
     outcome.raise_for_failure("rollback")
     found = {h: snapshot_of(f) for h, f in backend.facts().items()}
     problems = [f"{h}: {d}" for h, snap in snapshots.items() for d in differences(snap, found.get(h, {}))]
