@@ -170,3 +170,13 @@ def test_the_backend_limits_each_playbook_to_the_moves_hosts(
                       ("confirm.yml", None)]
     with pytest.raises(ConfigError, match="h09 not in the inventory"):
         backend.extend("r", hosts=["h09"])
+
+
+def test_a_nic_on_the_far_socket_gets_a_gdr_move_on_its_host_alone() -> None:
+    rack = UnevenRack({"h01": TUNED, "h02": TUNED, "h03": TUNED})
+    far = {**HARDWARE, "topology": {"matrix": {"GPU0": {"NIC0": "SYS"}}, "nic_legend": {"NIC0": "mlx5_0"}}}
+    facts = rack.facts()
+    facts["h02"]["hardware"] = far
+    (gdr,) = plan_rack(host_groups(facts, "roce"), ("lossless", "mtu", "qps"))
+    assert [(c.name, c.hosts) for c in gdr] == [
+        ("GPUDirect RDMA up to PHB", ("h02",)), ("GPUDirect RDMA up to SYS", ("h02",))]
