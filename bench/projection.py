@@ -204,11 +204,11 @@ class ModelRack:
         self.fabric = self._model()
         return self.ok
 
-    def confirm(self, run_id: str) -> RunOutcome:
+    def confirm(self, run_id: str, *, hosts: Sequence[str] | None = None) -> RunOutcome:
         self.costs.calls["confirm"] += 1
         return self.ok
 
-    def extend(self, run_id: str) -> RunOutcome:
+    def extend(self, run_id: str, *, hosts: Sequence[str] | None = None) -> RunOutcome:
         self.costs.calls["extend"] += 1
         return self.ok
 
