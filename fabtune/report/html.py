@@ -8,6 +8,7 @@ from html import escape
 from typing import Any
 
 from fabtune.report import svg
+from fabtune.report.build import move_label
 
 CSS = """
 body{font-family:'DejaVu Sans',Helvetica,Arial,sans-serif;margin:24px auto;max-width:1040px;color:#111;
@@ -182,7 +183,7 @@ def _decisions(doc: Mapping[str, Any]) -> str:
         p = d["all_reduce"]["p_gain"] if d["all_reduce"] else None
         rows.append(
             [
-                escape(d["name"]),
+                escape(move_label(d, doc["hosts"])),
                 ", ".join(f"<code>{escape(k)}</code>" for k in d["knobs"]),
                 escape(d["outcome"].replace("_", " ")),
                 escape(ci(d["all_reduce"])),

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from fabtune import ansible
+from fabtune import ansible, report
 from fabtune.ansible import RunOutcome
 from fabtune.errors import ConfigError
 from fabtune.inventory import InventoryInfo
@@ -180,3 +180,13 @@ def test_a_nic_on_the_far_socket_gets_a_gdr_move_on_its_host_alone() -> None:
     (gdr,) = plan_rack(host_groups(facts, "roce"), ("lossless", "mtu", "qps"))
     assert [(c.name, c.hosts) for c in gdr] == [
         ("GPUDirect RDMA up to PHB", ("h02",)), ("GPUDirect RDMA up to SYS", ("h02",))]
+
+
+def test_the_report_names_the_hosts_of_a_move_that_did_not_cover_the_rack(tmp_path: Path) -> None:
+    tuner, _ = tune(UnevenRack({"h01": TUNED, "h02": ODD}), tmp_path)
+    doc = report.build(tuner.journal, tuner.run_id)
+    report.validate(doc)
+    assert [d["hosts"] for d in doc["tune"]["decisions"]] == [["h02"], ["h02"]]
+    markdown = report.render_markdown(doc)
+    assert "| lossless priority 3 on h02 | kept |" in markdown and "| MTU 4200 on h02 | kept |" in markdown
+    assert "MTU 4200 on h02" in report.render_html(doc)
