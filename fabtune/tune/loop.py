@@ -1,8 +1,9 @@
 """``fabtune tune``: measure, change one knob group, measure again, keep or roll back.
 
-validate -> lock -> journal -> facts -> preflight -> baseline -> for each candidate move:
-snapshot (journaled first) -> apply with a host-side revert armed -> measure until the decision is
-clear -> keep (confirm: cancel the revert) or roll back (apply the snapshot, read back, verify
+validate -> lock -> journal -> facts -> preflight -> baseline -> for each candidate move (planned
+per host group, ``tune/hosts.py``): snapshot (journaled first) -> apply on the move's hosts with a
+host-side revert armed -> measure the whole rack until the decision is clear -> keep (confirm: cancel
+the revert) or roll back (apply the snapshot on the move's hosts, read every host back, verify
 equal) -> tuned desired state -> report.
 
 A benchmark launch that fails (missed deadline, error, unreadable or impossible output) is never a
