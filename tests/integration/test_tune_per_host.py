@@ -57,5 +57,8 @@ def test_one_odd_host_is_tuned_to_the_oracle_by_moves_on_it_alone(rack: TestbedS
     assert differences(after["h01"], after["h02"]) == []  # h02 ends where h01 was
     steps = [s for s in Journal().steps(result.run_id) if s.kind == "move"]
     assert [s.payload["hosts"] for s in steps] == [["h02"], ["h02"]]
-    # Only h02 ever armed a revert of the run (its first arming keeps the pre-run record).
+    # Only h02 ever armed a revert of the run (its first arming keeps the pre-run record), so a
+    # rollback from the hosts' own records restores h02 alone, to where it started.
     assert sorted(AnsibleBackend(read_inventory(inventory(rack))).prerun(result.run_id)) == ["h02"]
+    assert tune_run.rollback_from_hosts(result.run_id, inventory(rack)) == ["h02"]
+    assert {h: differences(before[h], s) for h, s in current_state(rack).items()} == {"h01": [], "h02": []}
