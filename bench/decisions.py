@@ -23,7 +23,7 @@ import argparse
 import ast
 import statistics
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -70,10 +70,10 @@ class NoisyRack:
     def apply(self, desired: Mapping[str, Mapping[str, Any]], **_: Any) -> RunOutcome:
         return self.ok
 
-    def confirm(self, run_id: str) -> RunOutcome:
+    def confirm(self, run_id: str, *, hosts: Sequence[str] | None = None) -> RunOutcome:
         return self.ok
 
-    def extend(self, run_id: str) -> RunOutcome:
+    def extend(self, run_id: str, *, hosts: Sequence[str] | None = None) -> RunOutcome:
         return self.ok
 
     def measure(self, repetitions: int) -> Batch:

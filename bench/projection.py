@@ -210,11 +210,11 @@ class ModelRack:
         self.fabric = self._model()
         return self.ok
 
-    def confirm(self, run_id: str) -> RunOutcome:
+    def confirm(self, run_id: str, *, hosts: Sequence[str] | None = None) -> RunOutcome:
         self.costs.calls["confirm"] += 1
         return self.ok
 
-    def extend(self, run_id: str) -> RunOutcome:
+    def extend(self, run_id: str, *, hosts: Sequence[str] | None = None) -> RunOutcome:
         self.costs.calls["extend"] += 1
         return self.ok
 
@@ -226,6 +226,12 @@ class ModelRack:
         Ansible runs); its numbers are not modelled here and never change, so no decision does."""
         self.costs.calls["pair round"] += 1
         return PairRound({"unmodelled": 1.0})
+
+    def pair_matrix(self, full: bool) -> list[Any]:
+        """The report's pair matrix after the baseline and at the end: counted as one more pair
+        round each (the default, ``round``); its numbers feed no decision."""
+        self.costs.calls["pair round"] += 1
+        return []
 
     def measure(self, repetitions: int) -> Batch:
         self.costs.calls["counter reads"] += 1

@@ -129,12 +129,14 @@ class Change:
 
 @dataclass(frozen=True)
 class Candidate:
-    """One move: a change to try, with why it is worth trying."""
+    """One move: a change to try, with why it is worth trying, and the hosts it is for (empty: every
+    host; the rack planner, ``fabtune.tune.hosts``, names the hosts that need it)."""
 
     group: str
     name: str
     change: Change
     why: str
+    hosts: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -205,6 +207,11 @@ def _norm(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_norm(v) for v in value]
     return str(value) if value is not None else None
+
+
+def nic_changed(nic: Mapping[str, Any], change: Change) -> bool:
+    """Whether applying ``change`` to one NIC's knobs would change one."""
+    return _differs(nic, change.nic)
 
 
 def changes_anything(view: View, change: Change) -> bool:

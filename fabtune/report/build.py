@@ -34,6 +34,14 @@ CONFIDENCE = 0.95
 # --------------------------------------------------------------------------- small pure helpers
 
 
+
+def move_label(decision: Mapping[str, Any], every: Sequence[str]) -> str:
+    """A move's name, with the hosts it changed when they are not the whole rack."""
+    hosts = list(decision.get("hosts") or [])
+    if not hosts or sorted(hosts) == sorted(every):
+        return str(decision["name"])
+    return f"{decision['name']} on {', '.join(hosts)}"
+
 def finite(value: Any) -> float | None:
     """A JSON-safe number: None for missing, NaN or infinite values."""
     if value is None or isinstance(value, bool):
@@ -499,6 +507,7 @@ def build_tune(run: Run, steps: Sequence[Step], journal: Journal) -> dict[str, A
                     "group": str(p.get("group") or ""),
                     "knobs": [str(k) for k in p.get("knobs") or []],
                     "why": str(p.get("why") or ""),
+                    "hosts": sorted(str(h) for h in p.get("hosts") or doc["hosts"]),
                     "outcome": outcome,
                     "reason": str(p.get("reason") or ("not finished" if outcome == "interrupted" else "")),
                     "runs": len(p.get("all_reduce") or []),

@@ -9,7 +9,7 @@ from html import escape
 from typing import Any
 
 from fabtune.report import svg
-from fabtune.report.build import NOISE_BAND, deciding_metric, noise_band
+from fabtune.report.build import NOISE_BAND, deciding_metric, move_label, noise_band
 
 CSS = """
 body{font-family:'DejaVu Sans',Helvetica,Arial,sans-serif;margin:24px auto;max-width:1040px;color:#111;
@@ -204,7 +204,7 @@ def _decisions(doc: Mapping[str, Any]) -> str:
         p = None if d["reason"].startswith("guard: pause") or not cited else cited["p"]
         rows.append(
             [
-                escape(d["name"]),
+                escape(move_label(d, doc["hosts"])),
                 ", ".join(f"<code>{escape(k)}</code>" for k in d["knobs"]),
                 escape(d["outcome"].replace("_", " ")),
                 escape(ci(d["all_reduce"])),

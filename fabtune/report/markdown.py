@@ -6,6 +6,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from fabtune.report.build import move_label
+
 MAX_ROWS = 12
 
 
@@ -68,7 +70,7 @@ def render_markdown(doc: Mapping[str, Any], html_path: str | None = None) -> str
             ["move", "outcome", "all_reduce", "alltoall", "reason"],
             [
                 [
-                    d["name"],
+                    move_label(d, doc["hosts"]),
                     d["outcome"].replace("_", " "),
                     _ci(d["all_reduce"]),
                     _ci(d["alltoall"]),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,7 +15,7 @@ from fabtune.bench.argv import PerftestOptions
 from fabtune.bench.fabric import HostView, read_hosts
 from fabtune.bench.pairs import PairResult
 from fabtune.bench.schedule import covering_rounds, pair_rounds, rail_pairs
-from fabtune.errors import PlaybookFailed
+from fabtune.errors import ConfigError, PlaybookFailed
 from fabtune.inventory import InventoryInfo
 from fabtune.tune import pairs as rdma_cm
 from fabtune.tune.measure import Batch, MeasureSpec, busbw_ceilings, measure
@@ -45,6 +45,21 @@ class AnsibleBackend:
     @property
     def inventory(self) -> Path:
         return self.info.path
+
+    def _limit(self, hosts: Iterable[str] | None) -> str | None:
+        """The host pattern of a run on ``hosts`` (None: every host of the inventory, no pattern).
+
+        Raises:
+            ConfigError: no host, or a host that is not the inventory's.
+        """
+        if hosts is None:
+            return None
+        chosen = sorted(set(hosts))
+        unknown = [h for h in chosen if h not in self.info.hosts]
+        if unknown or not chosen:
+            what = f"{', '.join(unknown)} not in the inventory" if unknown else "no host given"
+            raise ConfigError(str(self.info.path), [f"hosts: {what}"])
+        return None if chosen == sorted(self.info.hosts) else ",".join(chosen)
 
     def facts(self) -> dict[str, dict[str, Any]]:
         """Each host's fabric facts (desired-state shape plus hardware)."""
@@ -86,6 +101,7 @@ class AnsibleBackend:
     ) -> ansible.RunOutcome:
         """Apply per-host desired states; with ``run_id``, each host first arms a revert to ``snapshots``.
 
+        Only the hosts of ``desired`` are touched (a move limited to the hosts that need it).
         ``roles``: only these roles run (the knobs of the others are already as desired)."""
         extravars: dict[str, Any] = {
             "fabric_desired_by_host": {h: dict(d) for h, d in desired.items()},
@@ -99,17 +115,21 @@ class AnsibleBackend:
                 fabric_revert_deadline_s=self.deadline_s,
                 fabric_revert_snapshots={h: dict(s) for h, s in snapshots.items()},
             )
-        return ansible.run_playbook("apply.yml", self.inventory, extravars=extravars)
+        limit = self._limit(desired)
+        return ansible.run_playbook("apply.yml", self.inventory, extravars=extravars, limit=limit)
 
-    def confirm(self, run_id: str) -> ansible.RunOutcome:
-        """Cancel the armed reverts of ``run_id`` on every host."""
-        return ansible.run_playbook("confirm.yml", self.inventory, extravars={"fabric_run_id": run_id})
+    def confirm(self, run_id: str, *, hosts: Sequence[str] | None = None) -> ansible.RunOutcome:
+        """Cancel the armed reverts of ``run_id`` on ``hosts`` (None: every host)."""
+        return ansible.run_playbook(
+            "confirm.yml", self.inventory, extravars={"fabric_run_id": run_id}, limit=self._limit(hosts)
+        )
 
-    def extend(self, run_id: str) -> ansible.RunOutcome:
-        """Move every host's revert deadline of ``run_id`` to ``deadline_s`` from now (fails where
-        a host already reverted it: the result says ``reverted``)."""
+    def extend(self, run_id: str, *, hosts: Sequence[str] | None = None) -> ansible.RunOutcome:
+        """Move the revert deadline of ``run_id`` on ``hosts`` (None: every host; each must hold the
+        run armed) to ``deadline_s`` from now (fails where a host already reverted it: the result
+        says ``reverted``)."""
         return ansible.run_playbook("extend.yml", self.inventory, extravars={
-            "fabric_run_id": run_id, "fabric_revert_deadline_s": self.deadline_s})
+            "fabric_run_id": run_id, "fabric_revert_deadline_s": self.deadline_s}, limit=self._limit(hosts))
 
     def prerun(self, run_id: str) -> dict[str, dict[str, Any]]:
         """Per host, the pre-run snapshot the host kept for ``run_id`` (hosts without one are left out).

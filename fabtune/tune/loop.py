@@ -1,8 +1,9 @@
 """``fabtune tune``: measure, change one knob group, measure again, keep or roll back.
 
-validate -> lock -> journal -> facts -> preflight -> baseline -> for each candidate move:
-snapshot (journaled first) -> apply with a host-side revert armed -> measure until the decision is
-clear -> keep (confirm: cancel the revert) or roll back (apply the snapshot, read back, verify
+validate -> lock -> journal -> facts -> preflight -> baseline -> for each candidate move (planned
+per host group, ``tune/hosts.py``): snapshot (journaled first) -> apply on the move's hosts with a
+host-side revert armed -> measure the whole rack until the decision is clear -> keep (confirm: cancel
+the revert) or roll back (apply the snapshot on the move's hosts, read every host back, verify
 equal) -> tuned desired state -> report.
 
 A benchmark launch that fails (missed deadline, error, unreadable or impossible output) is never a
@@ -27,10 +28,11 @@ from fabtune.bench.diagnose import Diagnosis
 from fabtune.bench.pairs import PairResult
 from fabtune.errors import BenchmarkError, ExitStatus, FabtuneError
 from fabtune.journal import Journal
-from fabtune.knobs import LADDERS, Candidate, LosslessClass, plan, roles_of
+from fabtune.knobs import LADDERS, Candidate, LosslessClass, roles_of
+from fabtune.tune.hosts import changed_nics, host_groups, plan_rack
 from fabtune.tune.measure import Batch, FailedRun, Sample, merge_counters
 from fabtune.tune.pairs import PairDecision, PairRound, best_of, compare, confirm, slow_pairs
-from fabtune.tune.state import differences, snapshot_of, view_of, with_change
+from fabtune.tune.state import differences, snapshot_of, with_change
 from fabtune.tune.stats import Decision, DecisionPolicy, decide, noise_floor
 
 REFERENCE_ROUNDS = 2  # ib_write_bw rounds in a pair reference (the baseline's, a kept state's)
@@ -121,9 +123,9 @@ class Backend(Protocol):
         roles: Sequence[str] | None = None,
     ) -> ansible.RunOutcome: ...
 
-    def confirm(self, run_id: str) -> ansible.RunOutcome: ...
+    def confirm(self, run_id: str, *, hosts: Sequence[str] | None = None) -> ansible.RunOutcome: ...
 
-    def extend(self, run_id: str) -> ansible.RunOutcome: ...
+    def extend(self, run_id: str, *, hosts: Sequence[str] | None = None) -> ansible.RunOutcome: ...
 
     def measure(self, repetitions: int) -> Batch: ...
 
@@ -169,6 +171,7 @@ class MoveRecord:
     reference: float = 0.0
     decision: dict[str, Any] = field(default_factory=dict)
     pause_frames: int = 0
+    hosts: list[str] = field(default_factory=list)  # the hosts the move changed (the rest kept as they were)
 
 
 @dataclass
@@ -388,14 +391,28 @@ class Tuner:
 
     # -- one move -------------------------------------------------------------------------
 
+    def _intent(self, cand: Candidate, hosts: Sequence[str]) -> dict[str, Any]:
+        """What a move will do, journaled before it starts: per host it changes, the desired state
+        and the NICs whose knobs change; the other hosts are left as they are."""
+        return {
+            "group": cand.group,
+            "knobs": cand.change.knobs(),
+            "why": cand.why,
+            "hosts": list(hosts),
+            "nics": {h: changed_nics(self.current[h], cand.change) for h in hosts},
+            "desired": {h: with_change(self.current[h], cand.change) for h in hosts},
+        }
+
     def try_move(self, cand: Candidate) -> MoveRecord:
-        desired = {h: with_change(state, cand.change) for h, state in self.current.items()}
-        intent = {"group": cand.group, "knobs": cand.change.knobs(), "why": cand.why, "desired": desired}
+        hosts = sorted(cand.hosts or self.current)
+        intent = self._intent(cand, hosts)
+        desired: dict[str, dict[str, Any]] = intent["desired"]
         seq = self.journal.step(self.run_id, "move", cand.name, intent)
         self._intents[seq] = intent
         self._take_counters()  # what the kept state's reference runs counted is not this move's
         self.journal.snapshot(self.run_id, seq, self.current)
-        self.emit("move", f"{cand.name}: {cand.why}", {"knobs": cand.change.knobs()})
+        scope = "" if len(hosts) == len(self.current) else f" on {', '.join(hosts)}"
+        self.emit("move", f"{cand.name}{scope}: {cand.why}", {"knobs": cand.change.knobs(), "hosts": hosts})
         record = MoveRecord(
             cand.group,
             cand.name,
@@ -403,17 +420,18 @@ class Tuner:
             "",
             "",
             reference=statistics.median(_ar(self.reference)),
+            hosts=hosts,
         )
+        snapshots = {h: self.current[h] for h in hosts}
+        roles = roles_of(record.knobs)
         self.held_until = self._deadline_from(self.clock())  # armed at the apply's start at the latest
-        applied = self.backend.apply(
-            desired, run_id=self.run_id, snapshots=self.current, roles=roles_of(record.knobs)
-        )
+        applied = self.backend.apply(desired, run_id=self.run_id, snapshots=snapshots, roles=roles)
         if not applied.ok:
             reason = "; ".join(f"{t.host}: {t.result.get('msg', 'failed')}" for t in applied.failures())[:500]
             return self._undo(seq, record, f"apply failed: {reason}", desired)
         self.journal.finish_step(self.run_id, seq, "applied")
         try:
-            judged = self.judge(armed=True)
+            judged = self.judge(held=hosts)
         except BenchmarkFailed as err:
             return self._failed_move(seq, record, err, desired)
         except _MoveGone as gone:
@@ -434,32 +452,32 @@ class Tuner:
     def _deadline_from(self, armed_at: float) -> float:
         return 0.0 if self.revert_deadline_s is None else armed_at + self.revert_deadline_s
 
-    def _hold_for(self, expected_s: float) -> None:
-        """Extend the revert deadline unless it surely outlasts the next measurement, expected to
-        take ``expected_s`` (held for 1.5x that, plus HOLD_MARGIN_S): on a rack whose batches are
-        short against the deadline, most batches need no Ansible run for it."""
+    def _hold_for(self, expected_s: float, hosts: Sequence[str]) -> None:
+        """Extend the revert deadline on ``hosts`` unless it surely outlasts the next measurement,
+        expected to take ``expected_s`` (held for 1.5x that, plus HOLD_MARGIN_S): on a rack whose
+        batches are short against the deadline, most batches need no Ansible run for it."""
         need = 1.5 * expected_s + HOLD_MARGIN_S
         if self.clock() + need <= self.held_until:
             return
         start = self.clock()
-        self._hold()
+        self._hold(hosts)
         self.held_until = self._deadline_from(start)
 
-    def _hold(self) -> None:
-        """Extend every host's revert deadline: the controller is alive, the move still held.
+    def _hold(self, hosts: Sequence[str]) -> None:
+        """Extend the revert deadline of the hosts holding the move: the controller is alive.
 
         Raises:
             _MoveGone: hosts had already reverted the move (their runs would measure the old state).
         """
-        outcome = self.backend.extend(self.run_id)
+        outcome = self.backend.extend(self.run_id, hosts=hosts)
         if reverted_hosts(outcome):
             raise _MoveGone(outcome)
         outcome.raise_for_failure("extending the revert deadline")
 
-    def judge(self, *, armed: bool = False) -> Judgement:
-        """Measure the rack as it is now against the reference until the decision is clear.
+    def judge(self, *, held: Sequence[str] = ()) -> Judgement:
+        """Measure the whole rack as it is now against the reference until the decision is clear.
 
-        ``armed``: the rack holds a move whose revert is armed. Its deadline is extended before a
+        ``held``: the hosts holding a move whose revert is armed. Its deadline is extended before a
         batch after the first (the apply extended it at its end) that might outlast it: the deadline
         only has to outlast one batch, whatever the rack's size. No host reverted the move while it
         was measured is proven after the verdict: keep and roll back both confirm the run first
@@ -470,8 +488,8 @@ class Tuner:
         samples: list[Sample] = []
         pauses = 0
         while True:
-            if armed and samples:  # the apply's last play extended it just before the first batch
-                self._hold_for(self.run_s * policy.batch)
+            if held and samples:  # the apply's last play extended it just before the first batch
+                self._hold_for(self.run_s * policy.batch, held)
             batch = self._measure(policy.batch if samples else policy.min_runs)
             samples += batch.samples
             pauses += batch.pause_frames
@@ -483,7 +501,7 @@ class Tuner:
                 {"all_reduce": _ar(samples), "alltoall": _aa(samples)},
             )
             if self._settled(ar, aa) or len(samples) >= policy.max_runs:
-                pairs, found = self._judge_pairs(ar, aa, armed=armed)
+                pairs, found = self._judge_pairs(ar, aa, held=held)
                 verdict, reason = self._verdict((ar, aa), pauses / max(len(samples), 1), pairs)
                 return Judgement(verdict, reason, ar, aa, samples, pauses, pairs, found)
 
@@ -508,7 +526,7 @@ class Tuner:
         return found
 
     def _judge_pairs(
-        self, ar: Decision, aa: Decision, *, armed: bool
+        self, ar: Decision, aa: Decision, *, held: Sequence[str]
     ) -> tuple[PairDecision | None, tuple[PairRound, ...]]:
         """The move's ib_write_bw round against the kept state's; a verdict the pairs would decide
         (a broken pair, a clear gain) is measured once more and must hold on both rounds.
@@ -517,16 +535,16 @@ class Tuner:
         """
         if self.pair_reference is None or ar.worse or self._collapsed(aa):
             return None, ()
-        if armed:
-            self._hold_for(self.pair_s)
+        if held:
+            self._hold_for(self.pair_s, held)
         found = self._pairs()
         if found is None:
             return None, ()
         rounds: tuple[PairRound, ...] = (found,)
         decided = compare(self.pair_reference, found, self.options.pair_guard, self.options.pair_gain)
         if decided.verdict != "same":
-            if armed:
-                self._hold_for(self.pair_s)
+            if held:
+                self._hold_for(self.pair_s, held)
             again = self._pairs()
             if again is not None:
                 options = self.options
@@ -585,7 +603,7 @@ class Tuner:
         self, seq: int, record: MoveRecord, judged: Judgement, desired: dict[str, dict[str, Any]]
     ) -> MoveRecord:
         reason = judged.reason
-        confirmed = self.backend.confirm(self.run_id)
+        confirmed = self.backend.confirm(self.run_id, hosts=record.hosts)
         fired = reverted_hosts(confirmed)
         if fired:
             self._revert_fired(seq, record, fired, rebooted_hosts(confirmed))
@@ -602,7 +620,8 @@ class Tuner:
     ) -> NoReturn:
         """The move was measured, at least in part, on hosts that had reverted it: discard, undo, stop."""
         record.all_reduce, record.alltoall, record.decision = [], [], {}  # its runs are discarded
-        restore_and_verify(self.backend, self.current)  # the other hosts may still hold the move
+        # the move's other hosts may still hold it
+        restore_and_verify(self.backend, self.current, hosts=record.hosts)
         if rebooted and set(rebooted) == set(hosts):
             reason = (
                 f"{', '.join(hosts)} rebooted before the move was decided and reverted it at boot: its "
@@ -651,8 +670,8 @@ class Tuner:
     def _undo(
         self, seq: int, record: MoveRecord, reason: str, desired: dict[str, dict[str, Any]]
     ) -> MoveRecord:
-        restore_and_verify(self.backend, self.current, roles_of(record.knobs))
-        confirmed = self.backend.confirm(self.run_id)
+        restore_and_verify(self.backend, self.current, roles_of(record.knobs), hosts=record.hosts)
+        confirmed = self.backend.confirm(self.run_id, hosts=record.hosts)
         fired = reverted_hosts(confirmed)
         if fired:
             self._revert_fired(seq, record, fired, rebooted_hosts(confirmed))
@@ -685,8 +704,8 @@ class Tuner:
         baseline = _ar(self.reference)
         self.measure_pair_matrix("baseline")
         moves: list[MoveRecord] = []
-        groups = plan(view_of(facts, self.fabric, self.options.lossless, self.options.sm_flavor),
-                      self.options.skip_groups)
+        groups = plan_rack(host_groups(facts, self.fabric, self.options.lossless, self.options.sm_flavor),
+                           self.options.skip_groups)
         for group in groups:
             for cand in group:
                 if cand.name in done:
@@ -713,6 +732,7 @@ class Tuner:
                 "pair_rounds": self.pair_rounds,
                 "planned": planned,
                 "slow_pairs": slow,
+                "planned_hosts": {c.name: list(c.hosts) for group in groups for c in group},
             },
         )
         return TuneResult(
@@ -748,16 +768,22 @@ def _round_payload(found: PairRound | None) -> dict[str, Any] | None:
 
 
 def restore_and_verify(
-    backend: Backend, snapshots: Mapping[str, Mapping[str, Any]], roles: Sequence[str] | None = None
+    backend: Backend,
+    snapshots: Mapping[str, Mapping[str, Any]],
+    roles: Sequence[str] | None = None,
+    *,
+    hosts: Sequence[str] | None = None,
 ) -> None:
     """Apply each host's snapshot exactly (couplings off), read the state back, require equality.
 
-    ``roles``: only the roles of the knobs that moved run; the whole state is verified all the same.
+    ``roles``: only the roles of the knobs that moved run; ``hosts``: only the hosts a move changed
+    are restored (None: every host of ``snapshots``). Every host's whole state is verified all the same.
 
     Raises:
         RollbackFailed: naming every knob that did not come back.
     """
-    outcome = backend.apply(snapshots, exact=True, roles=roles)
+    restore = snapshots if hosts is None else {h: snapshots[h] for h in hosts}
+    outcome = backend.apply(restore, exact=True, roles=roles)
     outcome.raise_for_failure("rollback")
     found = {h: snapshot_of(f) for h, f in backend.facts().items()}
     problems = [f"{h}: {d}" for h, snap in snapshots.items() for d in differences(snap, found.get(h, {}))]

@@ -10,10 +10,9 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-from fabtune.knobs import Change, LosslessClass, View
+from fabtune.knobs import Change
 
 MANAGED = ("nics", "nccl", "sm")
-DISTANCE_ORDER = ("X", "PIX", "PXB", "PHB", "NODE", "SYS")
 
 
 def snapshot_of(facts: Mapping[str, Any]) -> dict[str, Any]:
@@ -54,43 +53,3 @@ def _diff(path: str, a: Any, b: Any, out: list[str]) -> None:
             _diff(f"{path}.{key}" if path else key, a.get(key), b.get(key), out)
     elif a != b and str(a) != str(b):
         out.append(f"{path}: {a!r} -> {b!r}")
-
-
-def _distance(facts: Mapping[str, Any]) -> str:
-    topo = (facts.get("hardware") or {}).get("topology") or {}
-    matrix, legend = topo.get("matrix") or {}, topo.get("nic_legend") or {}
-    worst = "PIX"
-    for row, cells in matrix.items():
-        if not row.startswith("GPU"):
-            continue
-        gpu = int(row[3:])
-        nic = next((n for n, dev in legend.items() if dev == f"mlx5_{gpu % max(len(legend), 1)}"), None)
-        cell = cells.get(nic, "PIX") if nic else "PIX"
-        if cell in DISTANCE_ORDER and DISTANCE_ORDER.index(cell) > DISTANCE_ORDER.index(worst):
-            worst = cell
-    return worst
-
-
-def view_of(
-    facts: Mapping[str, Mapping[str, Any]], fabric: str, lossless: LosslessClass | None = None,
-    sm_flavor: str | None = None,
-) -> View:
-    """What the planner needs: the first host's NIC and NCCL state, the GID index, the worst affinity,
-    and the lossless class the fabric declares (the inventory's ``fabtune_lossless``)."""
-    first = facts[sorted(facts)[0]]
-    nics = first.get("nics") or {}
-    nic = nics[sorted(nics)[0]] if nics else {}
-    ports = (first.get("hardware") or {}).get("ports") or []
-    gid = ports[0].get("roce_v2_gid_index") if ports else None
-    worst = max((_distance(f) for f in facts.values()), key=DISTANCE_ORDER.index)
-    return View(
-        fabric="ib" if fabric == "ib" else "roce",
-        nic=nic,
-        nccl=first.get("nccl") or {},
-        sm=first.get("sm") or {},
-        rocev2_gid_index=gid,
-        hosts=len(facts),
-        gpu_nic_distance=worst,
-        lossless=lossless,
-        sm_flavor=sm_flavor or str((first.get("sm") or {}).get("sm_flavor") or "upstream"),
-    )

@@ -8,13 +8,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fabtune import knobs
 from fabtune.inventory import read_inventory
 from fabtune.testbed import oracle as testbed_model
 from fabtune.testbed.spec import TestbedSpec
 from fabtune.tune import run as tune_run
 from fabtune.tune.backend import AnsibleBackend
-from fabtune.tune.state import view_of
+from fabtune.tune.hosts import host_groups, plan_rack
 from tests.integration.conftest import make_testbed
 from tests.integration.tunerack import inventory
 
@@ -32,7 +31,7 @@ def rack() -> Iterator[TestbedSpec]:
 
 def test_an_already_tuned_rack_has_nothing_to_plan(rack: TestbedSpec) -> None:
     facts = AnsibleBackend(read_inventory(inventory(rack))).facts()
-    view = knobs.plan(view_of(facts, "roce"))
+    view = plan_rack(host_groups(facts, "roce"))
     assert view == [], [[c.name for c in group] for group in view]
 
 

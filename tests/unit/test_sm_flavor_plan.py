@@ -4,6 +4,7 @@ upstream opensm has no ar_* engine; it logs the name and routes with minhop)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -12,7 +13,7 @@ from fabtune.errors import ConfigError
 from fabtune.inventory import read_inventory
 from fabtune.knobs import View, plan
 from fabtune.tune import run as tune_run
-from fabtune.tune.state import view_of
+from fabtune.tune.hosts import host_groups
 
 
 def _ib_view(flavor: str, sm: dict[str, str] | None = None) -> View:
@@ -32,9 +33,14 @@ def test_nvidia_sm_gets_the_adaptive_routing_move_first() -> None:
 
 def test_the_view_takes_the_declared_flavor_else_what_opensm_conf_shows() -> None:
     facts = {"h01": {"nics": {}, "nccl": {}, "sm": {"routing_engine": "ar_updn", "sm_flavor": "mlnx"}}}
-    assert view_of(facts, "ib").sm_flavor == "mlnx"
-    assert view_of({"h01": {"sm": {"routing_engine": "minhop"}}}, "ib").sm_flavor == "upstream"
-    assert view_of({"h01": {"sm": {}}}, "ib", sm_flavor="mlnx").sm_flavor == "mlnx"
+    assert _view(facts).sm_flavor == "mlnx"
+    assert _view({"h01": {"sm": {"routing_engine": "minhop"}}}).sm_flavor == "upstream"
+    assert _view({"h01": {"sm": {}}}, sm_flavor="mlnx").sm_flavor == "mlnx"
+
+
+def _view(facts: dict[str, Any], sm_flavor: str | None = None) -> View:
+    (group,) = host_groups(facts, "ib", sm_flavor=sm_flavor)
+    return group.views[0]
 
 
 def _inventory(tmp_path: Path, fabric: str, sm_vars: dict[str, object]) -> Path:

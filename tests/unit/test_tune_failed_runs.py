@@ -11,10 +11,10 @@ import pytest
 from fabtune.bench.checks import CheckResult
 from fabtune.bench.diagnose import Diagnosis
 from fabtune.journal import Journal
-from fabtune.knobs import Candidate, plan
+from fabtune.knobs import Candidate
+from fabtune.tune.hosts import host_groups, plan_rack
 from fabtune.tune.loop import BenchmarkFailed, PreflightFailed, TuneOptions, Tuner
 from fabtune.tune.measure import Batch, FailedRun, MeasureSpec, Sample, busbw_ceilings, judge_runs
-from fabtune.tune.state import view_of
 from fabtune.tune.stats import ImpossibleSample, decide, impossible
 from tests.unit.test_tune_loop import HARDWARE, FakeRack
 
@@ -188,7 +188,7 @@ def test_a_rack_that_does_not_measure_after_the_rollback_stops_the_run(tmp_path:
 
 
 def first_move(tuner: Tuner) -> Candidate:
-    return plan(view_of(tuner.backend.facts(), "roce"), ("qps", "gdr"))[0][0]
+    return plan_rack(host_groups(tuner.backend.facts(), "roce"), ("qps", "gdr"))[0][0]
 
 
 def test_hardware_fixture_has_no_rate_so_no_ceiling() -> None:

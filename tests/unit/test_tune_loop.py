@@ -88,11 +88,11 @@ class FakeRack:
             self.state[host] = new
         return outcome()
 
-    def confirm(self, run_id: str) -> RunOutcome:
+    def confirm(self, run_id: str, *, hosts: Sequence[str] | None = None) -> RunOutcome:
         self.confirms += 1
         return outcome()
 
-    def extend(self, run_id: str) -> RunOutcome:
+    def extend(self, run_id: str, *, hosts: Sequence[str] | None = None) -> RunOutcome:
         self.extends += 1
         return outcome()
 
@@ -224,11 +224,11 @@ class RevertingRack(FakeRack):
             self.state["h02"], self.armed, self.fired = self.armed, None, True
         return batch
 
-    def confirm(self, run_id: str) -> RunOutcome:
+    def confirm(self, run_id: str, *, hosts: Sequence[str] | None = None) -> RunOutcome:
         self.confirms += 1
         return self._gone("Confirm the run")
 
-    def extend(self, run_id: str) -> RunOutcome:
+    def extend(self, run_id: str, *, hosts: Sequence[str] | None = None) -> RunOutcome:
         self.extends += 1
         return self._gone("Extend the revert deadline")
 
@@ -290,13 +290,13 @@ class ClockRack(FakeRack):
             self.longest = max(self.longest, self.now - self.since)
         return batch
 
-    def extend(self, run_id: str) -> RunOutcome:
+    def extend(self, run_id: str, *, hosts: Sequence[str] | None = None) -> RunOutcome:
         self.extends += 1
         if self.armed is not None:
             self.fires_at = self.now + self.deadline_s
         return self._gone()
 
-    def confirm(self, run_id: str) -> RunOutcome:
+    def confirm(self, run_id: str, *, hosts: Sequence[str] | None = None) -> RunOutcome:
         self.confirms += 1
         self.armed = None
         return self._gone()
