@@ -26,7 +26,7 @@ from fabtune import ansible
 from fabtune.bench.checks import CheckResult
 from fabtune.bench.diagnose import Diagnosis
 from fabtune.bench.pairs import PairResult
-from fabtune.errors import BenchmarkError, ExitStatus, FabtuneError
+from fabtune.errors import BenchmarkError, ExitStatus, FabtuneError, PlaybookFailed
 from fabtune.journal import Journal
 from fabtune.knobs import LADDERS, Candidate, LosslessClass, roles_of
 from fabtune.tune.hosts import changed_nics, host_groups, plan_rack
@@ -325,7 +325,7 @@ class Tuner:
             raise PreflightFailed(failed)
         self.reference = list(batch.samples)
         self.pause_rate = batch.pause_frames / max(len(batch.samples), 1)
-        self.pair_reference = self._pair_reference([])
+        self.pair_reference = self._reference_or_none([], "the baseline")
         slow = slow_pairs(self.pair_reference) if self.pair_reference else []
         for line in slow:
             self.emit("pairs", f"slow pair: {line}", {"pair": line})
@@ -516,6 +516,34 @@ class Tuner:
             found.append(more)
         return best_of(found)
 
+    def _reference_or_none(self, rounds: Sequence[PairRound], state: str) -> PairRound | None:
+        """The pair reference of ``state``; where ib_write_bw cannot run there at all (the playbook
+        failed: no move is held, so the rack's rdma_cm path or the tool is at fault), that is
+        journaled and said, and the rest of the run decides on nccl-tests alone."""
+        try:
+            return self._pair_reference(rounds)
+        except (PlaybookFailed, BenchmarkError) as err:
+            why = str(err).splitlines()[0][:300] if str(err) else type(err).__name__
+            self.journal.step(
+                self.run_id, "benchmark", "ib_write_bw (rdma_cm) failed",
+                {"error": str(err)[:2000], "state": state, "then": "decisions on nccl-tests alone"},
+                state="failed",
+            )
+            self.emit("pairs", f"ib_write_bw over rdma_cm could not run in {state} ({why}): later "
+                      "moves are decided on nccl-tests alone", {"error": why})
+            return None
+
+    def _move_round(self) -> PairRound | None:
+        """A round under the move; one that cannot run at all (the reference's could) counts as every
+        pair broken: the move is what changed."""
+        try:
+            return self._pairs()
+        except (PlaybookFailed, BenchmarkError) as err:
+            why = str(err).splitlines()[0][:300] if str(err) else type(err).__name__
+            ref = self.pair_reference or PairRound({}, {}, {})
+            return PairRound(dict.fromkeys(ref.pairs, 0.0), dict.fromkeys(ref.incast, 0.0),
+                             dict.fromkeys(ref.pairs, f"the round failed: {why}"))
+
     def _pairs(self) -> PairRound | None:
         """One ib_write_bw round over rdma_cm (pairs and incast); None where the rack has none."""
         start = self.clock()
@@ -537,7 +565,7 @@ class Tuner:
             return None, ()
         if held:
             self._hold_for(self.pair_s, held)
-        found = self._pairs()
+        found = self._move_round()
         if found is None:
             return None, ()
         rounds: tuple[PairRound, ...] = (found,)
@@ -545,7 +573,7 @@ class Tuner:
         if decided.verdict != "same":
             if held:
                 self._hold_for(self.pair_s, held)
-            again = self._pairs()
+            again = self._move_round()
             if again is not None:
                 options = self.options
                 decided = confirm(decided, self.pair_reference, again, options.pair_guard, options.pair_gain)
@@ -665,7 +693,7 @@ class Tuner:
         self.reference = samples
         self.pause_rate = pauses / max(len(samples), 1)
         if judged.pair_rounds:  # topped up to two rounds, like the samples
-            self.pair_reference = self._pair_reference(judged.pair_rounds)
+            self.pair_reference = self._reference_or_none(judged.pair_rounds, "the kept state")
 
     def _undo(
         self, seq: int, record: MoveRecord, reason: str, desired: dict[str, dict[str, Any]]

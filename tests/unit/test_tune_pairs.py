@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from fabtune.commands.tune import print_result
+from fabtune.errors import PlaybookFailed
 from fabtune.journal import Journal
 from fabtune.knobs import LosslessClass, lossless_change
 from fabtune.report import render_markdown, validate
@@ -183,3 +184,41 @@ def test_tune_prints_the_slow_pair(tmp_path: Path, capsys: pytest.CaptureFixture
     _, (result, _) = run(OneSlowPair(), tmp_path, ("lossless", "mtu", "qps", "gdr"))
     print_result(result, tmp_path / "report.json")
     assert f"slow ib_write_bw pair (rdma_cm): {OTHER}: " in capsys.readouterr().out
+
+
+class NoRdmaCm(PairRack):
+    """ib_write_bw over rdma_cm cannot run on this rack at all (its servers never listen)."""
+
+    def pairs(self) -> PairRound | None:
+        self.rounds += 1
+        raise PlaybookFailed("benchmark: h01: Wait for servers to listen: timed out")
+
+
+class MtuKillsRdmaCm(PairRack):
+    """Under MTU 4200 the pair round's playbook itself fails (no server comes up)."""
+
+    def pairs(self) -> PairRound | None:
+        if self.state["h01"]["nics"]["eth2"].get("mtu") == 4200:
+            self.rounds += 1
+            raise PlaybookFailed("benchmark: h02: Run the clients: rc 1")
+        return super().pairs()
+
+
+def test_a_rack_where_rdma_cm_cannot_run_is_tuned_on_nccl_tests_and_says_so(tmp_path: Path) -> None:
+    rack = NoRdmaCm()
+    tuner, (result, events) = run(rack, tmp_path, ("lossless", "qps", "gdr"))
+    [move] = result.moves
+    assert move.outcome == "kept" and move.reason.startswith("all_reduce"), move.reason
+    assert rack.rounds == 1 and tuner.pair_reference is None  # tried once, then left alone
+    assert any("ib_write_bw over rdma_cm could not run in the baseline" in e for e in events), events
+    failed = [s for s in tuner.journal.steps(tuner.run_id) if s.kind == "benchmark"]
+    assert [s.state for s in failed] == ["failed"] and "Wait for servers" in failed[0].payload["error"]
+
+
+def test_a_move_under_which_the_pair_round_cannot_run_is_rolled_back(tmp_path: Path) -> None:
+    rack = MtuKillsRdmaCm()
+    _, (result, _) = run(rack, tmp_path, ("lossless", "qps", "gdr"))
+    [move] = result.moves
+    assert move.name == "MTU 4200" and move.outcome == "rolled_back", move.reason
+    assert move.reason.startswith("guard: ib_write_bw (rdma_cm)") and "x0.00" in move.reason, move.reason
+    assert rack.state["h01"]["nics"]["eth2"]["mtu"] == 1500
