@@ -172,7 +172,9 @@ class AnsibleBackend:
         Raises:
             PlaybookFailed: a host could not be read or a round could not run.
         """
-        views = read_hosts(self.inventory)
+        if not self.views:  # read once: no move changes the hosts' rails, devices or addresses
+            self.views = read_hosts(self.inventory)
+        views = self.views
         hosts = sorted(views)
         if len(hosts) < 2:
             return []
