@@ -19,10 +19,11 @@ from fabtune import ansible
 from fabtune.errors import ConfigError, ExitStatus, FabtuneError
 from fabtune.inventory import InventoryInfo, read_inventory
 from fabtune.journal import Journal, Run
+from fabtune.lifecycle import describe
 from fabtune.lock import fabric_lock
+from fabtune.rollback import restore_journaled
 from fabtune.tune.backend import AnsibleBackend
 from fabtune.tune.loop import Event
-from fabtune.tune.run import describe, restore_journaled
 
 PLAYBOOK = "uninstall.yml"
 ARMED_TASK = "Find the commit-confirmed runs armed on this host"

@@ -34,14 +34,20 @@ class AnsibleBackend:
     gpus: int = 0
     netdevs: Mapping[str, list[str]] | None = None
     ceilings: Mapping[str, float] | None = None
+    hosts: Sequence[str] | None = None  # only these hosts (a rollback of a run that changed some)
 
     @property
     def inventory(self) -> Path:
         return self.info.path
 
+    @property
+    def limit(self) -> str | None:
+        return ",".join(self.hosts) if self.hosts is not None else None
+
     def facts(self) -> dict[str, dict[str, Any]]:
         """Each host's fabric facts (desired-state shape plus hardware)."""
-        outcome = ansible.run_playbook("facts.yml", self.inventory).raise_for_failure("reading facts")
+        outcome = ansible.run_playbook("facts.yml", self.inventory, limit=self.limit)
+        outcome.raise_for_failure("reading facts")
         found = {}
         for task in outcome.tasks:
             facts = task.result.get("ansible_facts", {}).get("fabric_facts")
@@ -84,11 +90,13 @@ class AnsibleBackend:
                 fabric_revert_deadline_s=self.deadline_s,
                 fabric_revert_snapshots={h: dict(s) for h, s in snapshots.items()},
             )
-        return ansible.run_playbook("apply.yml", self.inventory, extravars=extravars)
+        return ansible.run_playbook("apply.yml", self.inventory, extravars=extravars, limit=self.limit)
 
     def confirm(self, run_id: str) -> ansible.RunOutcome:
         """Cancel the armed reverts of ``run_id`` on every host."""
-        return ansible.run_playbook("confirm.yml", self.inventory, extravars={"fabric_run_id": run_id})
+        return ansible.run_playbook(
+            "confirm.yml", self.inventory, extravars={"fabric_run_id": run_id}, limit=self.limit
+        )
 
     def extend(self, run_id: str) -> ansible.RunOutcome:
         """Move every host's revert deadline of ``run_id`` to ``deadline_s`` from now (fails where
