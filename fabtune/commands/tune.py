@@ -101,7 +101,7 @@ def tune(inventory: Path, profile: Path | None, jsonl: bool, output: ResultOutpu
 @click.option("--limit", type=int, default=20, show_default=True)
 @result_output()
 def runs(limit: int, output: ResultOutput) -> None:
-    """The run history (tune, bootstrap, drift)."""
+    """The run history (tune, bootstrap, drift, apply, uninstall)."""
     table = Table("run", "kind", "fabric", "state", "started", "summary")
     found = Journal().runs(limit)
     for r in found:

@@ -8,7 +8,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from fabtune import report
 from fabtune.desired import save_tuned
 from fabtune.errors import ConfigError
 from fabtune.inventory import InventoryInfo, read_inventory
@@ -47,11 +46,6 @@ def tuned_tree(result: TuneResult) -> dict[str, Any]:
         if first.get(key) is not None:
             tree[key] = first[key]
     return tree
-
-
-def write_report(journal: Journal, run_id: str) -> Path:
-    """Write the run's report (JSON, HTML, Markdown) from the journal alone; returns report.json's path."""
-    return report.write_all(journal, run_id, runs_dir(run_id))["json"]
 
 
 def finish(
