@@ -4,6 +4,7 @@ the run closed on every path (done, failed on an exception, interrupted on Ctrl-
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -103,3 +104,24 @@ def test_a_resume_claims_the_run_and_a_stale_lock_is_journaled(home: Path) -> No
     assert [(s.kind, s.name) for s in journal.steps(first)] == [("lock", "stale lock taken over")]
     assert journal.run(first).state == "done"
     journal.close()
+
+
+def test_a_drift_run_refused_by_the_lock_leaves_no_run_and_still_exports_its_error(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fabtune import drift
+    from fabtune.cli import main
+    from fabtune.errors import ExitStatus
+    from fabtune.inventory import InventoryInfo
+
+    inventory = home / "inv.yml"
+    inventory.write_text("all: {}\n")
+    info = InventoryInfo(inventory, "rack", "roce", ("h01",), (), "mpirun", None)
+    verb = sys.modules["fabtune.commands.drift"]
+    monkeypatch.setattr(verb, "read_inventory", lambda _path: info)
+    monkeypatch.setattr(drift, "desired_for", lambda _info, _profile: drift.DesiredSource({}, "test"))
+    textfile = home / "drift.prom"
+    with fabric_lock("rack", "tune"):
+        assert main(["drift", "-i", str(inventory), "--textfile", str(textfile)]) == ExitStatus.LOCKED
+    assert Journal().runs() == []
+    assert 'fabtune_drift_exit_code{fabric="rack"} 1' in textfile.read_text()
