@@ -51,9 +51,10 @@ from fabtune.bench.schedule import Pair, pair_rounds
 from fabtune.changes import knob_changes
 from fabtune.errors import ExitStatus, FabtuneError
 from fabtune.hostpackages import check_tools
-from fabtune.inventory import InventoryInfo
+from fabtune.inventory import InventoryInfo, read_inventory
 from fabtune.journal import Journal
-from fabtune.profile import Profile
+from fabtune.lifecycle import RunContext, journaled_run
+from fabtune.profile import Profile, check_against_rack
 
 
 class BootstrapFailed(FabtuneError):
@@ -507,6 +508,40 @@ def acceptance(inventory: Path, info: InventoryInfo, report: BootstrapReport, sa
     report.checks += diagnose.transport_results(
         hosts, run.output, failed=not rows, why=why, gids=diagnose.gid_tables(views)
     )
+
+
+def bootstrap(
+    inventory: Path,
+    profile: Profile,
+    *,
+    pair_threshold: float = 0.9,
+    busbw_threshold: float = 0.8,
+    progress: Progress | None = None,
+) -> tuple[BootstrapReport, RunContext]:
+    """``fabtune bootstrap``: the profile checked against the rack, then :func:`run_bootstrap` as one
+    journaled run under the fabric's lock, closed ``passed`` or ``failed``, its report written.
+
+    Returns:
+        The report, and the closed run (its id, the report files written).
+    """
+    info = read_inventory(inventory)
+    check_against_rack(profile, info)
+    with journaled_run("bootstrap", info.name, inventory, profile=str(profile.path)) as run:
+        report = run_bootstrap(
+            inventory,
+            info,
+            profile,
+            pair_threshold=pair_threshold,
+            busbw_threshold=busbw_threshold,
+            journal=run.journal,
+            run_id=run.run_id,
+            progress=progress,
+        )
+        run.end(
+            "passed" if report.passed else "failed",
+            {"phase": report.phase, "failed_hosts": report.failed_hosts, "busbw_gbytes": report.busbw_gbytes},
+        )
+    return report, run
 
 
 def run_bootstrap(

@@ -16,7 +16,7 @@ from rich.markup import escape
 from fabtune import __version__, ansible, plugins
 from fabtune.commands import COMMANDS, _console
 from fabtune.commands._verbose import AnsibleStream
-from fabtune.errors import ConfigError, ExitStatus, FabtuneError, Terminated
+from fabtune.errors import ConfigError, ExitPassedOn, ExitStatus, FabtuneError, Terminated
 from fabtune.paths import private_umask
 
 
@@ -94,29 +94,36 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _main(args, console)
 
 
-def _invoke(args: list[str]) -> object:
+def _invoke(args: list[str]) -> None:
     """The verb; a file-system failure (a full disk, a read-only or vanished FABTUNE_HOME) that no
     layer below turned into its own error becomes one that names the file."""
     try:
-        return cli.main(args=args, prog_name="fabtune", standalone_mode=False)
+        cli.main(args=args, prog_name="fabtune", standalone_mode=False)
     except OSError as err:
         where = " -> ".join(str(f) for f in (err.filename, err.filename2) if f) or "a file"
         raise FabtuneError(f"cannot use {where}: {err.strerror or err}") from err
 
 
+def _failed(err: FabtuneError, debug: bool, console: Console) -> int:
+    """The exit status of ``err``, reported on stderr (re-raised with --debug: the traceback)."""
+    if isinstance(err, ExitPassedOn):
+        return err.status
+    if debug:
+        raise err
+    _report(err, console)
+    return int(err.code)
+
+
 def _main(args: list[str], console: Console) -> int:
     try:
-        code = _invoke(args)
+        _invoke(args)
     except FabtuneError as err:
-        if "--debug" in args:
-            raise
-        _report(err, console)
-        return int(err.code)
+        return _failed(err, "--debug" in args, console)
     except click.exceptions.Abort as err:
         cause = err.__cause__
         console.print(str(cause) if isinstance(cause, Terminated) else "aborted", highlight=False)
         return int(ExitStatus.INTERRUPTED)
-    except click.exceptions.Exit as done:
+    except click.exceptions.Exit as done:  # click's own (--help, --version)
         return int(done.exit_code)
     except click.ClickException as err:
         err.show()
@@ -124,5 +131,4 @@ def _main(args: list[str], console: Console) -> int:
     except KeyboardInterrupt as err:
         console.print(str(err) if isinstance(err, Terminated) else "interrupted", highlight=False)
         return int(ExitStatus.INTERRUPTED)
-    # A command that ends with ctx.exit(N) returns N here (click's standalone_mode=False).
-    return code if isinstance(code, int) else int(ExitStatus.OK)
+    return int(ExitStatus.OK)  # a verb that returns ends OK: every other status is an exception above

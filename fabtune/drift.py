@@ -33,6 +33,7 @@ from fabtune.desired import load_tuned, tuned_path
 from fabtune.errors import ConfigError, ExitStatus, FabtuneError, PlaybookFailed
 from fabtune.inventory import InventoryInfo
 from fabtune.journal import Journal
+from fabtune.lifecycle import RunContext, journaled_run
 from fabtune.profile import check_against_rack, load_profile, validate_desired
 
 VALIDATE_TASK = "Validate the desired fabric state"
@@ -449,6 +450,83 @@ def drift_payload(report: DriftReport, source: str | None = None) -> dict[str, A
 
 
 # --------------------------------------------------------------------------- Prometheus textfile
+
+
+def run_state(result: DriftResult) -> str:
+    """The state a drift run closes with: clean, drift, remediated, rolled_back or failed."""
+    if result.error:
+        return "failed"
+    if result.remediation is not None:
+        return "rolled_back" if result.remediation.rolled_back else "remediated"
+    return {ExitStatus.OK: "clean", ExitStatus.DRIFT_FOUND: "drift"}.get(result.exit_status, "failed")
+
+
+@dataclass
+class DriftRun:
+    """``fabtune drift``: the check, and the remediation when asked, as one journaled run under the
+    fabric's lock (:mod:`fabtune.lifecycle`); the Prometheus textfile written on every path.
+
+    ``result`` and ``run`` hold what the verb prints and writes, also after an error.
+    """
+
+    inventory: Path
+    info: InventoryInfo
+    source: DesiredSource
+    profile: Path | None = None
+    remediate: bool = False
+    tolerance: float = DEFAULT_TOLERANCE
+    textfile: Path | None = None
+    result: DriftResult = field(init=False)
+    run: RunContext | None = None
+
+    def __post_init__(self) -> None:
+        self.result = DriftResult(self.info.name, self.source.source, DriftReport(self.info.hosts, ()))
+
+    def execute(self, progress: Progress | None = None) -> DriftResult:
+        """Check (and remediate); the run is closed with :func:`run_state` or as failed/interrupted.
+
+        Raises:
+            LockedError: another run holds the fabric's lock (no run is journaled).
+            FabtuneError: a check or remediation that failed (journaled in the run).
+        """
+        purpose = "drift" + (" remediation" if self.remediate else "")
+        profile = str(self.profile) if self.profile else None
+        try:
+            with journaled_run("drift", self.info.name, self.inventory, profile=profile,
+                               purpose=purpose) as run:
+                self.run = run
+                self._journaled(run, progress or (lambda _m: None))
+        except BaseException as err:  # an interrupt or SIGTERM (a timeout) too
+            if self.result.error is None:
+                self.result = dataclasses.replace(self.result, error=describe_error(err))
+            raise
+        finally:
+            if self.textfile is not None:
+                write_textfile(self.textfile, prometheus_text(self.result))
+        return self.result
+
+    def _journaled(self, run: RunContext, say: Progress) -> None:
+        try:
+            self._check(run, say)
+        except BaseException as err:
+            self.result = dataclasses.replace(self.result, error=describe_error(err))
+            raise
+        finally:
+            result, report = self.result, self.result.report
+            summary = {"knobs": len(report.items), "hosts": report.drifted_hosts, "error": result.error}
+            run.end(run_state(result), {**summary, "exit": int(result.exit_status)})
+
+    def _check(self, run: RunContext, say: Progress) -> None:
+        seq = run.step("check", "drift check", {"source": self.source.source})
+        report = detect(self.inventory, self.source.desired, self.info.hosts)
+        run.finish_step(seq, "done", drift_payload(report, self.source.source))
+        self.result = DriftResult(self.info.name, self.source.source, report)
+        if self.remediate and report.drifted:
+            rem = remediate(
+                self.inventory, self.info, self.source.desired, report,
+                journal=run.journal, run_id=run.run_id, tolerance=self.tolerance, progress=say,
+            )
+            self.result = DriftResult(self.info.name, self.source.source, report, rem)
 
 
 def _label(value: str) -> str:

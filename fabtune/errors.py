@@ -61,6 +61,21 @@ class BenchmarkError(FabtuneError):
     code = ExitStatus.BENCHMARK
 
 
+class ChecksFailed(FabtuneError):
+    """A check the user asked for (``fabtune check``) failed; the checks were shown."""
+
+    code = ExitStatus.CHECK_FAILED
+
+
+class ExitPassedOn(FabtuneError):
+    """The exit status of a program fabtune ran in the foreground for the user (``testbed ssh``),
+    passed on as fabtune's own with nothing more to report (``cli.main`` prints nothing)."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(f"exit status {status}")
+        self.status = status
+
+
 class Terminated(KeyboardInterrupt):
     """SIGTERM (a timeout, systemd stopping a unit): raised so every failure path runs, as for Ctrl-C."""
 

@@ -19,10 +19,10 @@ from fabtune import ansible
 from fabtune.errors import ConfigError, ExitStatus, FabtuneError
 from fabtune.inventory import InventoryInfo, read_inventory
 from fabtune.journal import Journal, Run
-from fabtune.lock import fabric_lock
+from fabtune.lifecycle import journaled_run
+from fabtune.rollback import restore_journaled
 from fabtune.tune.backend import AnsibleBackend
 from fabtune.tune.loop import Event
-from fabtune.tune.run import describe, restore_journaled
 
 PLAYBOOK = "uninstall.yml"
 ARMED_TASK = "Find the commit-confirmed runs armed on this host"
@@ -131,15 +131,11 @@ def uninstall(
     journal = Journal()
     try:
         source = _restore_source(journal, restore, info) if restore else None
-        with fabric_lock(info.name, "uninstall" + (" (check)" if check else "")):
-            run_id = journal.open_run("uninstall", info.name, str(inventory), None)
-            try:
-                result = _run(journal, run_id, info, source, check=check, emit=emit)
-            except BaseException as err:
-                journal.close_run(run_id, "failed", {"error": describe(err), "restore": restore})
-                raise
-            summary = {"removed": result.removed, "restored": result.restored, "restore": restore}
-            journal.close_run(run_id, "checked" if check else "done", summary)
+        purpose = "uninstall" + (" (check)" if check else "")
+        with journaled_run("uninstall", info.name, inventory, purpose=purpose, journal=journal) as run:
+            run.end("checked" if check else "done", {"restore": restore})  # kept on a failure
+            result = _run(journal, run.run_id, info, source, check=check, emit=emit)
+            run.end(run.state, {"removed": result.removed, "restored": result.restored})
     finally:
         journal.close()
     return result

@@ -1,4 +1,5 @@
-"""``fabtune apply``: validate a profile, apply it with the apply playbook, show each knob changed."""
+"""``fabtune apply``: validate a profile, apply it (a journaled run under the fabric lock), show each
+knob changed."""
 
 from __future__ import annotations
 
@@ -7,24 +8,9 @@ from typing import Any
 
 import click
 
-from fabtune.ansible import RunOutcome, run_playbook
-from fabtune.changes import knob_changes
+from fabtune import apply as lib
 from fabtune.commands._common import ResultOutput, absolute_path, result_output
-from fabtune.errors import ConfigError
-from fabtune.inventory import read_inventory
-from fabtune.profile import check_against_rack, load_profile
-
-VALIDATE_TASK = "Validate the desired fabric state"
-
-
-def _host_problems(outcome: RunOutcome) -> list[str]:
-    """The validation failures of a run, per host (the desired state did not fit a host)."""
-    problems = []
-    for task in outcome.failures():
-        if task.task == VALIDATE_TASK:
-            for problem in task.result.get("problems") or [task.result.get("msg", "invalid")]:
-                problems.append(f"{task.host}: {problem}")
-    return problems
+from fabtune.profile import load_profile
 
 
 def _show(value: Any) -> str:
@@ -47,26 +33,23 @@ def apply(inventory: Path, profile_path: Path, check: bool, limit: str | None, o
 
     Nothing changes on any host unless the profile validates, first here (schema, couplings, and
     against the inventory: fabric type, subnet-manager hosts), then on every host (interfaces present).
+    The run is journaled with the hosts' state before it (`fabtune rollback RUN` restores it) and
+    holds the fabric's lock; --check is journaled as a check and changes nothing.
     """
     profile = load_profile(profile_path, need="fabric_desired")
-    check_against_rack(profile, read_inventory(inventory))
-    outcome = run_playbook("drift.yml" if check else "apply.yml", inventory,
-                           extravars={"fabric_desired": profile.desired}, check=check, diff=True, limit=limit)
-    problems = _host_problems(outcome)
-    if problems:
-        raise ConfigError(f"profile {profile_path}", problems)
-    changes = knob_changes(outcome.tasks)
+    result = lib.apply(inventory, profile, check=check, limit=limit)
     verb = "would change" if check else "changed"
-    hosts = sorted(set(outcome.stats.get("ok", {})) | set(changes))
-    for host in hosts:
-        items = changes.get(host, [])
+    for host in result.hosts:
+        items = result.changes.get(host, [])
         output.echo(f"{host}: {len(items)} knob(s) {verb}" if items else f"{host}: unchanged")
         for item in items:
             output.echo(f"  {item.knob}: {_show(item.before)} -> {_show(item.after)}")
+    outcome = result.outcome
     output.write({
-        "kind": "apply", "check": check, "ok": outcome.ok, "failed_hosts": outcome.failed_hosts,
-        "unreachable_hosts": outcome.unreachable_hosts, "artifacts": str(outcome.artifact_dir),
-        "changes": {h: [{"knob": c.knob, "before": c.before, "after": c.after} for c in changes.get(h, [])]
-                    for h in hosts},
+        "kind": "apply", "run_id": result.run_id, "check": check, "ok": outcome.ok,
+        "failed_hosts": outcome.failed_hosts, "unreachable_hosts": outcome.unreachable_hosts,
+        "artifacts": str(outcome.artifact_dir),
+        "changes": {h: [{"knob": c.knob, "before": c.before, "after": c.after}
+                        for c in result.changes.get(h, [])] for h in result.hosts},
     })
     outcome.raise_for_failure("fabtune apply")

@@ -9,14 +9,10 @@ from rich.console import Console
 from rich.table import Table
 
 from fabtune import bootstrap as lib
-from fabtune import report as reports
 from fabtune.commands import _console
 from fabtune.commands._common import ResultOutput, absolute_path, require_file, result_output
 from fabtune.commands._progress import Progress
-from fabtune.inventory import read_inventory
-from fabtune.journal import Journal
-from fabtune.lock import fabric_lock
-from fabtune.profile import check_against_rack, load_profile
+from fabtune.profile import load_profile
 
 STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red"}
 
@@ -107,42 +103,14 @@ def bootstrap(
     """
     require_file(inventory, "inventory")
     profile = load_profile(profile_path, need="fabric_desired")  # validated before anything runs
-    info = read_inventory(inventory)
-    check_against_rack(profile, info)
-    console = _console.err()
-    journal = Journal()
-    run_id = journal.open_run("bootstrap", info.name, str(inventory), str(profile.path))
-    state = "failed"
-    try:
-        with fabric_lock(info.name, "bootstrap"), Progress(console=console).status("bootstrap") as say:
-            report = lib.run_bootstrap(
-                inventory,
-                info,
-                profile,
-                pair_threshold=pair_threshold,
-                busbw_threshold=busbw_threshold,
-                journal=journal,
-                run_id=run_id,
-                progress=say,
-            )
-        state = "passed" if report.passed else "failed"
-        journal.close_run(
-            run_id,
-            state,
-            {"phase": report.phase, "failed_hosts": report.failed_hosts, "busbw_gbytes": report.busbw_gbytes,
-             "report": str(reports.report_dir(run_id) / "report.json")},
+    with Progress(console=_console.err()).status("bootstrap") as say:
+        report, run = lib.bootstrap(
+            inventory, profile, pair_threshold=pair_threshold, busbw_threshold=busbw_threshold, progress=say
         )
-        written = reports.write_quietly(journal, run_id)
-    except BaseException as err:  # an interrupt or SIGTERM (a timeout) is journaled too
-        journal.close_run(run_id, "failed", {"error": str(err) or type(err).__name__})
-        reports.write_quietly(journal, run_id)
-        raise
-    finally:
-        journal.close()
     _print(report, output.console())
-    if written:
-        _console.err().print(f"report: {written['html']}", soft_wrap=True, highlight=False)
-    output.write({"kind": "bootstrap", "run_id": run_id, "passed": report.passed, "report": report})
+    if run.reports:
+        _console.err().print(f"report: {run.reports['html']}", soft_wrap=True, highlight=False)
+    output.write({"kind": "bootstrap", "run_id": run.run_id, "passed": report.passed, "report": report})
     if not report.passed:
         raise lib.BootstrapFailed(
             f"bootstrap of {report.fabric} failed at {report.phase}; hosts at fault: "

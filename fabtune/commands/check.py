@@ -10,7 +10,7 @@ from rich.table import Table
 from fabtune.bench.checkrun import run_checks
 from fabtune.commands import _console
 from fabtune.commands._common import INVENTORY_OPTION, OOB_OPTION, ResultOutput, require_file, result_output
-from fabtune.errors import ExitStatus
+from fabtune.errors import ChecksFailed
 
 STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red"}
 
@@ -20,9 +20,8 @@ STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red"}
 @result_output(legacy=True)
 @OOB_OPTION
 @click.option("--no-nccl", is_flag=True, help="Skip the short nccl-tests run that checks the transport.")
-@click.pass_context
 def check(
-    ctx: click.Context, inventory: Path, output: ResultOutput, oob_interface: str | None, no_nccl: bool
+    inventory: Path, output: ResultOutput, oob_interface: str | None, no_nccl: bool
 ) -> None:
     """GPU-NIC affinity, RDMA transport (no TCP fallback), GID index, links, subnet manager.
 
@@ -36,5 +35,6 @@ def check(
         table.add_row(r.check, r.host, f"[{STYLE[r.verdict]}]{r.verdict}[/]", r.summary, r.evidence)
     output.console().print(table)
     output.write({"kind": "check", "results": results})
-    if any(r.verdict == "fail" for r in results):
-        ctx.exit(int(ExitStatus.CHECK_FAILED))
+    failed = [f"{r.check} on {r.host}" for r in results if r.verdict == "fail"]
+    if failed:
+        raise ChecksFailed(f"{len(failed)} check(s) failed: {', '.join(failed)}")

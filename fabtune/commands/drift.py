@@ -11,14 +11,11 @@ from rich.table import Table
 from rich.text import Text
 
 from fabtune import drift as lib
-from fabtune import report as reports
 from fabtune.commands import _console
 from fabtune.commands._common import ResultOutput, absolute_path, result_output
 from fabtune.commands._progress import Progress
 from fabtune.errors import ExitStatus
 from fabtune.inventory import read_inventory
-from fabtune.journal import Journal
-from fabtune.lock import fabric_lock
 from fabtune.paths import fabtune_home
 from fabtune.profile import packaged
 
@@ -110,9 +107,7 @@ def _print(result: lib.DriftResult, console: Console) -> None:
 @click.option(
     "--enable", is_flag=True, help="With --install-timer: also daemon-reload and enable --now the timer."
 )
-@click.pass_context
 def drift(
-    ctx: click.Context,
     inventory: Path,
     profile_path: Path | None,
     remediate: bool,
@@ -157,73 +152,26 @@ def drift(
             output.echo(f"ran: {' '.join(argv)}")
         return
     info = read_inventory(inventory)
-    source = lib.desired_for(info, profile_path)
-    console = _console.err()
-    journal = Journal()
-    run_id = journal.open_run("drift", info.name, str(inventory), str(profile_path) if profile_path else None)
-    result = lib.DriftResult(info.name, source.source, lib.DriftReport(info.hosts, ()))
+    run = lib.DriftRun(inventory, info, lib.desired_for(info, profile_path), profile=profile_path,
+                       remediate=remediate, tolerance=tolerance, textfile=textfile)
     try:
-        with fabric_lock(info.name, "drift" + (" remediation" if remediate else "")):
-            seq = journal.step(run_id, "check", "drift check", {"source": source.source})
-            with console.status("checking drift"):
-                report = lib.detect(inventory, source.desired, info.hosts)
-            journal.finish_step(run_id, seq, "done", lib.drift_payload(report, source.source))
-            result = lib.DriftResult(info.name, source.source, report)
-            if remediate and report.drifted:
-                with Progress(console=console).status("remediating") as say:
-                    rem = lib.remediate(
-                        inventory,
-                        info,
-                        source.desired,
-                        report,
-                        journal=journal,
-                        run_id=run_id,
-                        tolerance=tolerance,
-                        progress=say,
-                    )
-                result = lib.DriftResult(info.name, source.source, report, rem)
-    except BaseException as err:  # an interrupt or SIGTERM (a timeout) is journaled too
-        result = lib.DriftResult(
-            info.name, source.source, result.report, result.remediation, lib.describe_error(err)
-        )
-        _finish(journal, run_id, result, textfile, output)
-        raise
-    _finish(journal, run_id, result, textfile, output)
+        with Progress(console=_console.err()).status("checking drift") as say:
+            result = run.execute(say)
+    finally:
+        _written(run, output)
     _print(result, output.console())
-    status = result.exit_status
-    if status == ExitStatus.DRIFT_FOUND:
+    if result.exit_status == ExitStatus.DRIFT_FOUND:
         hosts = sorted({*result.report.drifted_hosts, *result.report.failed})
         raise lib.DriftFound(
             f"drift found: {len(result.report.items)} knob(s) on {', '.join(hosts)}"
             + (" (remediation rolled back)" if result.remediation and result.remediation.rolled_back else "")
         )
-    if status != ExitStatus.OK:
-        ctx.exit(int(status))
 
 
-def _finish(
-    journal: Journal, run_id: str, result: lib.DriftResult, textfile: Path | None, output: ResultOutput
-) -> None:
-    state = {ExitStatus.OK: "clean", ExitStatus.DRIFT_FOUND: "drift"}.get(result.exit_status, "failed")
-    if result.remediation is not None:
-        state = "rolled_back" if result.remediation.rolled_back else "remediated"
-    if result.error:
-        state = "failed"
-    journal.close_run(
-        run_id,
-        state,
-        {
-            "knobs": len(result.report.items),
-            "hosts": result.report.drifted_hosts,
-            "error": result.error,
-            "exit": int(result.exit_status),
-            "report": str(reports.report_dir(run_id) / "report.json"),
-        },
-    )
-    written = reports.write_quietly(journal, run_id)
-    journal.close()
-    if written:
-        _console.err().print(f"report: {written['html']}", soft_wrap=True, highlight=False)
-    if textfile is not None:
-        lib.write_textfile(textfile, lib.prometheus_text(result))
+def _written(run: lib.DriftRun, output: ResultOutput) -> None:
+    """Where the report is, and the result as JSON where -o/--json asks (also after an error)."""
+    if run.run and run.run.reports:
+        _console.err().print(f"report: {run.run.reports['html']}", soft_wrap=True, highlight=False)
+    result = run.result
+    run_id = run.run.run_id if run.run else None
     output.write({"kind": "drift", "run_id": run_id, "exit": int(result.exit_status), "result": result})

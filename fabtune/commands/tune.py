@@ -11,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from fabtune import plugins
+from fabtune import rollback as rollbacks
 from fabtune.commands._common import (
     INVENTORY_OPTION,
     RUN_ID_ARGUMENT,
@@ -103,7 +104,7 @@ def tune(inventory: Path, profile: Path | None, jsonl: bool, output: ResultOutpu
 @click.option("--limit", type=int, default=20, show_default=True)
 @result_output()
 def runs(limit: int, output: ResultOutput) -> None:
-    """The run history (tune, bootstrap, drift)."""
+    """The run history (tune, bootstrap, drift, apply, uninstall)."""
     table = Table("run", "kind", "fabric", "state", "started", "summary")
     found = Journal().runs(limit)
     for r in found:
@@ -158,7 +159,8 @@ def show(run_id: str, output: ResultOutput) -> None:
 )
 @result_output()
 def rollback(run_id: str, inventory: Path | None, from_hosts: bool, output: ResultOutput) -> None:
-    """Restore every managed knob on every host to its value before RUN_ID (verified).
+    """Restore every managed knob on every host to its value before RUN_ID (verified): a tune,
+    apply or drift remediation run.
 
     The pre-run state comes from the journal; with --from-hosts, or when the journal cannot be
     used or has no such run and -i is given, from the record each host keeps of the run's first
@@ -166,7 +168,7 @@ def rollback(run_id: str, inventory: Path | None, from_hosts: bool, output: Resu
     """
     if inventory is not None:
         require_file(inventory, "inventory")
-    hosts = tune_run.rollback(run_id, Progress(), inventory=inventory, from_hosts=from_hosts)
+    hosts = rollbacks.rollback(run_id, Progress(), inventory=inventory, from_hosts=from_hosts)
     output.write({"kind": "rollback", "run_id": run_id, "restored": hosts})
     output.console().print(f"restored {len(hosts)} hosts to their state before {run_id}: {', '.join(hosts)}")
 

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from fabtune.commands import _console
 from fabtune.commands._common import ResultOutput, result_output
-from fabtune.errors import ExitStatus, TestbedError
+from fabtune.errors import ExitPassedOn, TestbedError
 from fabtune.testbed import build, layout
 from fabtune.testbed.access import ssh_argv
 from fabtune.testbed.reboot import reboot as reboot_hosts
@@ -85,8 +85,7 @@ def reboot(name: str, hosts: tuple[str, ...]) -> None:
 @testbed.command("status")
 @click.option("--name", default=None, callback=_testbed_name, help="Testbed name (default: list them all).")
 @result_output()
-@click.pass_context
-def status(ctx: click.Context, name: str | None, output: ResultOutput) -> None:
+def status(name: str | None, output: ResultOutput) -> None:
     """Show each host's namespace, init process and sshd; exit non-zero unless all are up.
 
     Without --name, list every testbed here with its fabric and hosts."""
@@ -104,8 +103,9 @@ def status(ctx: click.Context, name: str | None, output: ResultOutput) -> None:
         )
     output.console().print(table)
     output.write({"kind": "testbed-status", "name": name, "hosts": rows})
-    if not all(r.netns and r.running and r.ssh for r in rows):
-        ctx.exit(int(ExitStatus.TESTBED))
+    down = [r.name for r in rows if not (r.netns and r.running and r.ssh)]
+    if down:
+        raise TestbedError(f"testbed {name!r}: {', '.join(down)} not up (netns, running, ssh: see the table)")
 
 
 def _list_testbeds(output: ResultOutput) -> None:
@@ -136,8 +136,9 @@ def inventory(name: str) -> None:
 @NAME_OPTION
 @click.argument("host")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-@click.pass_context
-def ssh(ctx: click.Context, name: str, host: str, command: tuple[str, ...]) -> None:
+def ssh(name: str, host: str, command: tuple[str, ...]) -> None:
     """Open a shell on HOST, or run COMMAND there."""
     argv = ssh_argv(name, host, " ".join(command), tty=not command and sys.stdin.isatty())
-    ctx.exit(subprocess.run(argv, check=False).returncode)
+    status = subprocess.run(argv, check=False).returncode
+    if status:
+        raise ExitPassedOn(status)

@@ -41,6 +41,7 @@ class AnsibleBackend:
     # per host, the reads of its ports' RDMA hw_counters (fabtune.bench.rdmacounters)
     hw_reads: Mapping[str, list[dict[str, Any]]] = field(default_factory=dict)
     views: dict[str, HostView] = field(default_factory=dict)  # read once, for the pair rounds
+    hosts: Sequence[str] | None = None  # only these hosts (a rollback of a run that changed some)
 
     @property
     def inventory(self) -> Path:
@@ -53,6 +54,8 @@ class AnsibleBackend:
             ConfigError: no host, or a host that is not the inventory's.
         """
         if hosts is None:
+            hosts = self.hosts
+        if hosts is None:
             return None
         chosen = sorted(set(hosts))
         unknown = [h for h in chosen if h not in self.info.hosts]
@@ -61,9 +64,15 @@ class AnsibleBackend:
             raise ConfigError(str(self.info.path), [f"hosts: {what}"])
         return None if chosen == sorted(self.info.hosts) else ",".join(chosen)
 
+    @property
+    def limit(self) -> str | None:
+        """The host pattern every run of this backend is held to (its ``hosts``; None: all)."""
+        return self._limit(None)
+
     def facts(self) -> dict[str, dict[str, Any]]:
         """Each host's fabric facts (desired-state shape plus hardware)."""
-        outcome = ansible.run_playbook("facts.yml", self.inventory).raise_for_failure("reading facts")
+        outcome = ansible.run_playbook("facts.yml", self.inventory, limit=self.limit)
+        outcome.raise_for_failure("reading facts")
         found = {}
         for task in outcome.tasks:
             facts = task.result.get("ansible_facts", {}).get("fabric_facts")

@@ -1,21 +1,21 @@
-"""A whole tuning run: validate, lock, journal, tune, write the tuned desired state and the report."""
+"""A whole tuning run (tune, resume): validate, then in one journaled run (fabtune.lifecycle: lock,
+journal, close, report) tune and write the tuned desired state."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from fabtune import report
 from fabtune.desired import save_tuned
 from fabtune.errors import ConfigError
 from fabtune.inventory import InventoryInfo, read_inventory
-from fabtune.journal import Journal, JournalError, Run, Step, UnknownRun, check_run_id, default_path
-from fabtune.lock import fabric_lock
+from fabtune.journal import Journal, Step
+from fabtune.lifecycle import RunContext, journaled_run
 from fabtune.paths import check_name, under_home
 from fabtune.profile import Profile, check_against_rack, tune_options
-from fabtune.tune.backend import AnsibleBackend, prerun_record_path
+from fabtune.tune.backend import AnsibleBackend
 from fabtune.tune.loop import Event, RevertFired, TuneOptions, Tuner, TuneResult, restore_and_verify
 
 
@@ -48,40 +48,18 @@ def tuned_tree(result: TuneResult) -> dict[str, Any]:
     return tree
 
 
-def write_report(journal: Journal, run_id: str) -> Path:
-    """Write the run's report (JSON, HTML, Markdown) from the journal alone; returns report.json's path."""
-    return report.write_all(journal, run_id, runs_dir(run_id))["json"]
-
-
 def finish(
-    journal: Journal,
-    run_id: str,
+    run: RunContext,
     result: TuneResult,
     tuned: Path,
     *,
     oracle: Mapping[str, Any] | None = None,
     summary: Mapping[str, Any] | None = None,
-) -> Path:
-    """Journal the outcome (tuned desired state, oracle), close the run, write its report from the journal."""
-    journal.step(
-        run_id, "result", "tuned desired state", {"tuned_desired": str(tuned), "oracle": oracle}, state="done"
-    )
-    path = runs_dir(run_id) / "report.json"
-    closing = {
-        "report": str(path),
-        "baseline": result.baseline,
-        "final": result.final,
-        "tuned_desired": str(tuned),
-    }
-    journal.close_run(run_id, "done", {**closing, **dict(summary or {})})
-    return write_report(journal, run_id)
-
-
-def fail(journal: Journal, run_id: str, err: BaseException) -> None:
-    """Close a failed run and write what its journal holds as a report (best effort)."""
-    closing = {"error": describe(err), "report": str(runs_dir(run_id) / "report.json")}
-    journal.close_run(run_id, "failed", closing)
-    report.write_quietly(journal, run_id, runs_dir(run_id))
+) -> None:
+    """Journal the outcome (tuned desired state, oracle) and what the run closes with (``done``)."""
+    run.step("result", "tuned desired state", {"tuned_desired": str(tuned), "oracle": oracle}, state="done")
+    closing = {"baseline": result.baseline, "final": result.final, "tuned_desired": str(tuned)}
+    run.end("done", {**closing, **dict(summary or {})})
 
 
 def tune(
@@ -99,29 +77,29 @@ def tune(
     if profile is not None:
         check_against_rack(profile, info)
     options, deadline = options_from(raw_options, info)
-    journal = Journal()
-    with fabric_lock(info.name, "tune") as stale:
-        run_id = journal.open_run("tune", info.name, str(inventory), None)
-        journal.step(run_id, "options", "fabtune_tune", dict(raw_options or {}), state="done")
-        if stale:  # its holder died: say so, and journal it beside the run it may have left
-            journal.step(run_id, "lock", "stale lock taken over", {"note": stale}, state="done")
+    with journaled_run("tune", info.name, inventory) as run:
+        run.step("options", "fabtune_tune", dict(raw_options or {}), state="done")
         if on_event is not None:
-            note = f"; {stale}" if stale else ""
-            message = f"run {run_id} on {info.name} ({len(info.hosts)} hosts){note}"
-            on_event("run", message, {"stale_lock": stale})
+            note = f"; {run.stale_lock}" if run.stale_lock else ""
+            message = f"run {run.run_id} on {info.name} ({len(info.hosts)} hosts){note}"
+            on_event("run", message, {"stale_lock": run.stale_lock})
         tuner = Tuner(
-            AnsibleBackend(info, deadline), journal, run_id, info.fabric, options=options,
+            AnsibleBackend(info, deadline), run.journal, run.run_id, info.fabric, options=options,
             on_event=on_event, revert_deadline_s=deadline,
         )
-        try:
-            result = tuner.run()
-        except BaseException as err:
-            _abort(tuner, err)
-            fail(journal, run_id, err)
-            raise
-        tuned = save_tuned(info.name, tuned_tree(result), run_id)
-        path = finish(journal, run_id, result, tuned, oracle=oracle(info) if oracle else None)
-    return result, path
+        result = _tuned(tuner)
+        tuned = save_tuned(info.name, tuned_tree(result), run.run_id)
+        finish(run, result, tuned, oracle=oracle(info) if oracle else None)
+    return result, run.report_path
+
+
+def _tuned(tuner: Tuner, done: Sequence[str] = ()) -> TuneResult:
+    """The tuning loop; after a failure mid-move the hosts are put back before the error goes on."""
+    try:
+        return tuner.run(done=done)
+    except BaseException as err:
+        _abort(tuner, err)
+        raise
 
 
 def _abort(tuner: Tuner, _err: BaseException) -> None:
@@ -135,123 +113,6 @@ def _abort(tuner: Tuner, _err: BaseException) -> None:
         return
 
 
-def rollback(
-    run_id: str,
-    on_event: Event | None = None,
-    *,
-    inventory: Path | None = None,
-    from_hosts: bool = False,
-) -> list[str]:
-    """Restore every managed knob on every host to its value before run ``run_id``, and verify.
-
-    Works after the controller was killed mid-move: the pre-run snapshot was journaled first.
-    Armed host-side reverts of the run are cancelled first so they cannot fire afterwards. With
-    ``from_hosts``, or when the journal cannot be used or has no such run and ``inventory`` is
-    given, the snapshot is the one each host kept itself (:func:`rollback_from_hosts`).
-
-    Returns:
-        The hosts restored.
-    """
-    if from_hosts:
-        if inventory is None:
-            raise ConfigError("rollback", ["--from-hosts: needs -i INVENTORY (the hosts to read)"])
-        return rollback_from_hosts(run_id, inventory, on_event)
-    try:
-        journal = Journal()
-        run = journal.run(run_id)
-    except JournalError as err:
-        if inventory is None:
-            raise
-        if on_event is not None:
-            on_event("rollback", f"{err}; reading the hosts' own pre-run records instead", {})
-        return rollback_from_hosts(run_id, inventory, on_event)
-    snapshot = journal.first_snapshot(run_id)
-    if not snapshot:
-        raise ConfigError(
-            f"run {run_id}", ["snapshots: the run recorded no pre-run state; nothing to restore"]
-        )
-    info = read_inventory(inventory or Path(run.inventory))
-    backend = AnsibleBackend(info)
-    with fabric_lock(info.name, f"rollback {run_id}"):
-        return restore_journaled(journal, run, snapshot, backend, on_event)
-
-
-def restore_journaled(
-    journal: Journal,
-    run: Run,
-    snapshot: Mapping[str, Mapping[str, Any]],
-    backend: AnsibleBackend,
-    on_event: Event | None = None,
-) -> list[str]:
-    """Cancel ``run``'s armed reverts, restore its pre-run ``snapshot`` (verified) and journal it in the run.
-
-    The body of :func:`rollback`, also run by ``fabtune uninstall --restore``: the caller holds the
-    fabric lock.
-
-    Returns:
-        The hosts restored.
-    """
-    seq = journal.step(run.id, "rollback", "restore pre-run state", {"hosts": sorted(snapshot)})
-    if on_event is not None:
-        on_event("rollback", f"restoring {len(snapshot)} hosts to their state before {run.id}", {})
-    try:
-        backend.confirm(run.id)
-        restore_and_verify(backend, snapshot)
-    except BaseException as err:
-        journal.finish_step(run.id, seq, "failed", {"hosts": sorted(snapshot), "error": describe(err)})
-        raise
-    journal.finish_step(run.id, seq, "done", {"verified": True})
-    journal.close_run(run.id, "rolled_back", {**run.summary, "rolled_back": True})
-    return sorted(snapshot)
-
-
-def rollback_from_hosts(run_id: str, inventory: Path, on_event: Event | None = None) -> list[str]:
-    """Restore run ``run_id``'s pre-run state from the records the hosts kept (no journal needed), verified.
-
-    Each host keeps the snapshot of the run's first armed move (fabric_revert) until pruned; hosts
-    without one were not changed by the run. The rollback is journaled when the journal is usable.
-
-    Raises:
-        UnknownRun: no host of the inventory keeps a pre-run record of the run.
-    """
-    check_run_id(run_id, default_path())
-    info = read_inventory(inventory)
-    backend = AnsibleBackend(info)
-    with fabric_lock(info.name, f"rollback {run_id} from the hosts"):
-        snapshot = backend.prerun(run_id)
-        if not snapshot:
-            raise UnknownRun(
-                f"no host of {inventory} keeps a pre-run record of run {run_id!r} "
-                f"({prerun_record_path(run_id)}): the run changed nothing there, or its record was pruned"
-            )
-        if on_event is not None:
-            missing = sorted(set(info.hosts) - set(snapshot))
-            note = f" ({', '.join(missing)}: no record, not changed by the run)" if missing else ""
-            on_event("rollback", f"restoring {len(snapshot)} hosts from their own records{note}", {})
-        backend.confirm(run_id)
-        restore_and_verify(backend, snapshot)
-    _journal_host_rollback(run_id, sorted(snapshot))
-    return sorted(snapshot)
-
-
-def _journal_host_rollback(run_id: str, hosts: list[str]) -> None:
-    """Record a rollback from the hosts in the journal when it is usable and knows the run."""
-    try:
-        journal = Journal()
-        if journal.has_run(run_id):
-            run = journal.run(run_id)
-            journal.step(run_id, "rollback", "restore pre-run state from the hosts' records",
-                         {"hosts": hosts, "verified": True}, state="done")
-            journal.close_run(run_id, "rolled_back", {**run.summary, "rolled_back": True, "from_hosts": True})
-    except JournalError:
-        return
-
-
-def describe(err: BaseException) -> str:
-    """An error as one line for the journal."""
-    return str(err) or type(err).__name__
-
-
 def resume(
     run_id: str,
     on_event: Event | None = None,
@@ -261,9 +122,23 @@ def resume(
     """Continue an interrupted run: undo its unfinished move (verified), then try the moves not decided.
 
     The run keeps the options it started with (journaled first) unless ``raw_options`` is given.
-    Whatever stops it (a host unreachable, an interrupt) is journaled: the run is closed ``failed``.
+    Whatever stops it (a host unreachable, an interrupt) is journaled: the run is closed ``failed``
+    (``interrupted`` for Ctrl-C or SIGTERM).
     """
     journal = Journal()
+    try:
+        return _resume(journal, run_id, on_event, raw_options, profile)
+    finally:
+        journal.close()
+
+
+def _resume(
+    journal: Journal,
+    run_id: str,
+    on_event: Event | None,
+    raw_options: Mapping[str, Any] | None,
+    profile: Profile | None,
+) -> tuple[TuneResult, Path]:
     run = journal.run(run_id)
     if run.kind != "tune" or run.state not in ("running", "interrupted", "failed"):
         raise ConfigError(
@@ -278,21 +153,16 @@ def resume(
         raw_options = next((s.payload for s in steps if s.kind == "options"), None)
     options, deadline = options_from(raw_options, info)
     decided = [s.name for s in steps if s.kind == "move" and s.state in ("kept", "rolled_back")]
-    with fabric_lock(info.name, f"resume {run_id}"):
-        journal.claim(run_id)
+    with journaled_run("tune", info.name, run.inventory, purpose=f"resume {run_id}", resume=run_id,
+                       journal=journal) as ctx:
         backend = AnsibleBackend(info, deadline)
         tuner = Tuner(backend, journal, run_id, info.fabric, options=options, on_event=on_event,
                       revert_deadline_s=deadline)
-        try:
-            _undo_open_moves(journal, run_id, backend, steps)
-            result = tuner.run(done=decided)
-        except BaseException as err:
-            _abort(tuner, err)
-            fail(journal, run_id, err)
-            raise
+        _undo_open_moves(journal, run_id, backend, steps)
+        result = _tuned(tuner, decided)
         tuned = save_tuned(info.name, tuned_tree(result), run_id)
-        path = finish(journal, run_id, result, tuned, summary={"resumed": True})
-    return result, path
+        finish(ctx, result, tuned, summary={"resumed": True})
+    return result, ctx.report_path
 
 
 def _undo_open_moves(journal: Journal, run_id: str, backend: AnsibleBackend, steps: list[Step]) -> None:

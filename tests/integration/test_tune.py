@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from fabtune import rollback as rollbacks
 from fabtune.journal import Journal
 from fabtune.testbed import oracle as testbed_model
 from fabtune.testbed.spec import TestbedSpec
@@ -43,7 +44,7 @@ def test_tune_reaches_the_oracle_and_verifies_rollbacks(
     assert Path(doc["tune"]["tuned_desired"]).exists()
     if CHROMIUM is not None:  # the HTML report of this testbed run, rendered and kept as a screenshot
         print(f"screenshot: {render(report.with_suffix('.html'), 'report-tune-testbed.png', tmp_path)}")
-    tune_run.rollback(result.run_id)
+    rollbacks.rollback(result.run_id)
     assert drift_from(before, rack) == {"h01": [], "h02": []}
 
 

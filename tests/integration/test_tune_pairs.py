@@ -14,6 +14,7 @@ import pytest
 
 from fabtune.inventory import read_inventory
 from fabtune.journal import Journal
+from fabtune.rollback import rollback
 from fabtune.testbed.spec import TestbedSpec
 from fabtune.tune import run as tune_run
 from fabtune.tune.backend import AnsibleBackend
@@ -57,7 +58,7 @@ def test_the_loop_fixes_a_rack_with_only_the_rdma_cm_tos_wrong(rack: TestbedSpec
     steps = Journal().steps(result.run_id)
     kept = next(s for s in steps if s.kind == "move")
     assert kept.state == "kept" and kept.payload["reason"] == move.reason
-    tune_run.rollback(result.run_id)
+    rollback(result.run_id)
 
 
 def test_one_pair_measurement_covers_every_host_and_the_incast(rack: TestbedSpec) -> None:

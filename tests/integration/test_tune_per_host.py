@@ -10,6 +10,7 @@ import pytest
 
 from fabtune.inventory import read_inventory
 from fabtune.journal import Journal
+from fabtune.rollback import rollback_from_hosts
 from fabtune.testbed import oracle as testbed_model
 from fabtune.testbed.spec import TestbedSpec
 from fabtune.tune import run as tune_run
@@ -60,5 +61,5 @@ def test_one_odd_host_is_tuned_to_the_oracle_by_moves_on_it_alone(rack: TestbedS
     # Only h02 ever armed a revert of the run (its first arming keeps the pre-run record), so a
     # rollback from the hosts' own records restores h02 alone, to where it started.
     assert sorted(AnsibleBackend(read_inventory(inventory(rack))).prerun(result.run_id)) == ["h02"]
-    assert tune_run.rollback_from_hosts(result.run_id, inventory(rack)) == ["h02"]
+    assert rollback_from_hosts(result.run_id, inventory(rack)) == ["h02"]
     assert {h: differences(before[h], s) for h, s in current_state(rack).items()} == {"h01": [], "h02": []}

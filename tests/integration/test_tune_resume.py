@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from fabtune import rollback as rollbacks
 from fabtune.errors import ConfigError
 from fabtune.journal import Journal
 from fabtune.testbed.spec import TestbedSpec
@@ -92,5 +93,5 @@ def test_kill_9_mid_move_hosts_revert_resume_finishes_then_rollback_restores(
     with pytest.raises(ConfigError, match="only an interrupted or failed tune run can be resumed"):
         tune_run.resume(run_id)
 
-    tune_run.rollback(run_id)
+    rollbacks.rollback(run_id)
     assert drift_from(before, rack) == CLEAN

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from fabtune import rollback as rollbacks
 from fabtune.ansible import RunOutcome, TaskResult
 from fabtune.cli import main
 from fabtune.errors import ExitStatus
@@ -249,7 +250,7 @@ def test_a_failed_resume_is_journaled(home: Path, monkeypatch: pytest.MonkeyPatc
 
 
 def test_sigterm_mid_drift_is_journaled(home: Path) -> None:
-    """A drift run stopped by SIGTERM (a timeout) closes its run as failed, not running forever."""
+    """A drift run stopped by SIGTERM (a timeout) closes its run as interrupted, not running forever."""
     inventory = home / "inv.yml"
     inventory.write_text("all: {}\n")
     code = textwrap.dedent(f"""
@@ -276,7 +277,7 @@ def test_sigterm_mid_drift_is_journaled(home: Path) -> None:
     assert proc.returncode == ExitStatus.INTERRUPTED, err
     assert "SIGTERM" in err and "Traceback" not in err
     (run,) = Journal().runs()
-    assert run.kind == "drift" and run.state == "failed" and "SIGTERM" in run.summary["error"]
+    assert run.kind == "drift" and run.state == "interrupted" and "SIGTERM" in run.summary["error"]
 
 
 def test_from_hosts_needs_an_inventory(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -300,7 +301,7 @@ def test_rollback_falls_back_to_the_hosts_records_when_given_an_inventory(
         calls.append((run_id, inv))
         return ["h01"]
 
-    monkeypatch.setattr(tune_run, "rollback_from_hosts", from_hosts)
+    monkeypatch.setattr(rollbacks, "rollback_from_hosts", from_hosts)
     assert main(["rollback", OLD_RUN]) in (ExitStatus.ERROR, ExitStatus.CONFIG)  # no -i: the journal's error
     assert calls == []
     assert main(["rollback", OLD_RUN, "-i", str(inventory)]) == ExitStatus.OK

@@ -26,6 +26,7 @@ from fabtune.bench.pairs import PairResult
 from fabtune.bench.schedule import covering_rounds, pair_rounds, rail_pairs
 from fabtune.inventory import InventoryInfo
 from fabtune.journal import Journal
+from fabtune.lifecycle import journaled_run
 from fabtune.profile import Profile
 from fabtune.tune import run as tune_run
 from fabtune.tune.loop import TuneOptions, Tuner
@@ -106,12 +107,12 @@ class Rack(FakeRack):
 
 def tune_run_journal(journal: Journal, home: Path) -> tuple[str, Any]:
     """A tuning run as ``fabtune tune`` makes it: loop, tuned state, close, report."""
-    run_id = journal.open_run("tune", "rack1", str(home / "inventory.yml"), None)
-    tuner = Tuner(Rack(), journal, run_id, "roce", options=TuneOptions(skip_groups=("gdr",)))
-    result = tuner.run()
     oracle = {"best_busbw": 47.9, "tuned_busbw": 46.4, "share_of_best": 46.4 / 47.9, "size_bytes": 8 << 30}
-    tune_run.finish(journal, run_id, result, home / "desired" / "rack1.yml", oracle=oracle)
-    return run_id, result
+    with journaled_run("tune", "rack1", home / "inventory.yml", journal=journal) as run:
+        tuner = Tuner(Rack(), journal, run.run_id, "roce", options=TuneOptions(skip_groups=("gdr",)))
+        result = tuner.run()
+        tune_run.finish(run, result, home / "desired" / "rack1.yml", oracle=oracle)
+    return run.run_id, result
 
 
 def _pairs_of(cable_fault: bool) -> list[PairResult]:

@@ -31,6 +31,7 @@ from fabtune.bench.schedule import Pair
 from fabtune.commands.tune import print_result
 from fabtune.errors import ConfigError, PlaybookFailed
 from fabtune.journal import Journal
+from fabtune.lifecycle import journaled_run
 from fabtune.profile import tune_options
 from fabtune.report.build import diff_states, median_ci
 from fabtune.tune import measure
@@ -97,11 +98,12 @@ def journal(home: Path) -> Journal:
 
 @pytest.fixture
 def tuned(journal: Journal, home: Path) -> tuple[dict[str, Any], str]:
-    run_id = journal.open_run("tune", "rack1", str(home / "inventory.yml"), None)
     options = TuneOptions(skip_groups=("gdr",), pair_matrix="full")
-    result = Tuner(FigureRack(), journal, run_id, "roce", options=options).run()
     oracle = {"best_busbw": BEST, "tuned_busbw": 46.4, "share_of_best": 46.4 / BEST, "size_bytes": 8 << 30}
-    tune_run.finish(journal, run_id, result, home / "desired" / "rack1.yml", oracle=oracle)
+    with journaled_run("tune", "rack1", home / "inventory.yml", journal=journal) as run:
+        result = Tuner(FigureRack(), journal, run.run_id, "roce", options=options).run()
+        tune_run.finish(run, result, home / "desired" / "rack1.yml", oracle=oracle)
+    run_id = run.run_id
     doc = report.build(journal, run_id)
     report.validate(doc)
     return doc, report.render_html(doc)
