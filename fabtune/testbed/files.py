@@ -35,6 +35,7 @@ TOOL_PATHS = {
     "ib_write_bw": "/usr/bin/ib_write_bw",
     "ib_read_bw": "/usr/bin/ib_read_bw",
     "ib_send_bw": "/usr/bin/ib_send_bw",
+    "rdma": "/usr/bin/rdma",  # iproute2 (dpkg -L iproute2 on Debian 12)
     "all_reduce_perf": "/usr/local/bin/all_reduce_perf",
     "all_gather_perf": "/usr/local/bin/all_gather_perf",
     "reduce_scatter_perf": "/usr/local/bin/reduce_scatter_perf",
@@ -111,7 +112,7 @@ def _write(path: Path, text: str, mode: int = 0o644) -> None:
     path.chmod(mode)
 
 
-TOOL_PACKAGES = {"mlnx_qos": "mlnx-tools", "dcb": "iproute2"}
+TOOL_PACKAGES = {"mlnx_qos": "mlnx-tools", "dcb": "iproute2", "rdma": "iproute2"}
 """The package a tool comes with, for the tools a spec can leave off a host (``tools: none``)."""
 
 
