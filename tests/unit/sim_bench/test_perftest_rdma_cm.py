@@ -71,14 +71,17 @@ def test_rdma_is_a_registered_tool() -> None:
     assert TOOLS["rdma"] is rdma.main
 
 
-def test_cm_id_json_has_the_source_keys_in_order(short_rack: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cm_id_json_has_the_source_keys_in_order(
+    short_rack: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     devices = NodeState.under(short_rack / "h02").rdma_devices()
     with cm.listen(short_rack / "fabric", "h02", 19431, [SERVER_IP], devices) as sock:
         assert sock is not None
         code, out, _ = show(short_rack, "h02", "-j", "resource", "show", "cm_id", capsys=capsys)
         assert code == 0 and out.endswith("\n") and " " not in out.strip()
         rows = json.loads(out)
-        assert [r["ifname"] for r in rows] == devices and [r["ifindex"] for r in rows] == list(range(len(devices)))
+        assert [r["ifname"] for r in rows] == devices
+        assert [r["ifindex"] for r in rows] == list(range(len(devices)))
         comm = Path(f"/proc/{os.getpid()}/comm").read_text().strip()
         for row in rows:
             assert tuple(row) == tuple(k for k in SOURCE_KEYS if k in row)
