@@ -287,7 +287,7 @@ def write_fabric(spec: TestbedSpec, tb_dir: Path) -> None:
     # The switches are shared by every user of every host: the benchmarks run as whoever launches
     # them (root or the login user), so the flow and job directories are sticky and world-writable
     # like /tmp, and the run counter (updated in place under its lock) is writable by all.
-    for sub in ("flows", "jobs"):
+    for sub in ("flows", "jobs", "cm"):  # cm: rdma_cm listeners of perftest -R servers
         (fabric / sub).mkdir(parents=True, exist_ok=True)
         (fabric / sub).chmod(0o1777)
     for name in ("run-counter", ".run-counter.lock"):

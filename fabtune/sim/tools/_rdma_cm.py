@@ -8,11 +8,13 @@ port space TCP bound to ``0.0.0.0:<-p>`` and put in LISTEN (``rdma_bind_addr``/`
 lines 1111-1150). ``ss`` never sees it; ``rdma resource show cm_id`` does.
 
 The emulation keeps that split: the server publishes a listener record
-``cm/<host>-<port>.json`` in the shared fabric directory and accepts its client on a Unix socket
-``cm/<host>-<port>.sock`` beside it (the stand-in for the CM's connection request; a pathname socket
-crosses the hosts' network namespaces and is no TCP socket). The client finds the record by the
-server's IPv4 address and port. A record whose process is gone (SIGTERM/SIGKILL from ``timeout``)
-counts as destroyed, as the kernel destroys a process's cm_ids when it exits.
+``cm/<host>-<port>-<pid>.json`` in the shared fabric directory and accepts its client on a Unix
+socket ``cm/<host>-<port>-<pid>.sock`` beside it (the stand-in for the CM's connection request; a
+pathname socket crosses the hosts' network namespaces and is no TCP socket). The client finds the
+record by the server's IPv4 address and port. A record whose process is gone (SIGTERM/SIGKILL from
+``timeout``) counts as destroyed, as the kernel destroys a process's cm_ids when it exits; the
+names carry the pid so that no user ever has to replace another user's file in the sticky
+directory.
 """
 
 from __future__ import annotations
@@ -21,13 +23,13 @@ import contextlib
 import json
 import os
 import socket
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from fabtune.sim.node import atomic_write
-from fabtune.sim.tools import _fabric
 
 CM_DIR = "cm"
 
@@ -40,25 +42,25 @@ class Listener:
     port: int
     pid: int
     start: str
-    cm_idn: int
+    created: float
     addresses: tuple[str, ...]
     devices: tuple[str, ...]
 
     def to_dict(self) -> dict[str, Any]:
         """The record's JSON form."""
         return {"host": self.host, "port": self.port, "pid": self.pid, "start": self.start,
-                "cm_idn": self.cm_idn, "addresses": list(self.addresses), "devices": list(self.devices)}
+                "created": self.created, "addresses": list(self.addresses), "devices": list(self.devices)}
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> Listener:
         """A record read back."""
         return cls(str(raw["host"]), int(raw["port"]), int(raw["pid"]), str(raw["start"]),
-                   int(raw["cm_idn"]), tuple(str(a) for a in raw["addresses"]),
+                   float(raw["created"]), tuple(str(a) for a in raw["addresses"]),
                    tuple(str(d) for d in raw["devices"]))
 
 
-def _paths(fabric_dir: Path, host: str, port: int) -> tuple[Path, Path]:
-    base = fabric_dir / CM_DIR / f"{host}-{port}"
+def _paths(fabric_dir: Path, host: str, port: int, pid: int) -> tuple[Path, Path]:
+    base = fabric_dir / CM_DIR / f"{host}-{port}-{pid}"
     return base.with_suffix(".json"), base.with_suffix(".sock")
 
 
@@ -91,13 +93,22 @@ def _read(path: Path) -> Listener | None:
         return None
 
 
-def _next_idn(fabric_dir: Path, host: str) -> int:
-    """The next cm_id number of ``host`` (the kernel's restrack ids count up, cyclic)."""
-    counter = fabric_dir / CM_DIR / f"{host}.idn"
-    with _fabric.locked(fabric_dir / CM_DIR / f".{host}.idn.lock"):
-        current = int(counter.read_text().strip() or 0) if counter.exists() else 0
-        atomic_write(counter, f"{current + 1}\n")
-    return current
+def _records(fabric_dir: Path) -> list[Listener]:
+    found = []
+    for path in sorted((fabric_dir / CM_DIR).glob("*.json")):
+        entry = _read(path)
+        if entry is not None:
+            found.append(entry)
+    return found
+
+
+def _prune(fabric_dir: Path, host: str) -> None:
+    """Remove this host's records of processes that are gone (where this user may)."""
+    for entry in _records(fabric_dir):
+        if entry.host == host and not _alive(entry):
+            for path in _paths(fabric_dir, entry.host, entry.port, entry.pid):
+                with contextlib.suppress(OSError):
+                    path.unlink()
 
 
 @contextlib.contextmanager
@@ -107,28 +118,22 @@ def listen(fabric_dir: Path, host: str, port: int, addresses: Sequence[str],
 
     The record and the socket are removed when the block ends.
     """
-    record, sock_path = _paths(fabric_dir, host, port)
-    record.parent.mkdir(parents=True, exist_ok=True)
-    held = _read(record)
-    if held is not None and _alive(held):
-        yield None
-        return
-    with contextlib.suppress(FileNotFoundError):
-        sock_path.unlink()
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        sock.bind(str(sock_path))
-        sock.listen(1)
-    except OSError:
-        sock.close()
+    (fabric_dir / CM_DIR).mkdir(parents=True, exist_ok=True)
+    _prune(fabric_dir, host)
+    if any(e.port == port for e in listeners(fabric_dir, host)):
         yield None
         return
     pid = os.getpid()
-    me = Listener(host, port, pid, proc_start(pid) or "", _next_idn(fabric_dir, host),
-                  tuple(addresses), tuple(devices))
+    record, sock_path = _paths(fabric_dir, host, port, pid)
+    with contextlib.suppress(FileNotFoundError):
+        sock_path.unlink()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    me = Listener(host, port, pid, proc_start(pid) or "", time.time(), tuple(addresses), tuple(devices))
     try:
+        sock.bind(str(sock_path))
+        sock.listen(1)
         atomic_write(record, json.dumps(me.to_dict(), sort_keys=True) + "\n")
-    except OSError:  # another user's stale record in the sticky directory
+    except OSError:
         sock.close()
         yield None
         return
@@ -136,30 +141,26 @@ def listen(fabric_dir: Path, host: str, port: int, addresses: Sequence[str],
         yield sock
     finally:
         sock.close()
-        if _read(record) == me:
+        for path in (record, sock_path):
             with contextlib.suppress(OSError):
-                record.unlink()
-            with contextlib.suppress(OSError):
-                sock_path.unlink()
+                path.unlink()
 
 
 def listeners(fabric_dir: Path, host: str | None = None) -> list[Listener]:
-    """The live listeners (of ``host``, or every host), oldest cm_id first."""
-    found = []
-    for path in sorted((fabric_dir / CM_DIR).glob("*.json")):
-        entry = _read(path)
-        if entry is not None and (host is None or entry.host == host) and _alive(entry):
-            found.append(entry)
-    return sorted(found, key=lambda e: (e.host, e.cm_idn))
+    """The live listeners (of ``host``, or every host), oldest first (the order of their cm_id numbers).
 
-
-def socket_for(fabric_dir: Path, address: str, port: int) -> Path | None:
-    """The Unix socket of the listener answering ``address:port`` (None: no such listener).
-
-    Liveness is the connect's business: the client may run in another PID namespace.
+    Liveness is read from ``/proc``: only the listeners of this host's PID namespace can be judged.
     """
-    for path in sorted((fabric_dir / CM_DIR).glob("*.json")):
-        entry = _read(path)
-        if entry is not None and entry.port == port and address in entry.addresses:
-            return _paths(fabric_dir, entry.host, port)[1]
-    return None
+    found = [e for e in _records(fabric_dir) if (host is None or e.host == host) and _alive(e)]
+    return sorted(found, key=lambda e: (e.host, e.created, e.port))
+
+
+def sockets_for(fabric_dir: Path, address: str, port: int) -> list[Path]:
+    """The Unix sockets of the listeners answering ``address:port``, newest first.
+
+    A client cannot judge liveness (the server's host has its own PID namespace): a socket whose
+    server is gone refuses the connection.
+    """
+    found = [e for e in _records(fabric_dir) if e.port == port and address in e.addresses]
+    found.sort(key=lambda e: e.created, reverse=True)
+    return [_paths(fabric_dir, e.host, e.port, e.pid)[1] for e in found]

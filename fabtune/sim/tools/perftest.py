@@ -454,8 +454,8 @@ def _connect(ctx: Ctx) -> socket.socket | None:
     while True:
         for addr in addrs:
             if uses_cm(ctx.args):
-                path = _rdma_cm.socket_for(ctx.fabric_dir, str(addr[0]), port)
-                sock = None if path is None else _try_connect(socket.AF_UNIX, str(path))
+                paths = _rdma_cm.sockets_for(ctx.fabric_dir, str(addr[0]), port)
+                sock = next(filter(None, (_try_connect(socket.AF_UNIX, str(p)) for p in paths)), None)
             else:
                 sock = _try_connect(socket.AF_INET, addr)
             if sock is not None:

@@ -49,10 +49,10 @@ def entries(state: NodeState, fabric_dir: Path) -> list[dict[str, Any]]:
     found = _rdma_cm.listeners(fabric_dir, host)
     rows = []
     for index, dev in enumerate(state.rdma_devices()):
-        for listener in found:
-            if dev not in listener.devices:
-                continue
-            row: dict[str, Any] = {"ifindex": index, "ifname": dev, "cm-idn": listener.cm_idn,
+        # cm-idn: the device's resource-tracker id, counted up as cm_ids are made (oldest first)
+        mine = [listener for listener in found if dev in listener.devices]
+        for idn, listener in enumerate(mine):
+            row: dict[str, Any] = {"ifindex": index, "ifname": dev, "cm-idn": idn,
                                    "state": "LISTEN", "ps": "TCP", "pid": listener.pid}
             comm = _rdma_cm.proc_comm(listener.pid)
             if comm is not None:
