@@ -149,5 +149,8 @@ def test_a_port_held_by_a_live_cm_id_cannot_be_bound_again(short_rack: Path) -> 
     with cm.listen(short_rack / "fabric", "h02", 19435, [SERVER_IP], devices) as sock:
         assert sock is not None
         server = tool(short_rack, "h02", "ib_write_bw", "-p", "19435", "-R")
-        _, err = server.communicate(timeout=30)
+        try:
+            _, err = server.communicate(timeout=30)
+        finally:
+            server.kill()
     assert server.returncode == 1 and err.startswith(" rdma_bind_addr failed\n")
