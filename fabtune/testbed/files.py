@@ -112,7 +112,7 @@ def _write(path: Path, text: str, mode: int = 0o644) -> None:
     path.chmod(mode)
 
 
-TOOL_PACKAGES = {"mlnx_qos": "mlnx-tools", "dcb": "iproute2", "rdma": "iproute2"}
+TOOL_PACKAGES = {"mlnx_qos": "mlnx-tools", "dcb": "iproute2"}
 """The package a tool comes with, for the tools a spec can leave off a host (``tools: none``)."""
 
 
