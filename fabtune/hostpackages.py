@@ -56,6 +56,7 @@ TOOLS: Mapping[str, HostTool] = {
         HostTool("dcb", "iproute2", "iproute", "RoCE QoS (roce_qos, facts), or mlnx_qos"),
         HostTool("ip", "iproute2", "iproute", "check, bench (addresses, MTU)"),
         HostTool("ss", "iproute2", "iproute", "bench pairs (server listening)"),
+        HostTool("rdma", "iproute2", "iproute", "tune (ib_write_bw -R servers listening)"),
         HostTool("ibstat", "infiniband-diags", "infiniband-diags", "check (links), bootstrap"),
         HostTool("sminfo", "infiniband-diags", "infiniband-diags", "check (subnet manager), InfiniBand"),
         HostTool("ibv_devinfo", "ibverbs-utils", "libibverbs-utils", "bootstrap"),
@@ -80,7 +81,7 @@ def family_of(os_family: str | None) -> Family:
 
 def needs(info: InventoryInfo, host: str, *, with_nccl: bool = True) -> list[tuple[str, ...]]:
     """What ``host`` of the rack needs: each entry is met by any one of its tools."""
-    wanted = ["ip", "ss", "ibstat", "ibdev2netdev", "nvidia-smi", "ethtool", "systemd-run", "timeout",
+    wanted = ["ip", "ss", "rdma", "ibstat", "ibdev2netdev", "nvidia-smi", "ethtool", "systemd-run", "timeout",
               "ib_write_bw", "ibv_devinfo"]
     if with_nccl:
         wanted += ["all_reduce_perf", "alltoall_perf", info.launcher]

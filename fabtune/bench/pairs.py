@@ -61,6 +61,8 @@ def _run_spec(pair: Pair, views: Mapping[str, HostView], opts: PerftestOptions) 
         "server": pair.server,
         "client": pair.client,
         "port": pair.port,
+        # -R: the server listens through rdma_cm, not TCP (the playbook waits with rdma, not ss)
+        "rdma_cm": tuned.rdma_cm,
         "server_argv": server_argv,
         "client_argv": perftest_argv(tuned, client.device, pair.port, server.ipv4),
         "server_netdev": server.netdev,

@@ -35,6 +35,7 @@ TOOL_PATHS = {
     "ib_write_bw": "/usr/bin/ib_write_bw",
     "ib_read_bw": "/usr/bin/ib_read_bw",
     "ib_send_bw": "/usr/bin/ib_send_bw",
+    "rdma": "/usr/bin/rdma",  # iproute2 (dpkg -L iproute2 on Debian 12)
     "all_reduce_perf": "/usr/local/bin/all_reduce_perf",
     "all_gather_perf": "/usr/local/bin/all_gather_perf",
     "reduce_scatter_perf": "/usr/local/bin/reduce_scatter_perf",
@@ -293,7 +294,7 @@ def write_fabric(spec: TestbedSpec, tb_dir: Path) -> None:
     # The switches are shared by every user of every host: the benchmarks run as whoever launches
     # them (root or the login user), so the flow and job directories are sticky and world-writable
     # like /tmp, and the run counter (updated in place under its lock) is writable by all.
-    for sub in ("flows", "jobs"):
+    for sub in ("flows", "jobs", "cm"):  # cm: rdma_cm listeners of perftest -R servers
         (fabric / sub).mkdir(parents=True, exist_ok=True)
         (fabric / sub).chmod(0o1777)
     for name in ("run-counter", ".run-counter.lock"):

@@ -57,6 +57,7 @@ PRIVILEGED_COMMANDS = {
 UNPRIVILEGED_COMMANDS = {
     "ethtool": "ETHTOOL_GSTATS needs no capability",
     "ss": "socket listing",
+    "rdma": "RDMA_NLDEV_CMD_RES_CM_ID_GET has no RDMA_NL_ADMIN_PERM flag (drivers/infiniband/core/nldev.c)",
     "pkill": "stops the login user's own perftest servers",
     "nvidia-smi": "topology read",
     "show_gids": "sysfs read",

@@ -36,6 +36,7 @@ ENTRIES: dict[str, tuple[str, str]] = {
     "ib_write_bw": ("perftest", "write_main"),
     "ib_read_bw": ("perftest", "read_main"),
     "ib_send_bw": ("perftest", "send_main"),
+    "rdma": ("rdma", "main"),
     "all_reduce_perf": ("nccl_tests", "all_reduce_main"),
     "all_gather_perf": ("nccl_tests", "all_gather_main"),
     "reduce_scatter_perf": ("nccl_tests", "reduce_scatter_main"),

@@ -3,7 +3,9 @@
 Server (no host argument): prints the ``Waiting for client to connect...`` banner, listens on TCP
 ``-p`` (default 18515) on every address and serves one client. Client: connects to
 ``<host>:<port>`` (names resolve through ``/etc/hosts``; a missing server gives perftest's
-``Couldn't connect to <host>:<port>`` after a short retry), and both sides swap their endpoint
+``Couldn't connect to <host>:<port>`` after a short retry). With ``-R`` (or ``-z``) the exchange goes
+through rdma_cm as in perftest: the server opens no TCP socket but a listening cm_id that
+``rdma resource show cm_id`` lists (``_rdma_cm``). Both sides then swap their endpoint
 (device, LID, GID, QPNs, PSNs) and their host's model config as JSON lines: the out-of-band
 exchange. Both print the header block and address lines.
 
@@ -31,6 +33,7 @@ import random
 import socket
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +43,7 @@ from fabtune.sim.model.qos import nic_prio
 from fabtune.sim.model.results import Counters
 from fabtune.sim.model.transport import best_gid
 from fabtune.sim.node import NicDescription, NodeState
-from fabtune.sim.tools import _counters, _fabric
+from fabtune.sim.tools import _counters, _fabric, _rdma_cm
 from fabtune.sim.tools import _perftest_out as fmt
 from fabtune.sim.tools._common import err, out, state_or_host
 from fabtune.sim.tools._perftest_args import ParseExit, PerftestArgs, parse
@@ -326,6 +329,7 @@ def _warn_peak(args: PerftestArgs) -> None:
 
 
 def _listen(port: int) -> socket.socket | None:
+    """perftest's TCP control socket (``ethernet_server_connect``, without ``-R``/``-z``)."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
@@ -340,23 +344,55 @@ def _listen(port: int) -> socket.socket | None:
     return sock
 
 
+def uses_cm(args: PerftestArgs) -> bool:
+    """Whether the control exchange goes through rdma_cm, not a TCP socket.
+
+    ``-R`` sets ``work_rdma_cm`` and then ``use_rdma_cm``, ``-z`` sets ``use_rdma_cm`` (perftest
+    4.5-0.17 ``src/perftest_parameters.c`` lines 2441-2442 and 1274-1294); ``establish_connection``
+    takes ``rdma_server_connect``/``rdma_client_connect`` when ``use_rdma_cm`` is set, the TCP
+    ``ethernet_*_connect`` otherwise (``src/perftest_communication.c`` lines 1350-1370).
+    """
+    return args.rdma_cm or args.comm_rdma_cm
+
+
+@contextlib.contextmanager
+def _server_socket(ctx: Ctx) -> Iterator[socket.socket | None]:
+    """The listening end: an RDMA CM listener with ``-R``/``-z`` (no TCP socket), else TCP."""
+    if not uses_cm(ctx.args):
+        sock = _listen(ctx.args.port)
+        try:
+            yield sock
+        finally:
+            if sock is not None:
+                sock.close()
+        return
+    addresses = [nic.ipv4 for nic in ctx.state.node.nics if nic.ipv4]
+    with _rdma_cm.listen(ctx.fabric_dir, ctx.hostname, ctx.args.port, addresses,
+                         ctx.state.rdma_devices()) as sock:
+        if sock is None:
+            # rdma_server_connect: rdma_bind_addr fails on a port a live cm_id holds (lines 1141-1144)
+            err(" rdma_bind_addr failed")
+            err(" Unable to perform rdma_server function")
+            err(" Unable to init the socket connection")
+        yield sock
+
+
 def serve(ctx: Ctx) -> int:
     """The server side: banner, one client, same header, the client's result."""
-    listener = _listen(ctx.args.port)
-    if listener is None:
-        return 1
-    local = local_side(ctx)
-    _warn_peak(ctx.args)
-    if ctx.args.rdma_cm:
-        for line in fmt.header(ctx.args, local, gid_index(ctx)):
-            out(line)
-    else:
-        for line in fmt.BANNER:
-            out(line)
-    sys.stdout.flush()
-    conn, _ = listener.accept()
+    with _server_socket(ctx) as listener:
+        if listener is None:
+            return 1
+        local = local_side(ctx)
+        _warn_peak(ctx.args)
+        if ctx.args.rdma_cm:
+            for line in fmt.header(ctx.args, local, gid_index(ctx)):
+                out(line)
+        else:
+            for line in fmt.BANNER:
+                out(line)
+        sys.stdout.flush()
+        conn, _ = listener.accept()
     conn.settimeout(OOB_TIMEOUT_S)
-    listener.close()
     with conn, conn.makefile("r") as reader:
         peer = recv_msg(reader)
         if peer is None:
@@ -386,35 +422,68 @@ def _server_result(ctx: Ctx, local: fmt.Side, msg: dict[str, Any] | None) -> int
 # --------------------------------------------------------------------------- client
 
 
-def _connect(host: str, port: int) -> socket.socket | None:
-    """Connect to the server, retrying briefly (the server may still be starting)."""
+def _addresses(host: str, port: int) -> list[tuple[Any, ...]] | None:
     try:
-        infos = socket.getaddrinfo(host, port, socket.AF_INET, socket.SOCK_STREAM)
+        return [info[4] for info in socket.getaddrinfo(host, port, socket.AF_INET, socket.SOCK_STREAM)]
     except socket.gaierror:
         err("Problem in resolving basic address and port")
         return None
+
+
+def _try_connect(family: int, addr: Any) -> socket.socket | None:
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.connect(addr)
+    except OSError:
+        sock.close()
+        return None
+    sock.settimeout(OOB_TIMEOUT_S)
+    return sock
+
+
+def _connect(ctx: Ctx) -> socket.socket | None:
+    """Connect to the server, retrying briefly (the server may still be starting).
+
+    Without ``-R``/``-z``: TCP to ``<host>:<port>``. With them: the RDMA CM listener that answers
+    the host's IPv4 address on the port (``rdma_client_connect``, perftest_communication.c 902-1060).
+    """
+    host, port = ctx.args.host or "", ctx.args.port
+    addrs = _addresses(host, port)
+    if addrs is None:
+        return None
     deadline = time.monotonic() + CONNECT_RETRY_S
     while True:
-        for family, kind, proto, _, addr in infos:
-            sock = socket.socket(family, kind, proto)
-            try:
-                sock.connect(addr)
-                sock.settimeout(OOB_TIMEOUT_S)
+        for addr in addrs:
+            if uses_cm(ctx.args):
+                paths = _rdma_cm.sockets_for(ctx.fabric_dir, str(addr[0]), port)
+                sock = next(filter(None, (_try_connect(socket.AF_UNIX, str(p)) for p in paths)), None)
+            else:
+                sock = _try_connect(socket.AF_INET, addr)
+            if sock is not None:
                 return sock
-            except OSError:
-                sock.close()
         if time.monotonic() >= deadline:
-            err(f"Couldn't connect to {host}:{port}")
+            _connect_failed(ctx)
             return None
         time.sleep(0.1)
+
+
+def _connect_failed(ctx: Ctx) -> None:
+    if uses_cm(ctx.args):
+        # no listener: the CM REQ is rejected, RDMA_CM_EVENT_REJECTED (8), lines 1040-1050 and 1353-1357
+        err("Unexpected CM event bl blka 8")
+    else:
+        err(f"Couldn't connect to {ctx.args.host}:{ctx.args.port}")
 
 
 def client(ctx: Ctx) -> int:
     """The client side: connect, exchange, run the model, print and report to the server."""
     assert ctx.args.host is not None
-    sock = _connect(ctx.args.host, ctx.args.port)
+    sock = _connect(ctx)
     if sock is None:
-        err(" Unable to open file descriptor for socket connection")
+        if uses_cm(ctx.args):
+            err(" Unable to perform rdma_client function")
+        else:
+            err(" Unable to open file descriptor for socket connection")
         err(" Unable to init the socket connection")
         return 1
     local = local_side(ctx)
