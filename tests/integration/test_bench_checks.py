@@ -87,8 +87,16 @@ def test_incast_stage_shares_the_receiver(inventory: Path, views: dict[str, Host
     shares = [r.share_of_ceiling for r in lossless]
     assert len(shares) == 3 and all(s is not None and 0.3 < s < 0.34 for s in shares), shares
     # perftest's default traffic class 0 lands in lossy priority 0: the incast collapses.
-    lossy = pairs.run_round(inventory, stage, views, PerftestOptions(duration_s=2))
-    assert all(r.share_of_ceiling is not None and r.share_of_ceiling < 0.1 for r in lossy)
+    # The emulated flows meet only when the three clients start within perftest's settle time of
+    # each other; on a machine starved by the whole suite Ansible may start them further apart, so a
+    # round where they did not meet is run once more (both rounds are shown if neither collapses).
+    rounds = []
+    for _ in range(2):
+        lossy = pairs.run_round(inventory, stage, views, PerftestOptions(duration_s=2))
+        rounds.append([r.share_of_ceiling for r in lossy])
+        if all(s is not None and s < 0.1 for s in rounds[-1]):
+            break
+    assert all(s is not None and s < 0.1 for s in rounds[-1]), rounds
 
 
 def test_all_reduce_through_mpirun_on_four_hosts(inventory: Path, views: dict[str, HostView]) -> None:

@@ -46,6 +46,8 @@ def rack() -> Iterator[TestbedSpec]:
     )
 
 
+# A whole tune on 3 hosts with a pair round per decision: minutes alone, more under the full suite.
+@pytest.mark.timeout(1800)
 def test_the_loop_fixes_a_rack_with_only_the_rdma_cm_tos_wrong(rack: TestbedSpec) -> None:
     result, _ = tune_run.tune(inventory(rack), OPTIONS)
     [move] = result.moves  # the lossless move changes only the ToS here; MTU is right already

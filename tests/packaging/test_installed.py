@@ -126,7 +126,7 @@ def test_demo_runs_to_its_report_from_the_installed_wheel(venv: Path, elsewhere:
     report = Path(line.removeprefix("report: "))
     assert report.is_relative_to(home / "runs") and report.is_file(), line
     assert (report.parent / "report.html").is_file()
-    decided = json.loads(report.read_text())["tune"]["decisions"]
+    decided = json.loads((report.parent / "report.json").read_text())["tune"]["decisions"]
     assert len(decided) == 1 and decided[0]["outcome"] in ("kept", "rolled_back"), decided
 
 
