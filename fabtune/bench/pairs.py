@@ -74,7 +74,8 @@ def _run_spec(pair: Pair, views: Mapping[str, HostView], opts: PerftestOptions) 
     }
 
 
-def _counter_map(results: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, int]]:
+def counter_map(results: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, int]]:
+    """Per netdev (the loop item of an ``ethtool -S`` task), its per-priority pause counters."""
     out = {}
     for item in results:
         try:
@@ -92,8 +93,8 @@ def _deltas(outcome: ansible.RunOutcome) -> dict[tuple[str, str], dict[str, int]
     after = outcome.results("Read NIC counters after")
     deltas = {}
     for host, res in after.items():
-        b = _counter_map(before.get(host, {}).get("results", []))
-        for netdev, values in _counter_map(res.get("results", [])).items():
+        b = counter_map(before.get(host, {}).get("results", []))
+        for netdev, values in counter_map(res.get("results", [])).items():
             old = b.get(netdev, {})
             deltas[(host, netdev)] = {k: v - old.get(k, 0) for k, v in values.items() if v - old.get(k, 0)}
     hw = rdmacounters.deltas(

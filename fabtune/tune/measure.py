@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from fabtune import ansible
-from fabtune.bench import diagnose, nccl, rdmacounters
+from fabtune.bench import diagnose, nccl, pairs, rdmacounters
 from fabtune.bench.argv import NcclOptions
 from fabtune.bench.checks import CheckResult
 from fabtune.bench.deadline import nccl_deadline_s, run_timeout_s, timed_out
@@ -181,28 +181,14 @@ def _pauses(results: Sequence[Mapping[str, Any]]) -> int:
     return total
 
 
-def _port_counters(results: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, int]]:
-    """Per netdev (the loop item), the per-priority pause counters of its ``ethtool -S``."""
-    out: dict[str, dict[str, int]] = {}
-    for item in results:
-        try:
-            stats = ethtool.parse(str(item.get("stdout", "")))
-        except ParseError:
-            continue
-        out[str(item.get("item"))] = {
-            k.format(p): v for k in PAUSE_KEYS for p, v in stats.per_priority(k).items()
-        }
-    return out
-
-
 def counter_deltas(outcome: ansible.RunOutcome) -> dict[str, dict[str, int]]:
     """Per ``host:netdev``, the counters that moved between the reads before and after the batch."""
     before = outcome.results("Read RDMA port counters before")
     after = outcome.results("Read RDMA port counters after")
     deltas: dict[str, dict[str, int]] = {}
     for host, res in sorted(after.items()):
-        old = _port_counters(before.get(host, {}).get("results", []))
-        for netdev, values in _port_counters(res.get("results", [])).items():
+        old = pairs.counter_map(before.get(host, {}).get("results", []))
+        for netdev, values in pairs.counter_map(res.get("results", [])).items():
             moved = {k: v - old.get(netdev, {}).get(k, 0) for k, v in values.items()}
             if any(moved.values()):
                 deltas[f"{host}:{netdev}"] = {k: d for k, d in moved.items() if d}
