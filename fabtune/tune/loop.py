@@ -28,7 +28,7 @@ from fabtune.bench.diagnose import Diagnosis
 from fabtune.bench.pairs import PairResult
 from fabtune.errors import BenchmarkError, ExitStatus, FabtuneError, PlaybookFailed
 from fabtune.journal import Journal
-from fabtune.knobs import LADDERS, Candidate, LosslessClass, roles_of
+from fabtune.knobs import LADDERS, Candidate, Change, LosslessClass, roles_of
 from fabtune.tune.hosts import changed_nics, host_groups, plan_rack
 from fabtune.tune.measure import Batch, FailedRun, Sample, merge_counters
 from fabtune.tune.pairs import PairDecision, PairRound, best_of, compare, confirm, slow_pairs
@@ -356,11 +356,20 @@ class Tuner:
     def measure_pair_matrix(self, when: str) -> None:
         """ib_write_bw between host pairs (the report's heatmap), journaled as step ``pairs <when>``.
 
-        It decides nothing: a round that cannot run is journaled as failed and the run goes on.
+        It decides nothing: a round that cannot run is journaled as failed and the run goes on. In
+        ``round`` mode the covering round the decisions last measured in this very state (over
+        rdma_cm, with its ceilings and counters) is the matrix: the same pairs, not run twice.
         """
         if self.options.pair_matrix == "off":
             return
         seq = self.journal.step(self.run_id, "pairs", f"pairs {when}", {})
+        ref = self.pair_reference
+        if self.options.pair_matrix == "round" and ref is not None and ref.results:
+            found = list(ref.results)
+            self.journal.finish_step(self.run_id, seq, "done", {
+                "pairs": [dataclasses.asdict(p) for p in found], "measured": "the decision round (rdma_cm)"})
+            self._say_matrix(when, found)
+            return
         self.emit("phase", f"ib_write_bw pair matrix ({when})", {})
         try:
             found = self.backend.pair_matrix(self.options.pair_matrix == "full")
@@ -371,6 +380,9 @@ class Tuner:
         self.journal.finish_step(
             self.run_id, seq, "done", {"pairs": [dataclasses.asdict(p) for p in found]}
         )
+        self._say_matrix(when, found)
+
+    def _say_matrix(self, when: str, found: Sequence[PairResult]) -> None:
         shares = [p.share_of_ceiling for p in found if p.share_of_ceiling is not None]
         lowest = f"; lowest pair {min(shares):.0%} of its ceiling" if shares else ""
         self.emit("phase", f"pair matrix ({when}): {len(found)} runs{lowest}", {})
@@ -431,7 +443,7 @@ class Tuner:
             return self._undo(seq, record, f"apply failed: {reason}", desired)
         self.journal.finish_step(self.run_id, seq, "applied")
         try:
-            judged = self.judge(held=hosts)
+            judged = self.judge(held=hosts, pairs=touches_rdma_cm(cand.change))
         except BenchmarkFailed as err:
             return self._failed_move(seq, record, err, desired)
         except _MoveGone as gone:
@@ -474,7 +486,7 @@ class Tuner:
             raise _MoveGone(outcome)
         outcome.raise_for_failure("extending the revert deadline")
 
-    def judge(self, *, held: Sequence[str] = ()) -> Judgement:
+    def judge(self, *, held: Sequence[str] = (), pairs: bool = True) -> Judgement:
         """Measure the whole rack as it is now against the reference until the decision is clear.
 
         ``held``: the hosts holding a move whose revert is armed. Its deadline is extended before a
@@ -482,6 +494,7 @@ class Tuner:
         only has to outlast one batch, whatever the rack's size. No host reverted the move while it
         was measured is proven after the verdict: keep and roll back both confirm the run first
         thing, and a host that reverted it answers so (the move's runs are then discarded).
+        ``pairs``: whether an ib_write_bw round (rdma_cm) can see the move at all.
         """
         policy = self.options.policy
         per_metric = dataclasses.replace(policy, alpha=policy.alpha / 2)  # either metric can earn a keep
@@ -501,9 +514,9 @@ class Tuner:
                 {"all_reduce": _ar(samples), "alltoall": _aa(samples)},
             )
             if self._settled(ar, aa) or len(samples) >= policy.max_runs:
-                pairs, found = self._judge_pairs(ar, aa, held=held)
-                verdict, reason = self._verdict((ar, aa), pauses / max(len(samples), 1), pairs)
-                return Judgement(verdict, reason, ar, aa, samples, pauses, pairs, found)
+                decided, found = self._judge_pairs(ar, aa, held=held) if pairs else (None, ())
+                verdict, reason = self._verdict((ar, aa), pauses / max(len(samples), 1), decided)
+                return Judgement(verdict, reason, ar, aa, samples, pauses, decided, found)
 
     def _pair_reference(self, rounds: Sequence[PairRound]) -> PairRound | None:
         """The best of two rounds of the state as it is, pair by pair (``rounds``: those measured
@@ -788,6 +801,13 @@ def _ports(facts: Mapping[str, Mapping[str, Any]]) -> dict[str, list[dict[str, A
         ]
         for host, fact in sorted(facts.items())
     }
+def touches_rdma_cm(change: Change) -> bool:
+    """Whether ib_write_bw over rdma_cm can see ``change``: NIC knobs (QoS, ToS, MTU, ECN) and the
+    subnet manager's routing shape its traffic; NCCL's environment (nccl.conf) is read by NCCL alone,
+    not by perftest, so a move of NCCL keys only gets no pair round."""
+    return bool(change.nic or change.sm)
+
+
 def _round_payload(found: PairRound | None) -> dict[str, Any] | None:
     """A pair round as the journal keeps it."""
     if found is None:

@@ -29,6 +29,7 @@ from pathlib import Path
 from fabtune.bench import pairs
 from fabtune.bench.argv import PerftestOptions
 from fabtune.bench.fabric import HostView
+from fabtune.bench.pairs import PairResult
 from fabtune.bench.schedule import Pair, covering_rounds, incast_stage, rail_pairs
 
 INCAST_FAN_IN = 4  # clients per incast stage (fewer on a smaller rack): enough to overload a port
@@ -37,11 +38,13 @@ OPTIONS = PerftestOptions(duration_s=2, rdma_cm=True)
 
 @dataclass(frozen=True)
 class PairRound:
-    """One measurement: each pair's and each incast stage's Gb/s (None: failed, with its error)."""
+    """One measurement: each pair's and each incast stage's Gb/s (None: failed, with its error), and
+    the pair runs as measured (with their ceilings and counters: the report's pair matrix)."""
 
     pairs: Mapping[str, float | None]
     incast: Mapping[str, float | None] = field(default_factory=dict)
     errors: Mapping[str, str] = field(default_factory=dict)
+    results: tuple[PairResult, ...] = ()
 
     def median(self) -> float:
         """The median pair's Gb/s (a failed pair counts 0)."""
@@ -68,7 +71,8 @@ class PairDecision:
 
 
 def best_of(rounds: Sequence[PairRound]) -> PairRound:
-    """Each pair's and stage's best of ``rounds`` (a failure only where every round failed)."""
+    """Each pair's and stage's best of ``rounds`` (a failure only where every round failed); the
+    pair runs as measured are the last round's."""
 
     def best(values: Sequence[Mapping[str, float | None]]) -> dict[str, float | None]:
         labels = dict.fromkeys(k for v in values for k in v)
@@ -76,7 +80,7 @@ def best_of(rounds: Sequence[PairRound]) -> PairRound:
 
     found = best([r.pairs for r in rounds])
     errors = {k: e for r in rounds for k, e in r.errors.items() if found.get(k) is None}
-    return PairRound(found, best([r.incast for r in rounds]), errors)
+    return PairRound(found, best([r.incast for r in rounds]), errors, rounds[-1].results if rounds else ())
 
 
 def _label(pair: Pair, views: Mapping[str, HostView]) -> str:
@@ -107,9 +111,11 @@ def measure(inventory: Path, views: Mapping[str, HostView], deadline_s: int | No
     rounds, stages = _schedule(views)
     found: dict[str, float | None] = {}
     errors: dict[str, str] = {}
+    measured: list[PairResult] = []
     for rnd in rounds:
         for pair, res in zip(rnd, pairs.run_round(inventory, rnd, views, OPTIONS, deadline_s=deadline_s),
                              strict=True):
+            measured.append(res)
             found[_label(pair, views)] = res.gbps
             if res.error:
                 errors[_label(pair, views)] = res.error
@@ -124,7 +130,7 @@ def measure(inventory: Path, views: Mapping[str, HostView], deadline_s: int | No
             for p, r in mine:
                 if r.error:
                     errors[f"{label}: {p.client}"] = r.error
-    return PairRound(found, incast, errors)
+    return PairRound(found, incast, errors, tuple(measured))
 
 
 def _ratio(new: float | None, old: float | None) -> float | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -9,13 +10,14 @@ from typing import Any
 
 import pytest
 
+from fabtune.bench.pairs import PairResult
 from fabtune.commands.tune import print_result
 from fabtune.errors import PlaybookFailed
 from fabtune.journal import Journal
-from fabtune.knobs import LosslessClass, lossless_change
+from fabtune.knobs import Change, LosslessClass, lossless_change
 from fabtune.report import render_markdown, validate
 from fabtune.report.build import build
-from fabtune.tune.loop import TuneOptions, Tuner
+from fabtune.tune.loop import TuneOptions, Tuner, touches_rdma_cm
 from fabtune.tune.pairs import PairRound, best_of, compare, confirm, slow_pairs
 from tests.unit.test_tune_loop import FACTORY, FakeRack
 
@@ -222,3 +224,40 @@ def test_a_move_under_which_the_pair_round_cannot_run_is_rolled_back(tmp_path: P
     assert move.name == "MTU 4200" and move.outcome == "rolled_back", move.reason
     assert move.reason.startswith("guard: ib_write_bw (rdma_cm)") and "x0.00" in move.reason, move.reason
     assert rack.state["h01"]["nics"]["eth2"]["mtu"] == 1500
+
+
+def test_a_move_of_nccl_keys_only_gets_no_pair_round(tmp_path: Path) -> None:
+    """perftest reads no nccl.conf: a QPs-per-connection move is decided on the collectives alone."""
+    rack = PairRack()
+    _, (result, _) = run(rack, tmp_path, ("lossless", "mtu", "gdr"))
+    assert [m.group for m in result.moves] == ["qps"]
+    assert rack.rounds == 2  # the baseline's reference only
+    assert result.moves[0].decision["pairs"] is None
+    assert not touches_rdma_cm(Change(nccl={"NCCL_IB_QPS_PER_CONNECTION": "4"}))
+    assert touches_rdma_cm(Change(nic={"mtu": 4200})) and touches_rdma_cm(Change(sm={"routing_engine": "ftree"}))
+
+
+class MatrixRack(PairRack):
+    """A PairRack whose rounds carry their pair runs (as the testbed's do): one per pair, tagged."""
+
+    def pairs(self) -> PairRound | None:
+        found = super().pairs()
+        assert found is not None
+        runs = tuple(PairResult(label.split("->")[1].split()[0], label.split("->")[0], 0, "mlx5_0",
+                                gbps, 400.0, None, {"round": {"n": self.rounds}})
+                     for label, gbps in found.pairs.items())
+        return dataclasses.replace(found, results=runs)
+
+
+def test_the_round_matrix_is_the_decisions_round_of_that_state(tmp_path: Path) -> None:
+    """pair_matrix round: the covering round the decisions measured in the state is the heatmap,
+    not a second run of the same pairs; the final matrix is the kept state's last round."""
+    rack = MatrixRack(factory={**TUNED, "roce_tos": 0})
+    tuner, (result, _) = run(rack, tmp_path, ("mtu", "qps", "gdr"))
+    assert result.moves[0].outcome == "kept"
+    assert rack.pair_rounds == 0  # the backend's separate matrix never ran
+    steps = {s.name: s for s in tuner.journal.steps(tuner.run_id) if s.kind == "pairs"}
+    rounds_of = {n: {p["counters"]["round"]["n"] for p in s.payload["pairs"]} for n, s in steps.items()}
+    assert rounds_of == {"pairs baseline": {2}, "pairs final": {rack.rounds}}
+    assert steps["pairs final"].payload["measured"] == "the decision round (rdma_cm)"
+    assert len(steps["pairs final"].payload["pairs"]) == 2
