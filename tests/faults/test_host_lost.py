@@ -49,6 +49,7 @@ def _wait_clean(rack: TestbedSpec, expected: dict[str, dict[str, object]], timeo
     assert drift_from(expected, rack) == CLEAN
 
 
+@pytest.mark.timeout(1500)  # a whole tune on the testbed: minutes, more on a loaded machine
 def test_host_lost_mid_apply_fails_the_run_and_hosts_end_at_the_snapshot(
     rack: TestbedSpec, tmp_path: Path
 ) -> None:
@@ -73,6 +74,7 @@ def test_host_lost_mid_apply_fails_the_run_and_hosts_end_at_the_snapshot(
     assert drift_from(before, rack) == CLEAN
 
 
+@pytest.mark.timeout(1500)  # a whole tune on the testbed: minutes, more on a loaded machine
 def test_host_lost_mid_rollback_then_rollback_again_restores(rack: TestbedSpec, tmp_path: Path) -> None:
     before = current_state(rack)
     child = tune_child(rack, tmp_path, ONE_MOVE)

@@ -47,6 +47,7 @@ def _boot_log(rack: TestbedSpec, host: str) -> str:
     return path.read_text() if path.exists() else ""
 
 
+@pytest.mark.timeout(1500)  # a whole tune on the testbed: minutes, more on a loaded machine
 def test_host_rebooted_mid_run_boots_at_the_pre_move_state_and_the_run_fails_cleanly(
     rack: TestbedSpec, tmp_path: Path
 ) -> None:

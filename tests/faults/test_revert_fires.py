@@ -29,6 +29,7 @@ def rack() -> Iterator[TestbedSpec]:
     yield from factory_rack("frev", "10.247")
 
 
+@pytest.mark.timeout(1500)  # a whole tune on the testbed: minutes, more on a loaded machine
 def test_revert_firing_mid_measurement_is_found_journaled_and_undone(
     rack: TestbedSpec, tmp_path: Path
 ) -> None:

@@ -100,6 +100,7 @@ def test_the_login_user_exists_only_on_the_hosts_with_sudo(rack: TestbedSpec) ->
     assert out == [USER, "root"]
 
 
+@pytest.mark.timeout(1500)  # a whole tune on the testbed: minutes, more on a loaded machine
 def test_apply_tune_rollback_drift_as_the_login_user(rack: TestbedSpec) -> None:
     inv = str(inventory(rack))
     assert main(["apply", "-i", inv, "--profile", "roce"]) == 0

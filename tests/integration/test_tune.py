@@ -24,6 +24,7 @@ def rack() -> Iterator[TestbedSpec]:
     yield from build("ittune", "10.213", 21)
 
 
+@pytest.mark.timeout(1500)  # a whole tune on the testbed: minutes, more on a loaded machine
 def test_tune_reaches_the_oracle_and_verifies_rollbacks(
     rack: TestbedSpec, tmp_path: Path
 ) -> None:

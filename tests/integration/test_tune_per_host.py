@@ -45,6 +45,7 @@ def rack() -> Iterator[TestbedSpec]:
     })
 
 
+@pytest.mark.timeout(1500)  # a whole tune on the testbed: minutes, more on a loaded machine
 def test_one_odd_host_is_tuned_to_the_oracle_by_moves_on_it_alone(rack: TestbedSpec) -> None:
     before = current_state(rack)
     options = {"max_runs": 6, "baseline_runs": 4, "skip_groups": ["qps", "gdr"]}

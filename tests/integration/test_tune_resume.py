@@ -70,6 +70,7 @@ def _kill_at_first_move(rack: TestbedSpec, tmp_path: Path) -> tuple[str, int]:
     return run_id, seq
 
 
+@pytest.mark.timeout(1500)  # a whole tune on the testbed: minutes, more on a loaded machine
 def test_kill_9_mid_move_hosts_revert_resume_finishes_then_rollback_restores(
     rack: TestbedSpec, tmp_path: Path
 ) -> None:

@@ -35,6 +35,7 @@ def test_an_already_tuned_rack_has_nothing_to_plan(rack: TestbedSpec) -> None:
     assert view == [], [[c.name for c in group] for group in view]
 
 
+@pytest.mark.timeout(1500)  # a whole tune on the testbed: minutes, more on a loaded machine
 def test_tune_keeps_zero_moves_on_an_already_tuned_rack(rack: TestbedSpec) -> None:
     result, _report = tune_run.tune(inventory(rack), {"max_runs": 6, "baseline_runs": 4},
                                     oracle=testbed_model.testbed_oracle)

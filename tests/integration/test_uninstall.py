@@ -95,6 +95,7 @@ def installed(rack: TestbedSpec, host: str) -> list[str]:
     return [p for p in INSTALLED if on_host(rack, host, f"test -e {p} && echo yes || true").strip() == "yes"]
 
 
+@pytest.mark.timeout(1500)  # a whole tune on the testbed: minutes, more on a loaded machine
 def test_uninstall_restore_leaves_the_hosts_as_before_the_first_run(
     rack: TestbedSpec, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -234,7 +234,8 @@ def test_a_move_of_nccl_keys_only_gets_no_pair_round(tmp_path: Path) -> None:
     assert rack.rounds == 2  # the baseline's reference only
     assert result.moves[0].decision["pairs"] is None
     assert not touches_rdma_cm(Change(nccl={"NCCL_IB_QPS_PER_CONNECTION": "4"}))
-    assert touches_rdma_cm(Change(nic={"mtu": 4200})) and touches_rdma_cm(Change(sm={"routing_engine": "ftree"}))
+    assert touches_rdma_cm(Change(nic={"mtu": 4200}))
+    assert touches_rdma_cm(Change(sm={"routing_engine": "ftree"}))
 
 
 class MatrixRack(PairRack):
