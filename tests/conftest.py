@@ -30,3 +30,17 @@ def testbed_unavailable() -> str | None:
         if shutil.which(cmd) is None:
             return f"{cmd} is not installed (run scripts/install.sh)"
     return None
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Files whose tests carry the longest deadlines (``pytest.mark.timeout``: whole tunes on the
+    testbed) first, the rest in their order: ``--dist loadfile`` hands files to workers in this order,
+    so the longest start first and the many short ones fill the gaps at the end (no worker still
+    running a 10-minute file after the others ran out of work)."""
+    longest: dict[Path, float] = {}
+    for item in items:
+        marker = item.get_closest_marker("timeout")
+        deadline = float(marker.args[0]) if marker is not None and marker.args else 0.0
+        longest[item.path] = max(longest.get(item.path, 0.0), deadline)
+    items.sort(key=lambda item: -longest[item.path])  # stable: the order within a file is kept

@@ -59,6 +59,7 @@ def _rolled_back_to(rack: TestbedSpec, run_id: str, before: dict[str, dict[str, 
     assert Journal().first_snapshot(run_id) == before
 
 
+@pytest.mark.timeout(1500)  # a tune to the kill point, then a rollback: minutes on a loaded machine
 def test_kill_9_mid_apply_then_rollback_restores_the_pre_run_state(rack: TestbedSpec, tmp_path: Path) -> None:
     before = current_state(rack)
     run_id, seq = _killed_at(rack, tmp_path, "intent")
@@ -67,6 +68,7 @@ def test_kill_9_mid_apply_then_rollback_restores_the_pre_run_state(rack: Testbed
     _rolled_back_to(rack, run_id, before)
 
 
+@pytest.mark.timeout(1500)  # a tune to the kill point, then a rollback: minutes on a loaded machine
 def test_kill_9_mid_measure_then_rollback_restores_the_pre_run_state(
     rack: TestbedSpec, tmp_path: Path
 ) -> None:
@@ -76,6 +78,7 @@ def test_kill_9_mid_measure_then_rollback_restores_the_pre_run_state(
     _rolled_back_to(rack, run_id, before)
 
 
+@pytest.mark.timeout(1500)  # a tune to the kill point, then a rollback: minutes on a loaded machine
 def test_kill_9_mid_rollback_then_rollback_again_restores(rack: TestbedSpec, tmp_path: Path) -> None:
     before = current_state(rack)
     run_id, _ = _killed_at(rack, tmp_path, "applied")
