@@ -56,8 +56,9 @@ def _run_spec(pair: Pair, views: Mapping[str, HostView], opts: PerftestOptions) 
     gid = server.gid_index if opts.gid_index is None else opts.gid_index
     tuned = dataclasses.replace(opts, gid_index=gid)
     server_argv = perftest_argv(tuned, server.device, pair.port)
+    run_id = f"{pair.client}->{pair.server}/{server.device}:{pair.port}"
     return {
-        "id": f"{pair.client}->{pair.server}/{server.device}:{pair.port}",
+        "id": run_id,
         "server": pair.server,
         "client": pair.client,
         "port": pair.port,
@@ -65,6 +66,7 @@ def _run_spec(pair: Pair, views: Mapping[str, HostView], opts: PerftestOptions) 
         "rdma_cm": tuned.rdma_cm,
         "server_argv": server_argv,
         "client_argv": perftest_argv(tuned, client.device, pair.port, server.ipv4),
+        "client_command": {"id": run_id, "argv": perftest_argv(tuned, client.device, pair.port, server.ipv4)},
         "server_netdev": server.netdev,
         "client_netdev": client.netdev,
         # perftest runs on the device's port 1 (-i 1, fabtune.bench.argv); pair.port is its TCP port
@@ -118,8 +120,9 @@ def _measured(stdout: str) -> tuple[float | None, str | None]:
 def _client_result(
     item: Mapping[str, Any], run: Mapping[str, Any], deadline_s: int
 ) -> tuple[float | None, str | None]:
-    """One client's measurement, or why there is none (a missed deadline names host, command, deadline)."""
-    if not item.get("finished") or timed_out(item.get("rc")) or item.get("msg") == "Timeout exceeded":
+    """One client's measurement (``item``: its entry in fabric_run's ``runs``), or why there is none
+    (a missed deadline names host, command, deadline)."""
+    if item.get("timed_out") or timed_out(item.get("rc")):
         command = " ".join(str(a) for a in run.get("client_argv", []))
         return None, f"timeout: {run.get('client')}: {command!r} missed its deadline of {deadline_s} s"
     return _measured(str(item.get("stdout", "")) + "\n" + str(item.get("stderr", "")))
@@ -133,10 +136,15 @@ def _results(
     deadline_s: int,
 ) -> list[PairResult]:
     by_id = {}
-    for res in outcome.results("Collect client results").values():
-        for item in res.get("results", []):
-            run = item.get("item", {}).get("item", {})
-            by_id[run.get("id")] = _client_result(item, run, deadline_s)
+    spec = {run["id"]: run for run in runs}
+    for host, res in outcome.results("Run clients").items():
+        if res.get("msg") == "Timeout exceeded" or res.get("timedout"):  # the task's own deadline
+            for run in runs:
+                if run["client"] == host:
+                    by_id[run["id"]] = _client_result({"timed_out": True}, run, deadline_s)
+        for item in res.get("runs", []):
+            run = spec.get(item.get("id"), {})
+            by_id[item.get("id")] = _client_result(item, run, deadline_s)
     deltas = _deltas(outcome)
     results = []
     for run, pair in zip(runs, pairs, strict=True):

@@ -88,13 +88,14 @@ def _task(playbook: str, name: str) -> dict[str, Any]:
         ("bench_nccl.yml", "Run the launcher"),
         ("bench_measure.yml", "Run nccl-tests"),
         ("bench_ib_write_bw.yml", "Start servers"),
-        ("bench_ib_write_bw.yml", "Start clients"),
+        ("bench_ib_write_bw.yml", "Run clients"),
     ],
 )
 def test_every_launch_runs_under_timeout_with_a_task_deadline(playbook: str, task: str) -> None:
     found = _task(playbook, task)
     text = yaml.safe_dump(found)
-    assert "timeout" in found["ansible.builtin.command"]["argv"] or "__fabtune_timeout" in text
+    launch = found.get("ansible.builtin.command") or found["fabtune.fabric.fabric_run"]
+    assert "timeout" in launch.get("argv", []) or "__fabtune_timeout" in text
     assert "--kill-after=10s" in (PLAYBOOKS / playbook).read_text()
     assert "timeout" in found or "async" in found
 
@@ -126,7 +127,8 @@ def test_playbook_runs_have_a_deadline_and_every_task_one(
 
 def test_a_perftest_client_past_its_deadline_is_a_failed_pair_with_evidence() -> None:
     run = {"client": "h02", "client_argv": ["ib_write_bw", "-d", "mlx5_0", "10.0.0.1"]}
-    gbps, error = pairs._client_result({"finished": 1, "rc": 124, "stdout": ""}, run, 40)
+    gbps, error = pairs._client_result({"rc": 124, "stdout": "", "timed_out": False}, run, 40)
     assert gbps is None
     assert error == "timeout: h02: 'ib_write_bw -d mlx5_0 10.0.0.1' missed its deadline of 40 s"
-    assert pairs._client_result({"finished": 0}, run, 40)[1] == error
+    # stopped by fabric_run's own deadline (the backstop after coreutils timeout's)
+    assert pairs._client_result({"rc": -15, "stdout": "", "timed_out": True}, run, 40)[1] == error

@@ -35,6 +35,7 @@ PRIVILEGED_MODULES = {
 # Modules that only read or steer the play.
 UNPRIVILEGED_MODULES = {
     "fabtune.fabric.fabric_validate": "reads sysfs",
+    "fabtune.fabric.fabric_run": "runs the login user's benchmark clients (perftest needs no root)",
     "ansible.builtin.set_fact": "controller side",
     "ansible.builtin.assert": "controller side",
     "ansible.builtin.stat": "stat of a world-readable path",
