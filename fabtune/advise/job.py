@@ -50,7 +50,7 @@ FIELDS: dict[str, tuple[str, Any]] = {
     "top_k": ("int", None),
     "gpus_per_node": ("int", 8),
     "peak_tflops": ("num", REQUIRED),
-    "achievable": ("frac", 0.5),
+    "achievable": ("frac", 0.5),  # docs/advisor.md: fit to the calibration table
     "overlap": ("frac0", 1.0),
     "nvlink_busbw": ("num", 370.0),
 }
