@@ -22,8 +22,10 @@ PRECISIONS = ("bf16", "fp16", "fp8", "fp32")
 # Bytes of one activation element on the wire (TP, PP, EP traffic): fp8 training keeps bf16
 # activations between layers (Transformer Engine casts inside the GEMMs).
 ACT_BYTES = {"bf16": 2, "fp16": 2, "fp8": 2, "fp32": 4}
-# Bytes of one gradient element in the data-parallel reduction.
-GRAD_BYTES = {"bf16": 2, "fp16": 2, "fp8": 2, "fp32": 4}
+# Bytes of one gradient element in the data-parallel reduction: Megatron-LM accumulates and
+# all-reduces bf16 gradients in fp32 by default ("accumulate and all-reduce gradients in fp32 for
+# bfloat16 data type", its start-up log: NVIDIA/Megatron-LM#756); fp16 reduces in fp16.
+GRAD_BYTES = {"bf16": 4, "fp16": 2, "fp8": 4, "fp32": 4}
 _SUFFIX = {"": 1.0, "k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
 _NUMBER = re.compile(r"^\s*(?P<n>[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*(?P<s>[kKmMbBgGtT]?)\s*$")
 

@@ -9,10 +9,11 @@ from rich.table import Table
 from rich.text import Text
 
 from fabtune.advise import fabric
-from fabtune.advise.advise import Advice
+from fabtune.advise.advise import Advice, predict
 from fabtune.advise.advise import advise as build_advice
-from fabtune.advise.job import load_job
-from fabtune.advise.measured import from_run
+from fabtune.advise.job import JobSpec, fit, load_job
+from fabtune.advise.joblog import JobLog, load_job_log
+from fabtune.advise.measured import Measured, from_run
 from fabtune.commands._common import ResultOutput, absolute_path, require_file, result_output, run_id_of
 from fabtune.journal import Journal
 
@@ -46,7 +47,7 @@ def table(advice: Advice) -> Table:
     return out
 
 
-def show(advice: Advice, output: ResultOutput) -> None:
+def show(advice: Advice, output: ResultOutput, found: dict[str, object] | None = None) -> None:
     """The table, the verdict and the assumptions (or the JSON)."""
     console = output.console()
     console.print(table(advice))
@@ -56,12 +57,49 @@ def show(advice: Advice, output: ResultOutput) -> None:
     console.print(Text("assumptions:"))
     for line in advice.assumptions:
         console.print(Text(f"  - {line}"))
-    output.write(advice.to_json())
+    if found is not None:
+        show_log(found, output)
+    output.write({**advice.to_json(), "job_log": found})
+
+
+def log_line(
+    log: JobLog, job: JobSpec, nodes: int, measured: Measured | None, topo: fabric.Topology
+) -> dict[str, object]:
+    """The job log's measured MFU at ``nodes`` and, with a measured rack, the prediction beside it."""
+    layout = fit(job, nodes)
+    found: dict[str, object] = {
+        "format": log.format, "steps": log.steps, "nodes": nodes, "mfu": log.mfu(job, layout.gpus),
+        "step_s": log.step_s, "tokens_per_s_per_gpu": log.tokens_per_s_per_gpu,
+        "samples_per_s": log.samples_per_s,
+    }
+    if measured is not None:
+        name = "ib-ndr" if measured.kind == "ib" else "roce"
+        option = next(o for o in fabric.options(measured.qps) if o.name == name)
+        found["predicted_mfu"] = predict(job, measured, option, topo, nodes)[1].mfu
+        found["predicted_option"] = option.name
+    return found
+
+
+def show_log(found: dict[str, object], output: ResultOutput) -> None:
+    """The job log's line: measured MFU, and the prediction beside it when there is one."""
+    mfu = float(str(found["mfu"]))
+    line = f"job log ({found['format']}, {found['steps']} steps) at N={found['nodes']}: "
+    line += f"measured MFU {mfu:.1%}"
+    if "predicted_mfu" in found:
+        predicted = float(str(found["predicted_mfu"]))
+        line += f"; predicted {predicted:.1%} ({found['predicted_option']})"
+        line += f", measured/predicted {mfu / predicted:.2f}"
+    output.console().print(Text(line))
 
 
 @click.command("advise")
-@click.option("--from", "run_id", required=True, callback=run_id_of,
+@click.option("--from", "run_id", default=None, callback=run_id_of,
               help="A saved tune or bootstrap run whose measured busbw the prediction starts from.")
+@click.option("--job-log", type=click.Path(path_type=Path), default=None, callback=absolute_path,
+              help="A training log (Megatron-LM, torchtitan, DeepSpeed, 'step N ... time T'): "
+              "its measured MFU beside the prediction.")
+@click.option("--log-nodes", type=click.IntRange(1, 1 << 20), default=None,
+              help="Nodes the --job-log job ran on (default: the only --nodes value).")
 @click.option("--model", "spec", required=True, type=click.Path(path_type=Path), callback=absolute_path,
               help="The job spec (YAML: docs/advisor.md).")
 @click.option("--nodes", required=True, callback=parse_nodes, help="Cluster sizes to predict, e.g. 4,32,128.")
@@ -70,17 +108,34 @@ def show(advice: Advice, output: ResultOutput) -> None:
 @click.option("--oversubscription", type=click.FloatRange(1.0, 16.0), default=1.0, show_default=True,
               help="Leaf down:up bandwidth ratio (1: non-blocking).")
 @result_output()
-def advise(run_id: str, spec: Path, nodes: tuple[int, ...], leaf_nodes: int, oversubscription: float,
-           output: ResultOutput) -> None:
+def advise(
+    run_id: str | None, job_log: Path | None, log_nodes: int | None, spec: Path, nodes: tuple[int, ...],
+    leaf_nodes: int, oversubscription: float, output: ResultOutput,
+) -> None:
     """Predict a training job's step time, MFU and scaling at each N, on RoCE and InfiniBand.
 
     Starts from the per-GPU bus bandwidth a tune or bootstrap run measured on this rack, and the
     job spec; every equation and assumption is in docs/advisor.md and printed beside the answer.
     """
+    if run_id is None and job_log is None:
+        raise click.UsageError("give --from RUN (a measured rack), --job-log FILE, or both")
+    if job_log is not None and log_nodes is None and len(nodes) != 1:
+        raise click.UsageError("--job-log with several --nodes: give the log's node count as --log-nodes")
     job = load_job(require_file(spec, "--model"))
-    journal = Journal()
-    try:
-        measured = from_run(journal, run_id)
-    finally:
-        journal.close()
-    show(build_advice(job, measured, nodes, fabric.Topology(leaf_nodes, oversubscription)), output)
+    log = load_job_log(require_file(job_log, "--job-log")) if job_log is not None else None
+    topo = fabric.Topology(leaf_nodes, oversubscription)
+    measured = None
+    if run_id is not None:
+        journal = Journal()
+        try:
+            measured = from_run(journal, run_id)
+        finally:
+            journal.close()
+    found = log_line(log, job, log_nodes or nodes[0], measured, topo) if log is not None else None
+    if measured is None:
+        if found is not None:
+            show_log(found, output)
+            output.write({"job_log": found})
+        return
+    advice = build_advice(job, measured, nodes, topo)
+    show(advice, output, found)

@@ -51,7 +51,7 @@ def test_data_parallel_reduction_uses_the_rails_of_the_group_and_hides_behind_ba
     # the DP group has 8 GPUs per node: 8 x 10 GB/s, capped by NVLink 100
     assert model.dp_busbw(job, layout, BW) == 80.0
     step = model.step_time(job, layout, BW)
-    comm = 2e9 * 2 * 15 / 16 / 80e9  # 2 bytes per gradient
+    comm = 4e9 * 2 * 15 / 16 / 80e9  # bf16 gradients reduced in fp32: 4 bytes each
     assert step.dp_comm_s == pytest.approx(comm)
     window = (2 / 3) * 0.48 / layout.microbatches
     assert step.dp_exposed_s == pytest.approx(max(0.0, comm - window))
@@ -83,7 +83,9 @@ def test_expert_alltoall_over_the_fabric_when_the_group_leaves_the_node() -> Non
     expect = 4 * layout.microbatches * 4 * size * 15 / 16 / 5e9
     assert model.ep_s(job, layout, BW) == pytest.approx(expect)
     # MoE gradients: the dense part whole, the experts sharded over ep
-    assert model.grad_bytes(job) == pytest.approx((1e9 + 7e9 / 16) * 2)
+    assert model.grad_bytes(job) == pytest.approx((1e9 + 7e9 / 16) * 4)
+    fp16 = parse_job({**DENSE, "precision": "fp16"}, "x")
+    assert model.grad_bytes(fp16) == pytest.approx(1e9 * 2)
     assert model.flops_per_token(job) == 6e9 + 12 * 4 * 1000 * 1000
 
 
