@@ -47,7 +47,7 @@ def _floats(raw: Any) -> list[float]:
     return [float(v) for v in raw or [] if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0]
 
 
-def _nic_gbytes(ports: Mapping[str, Any]) -> float | None:
+def nic_gbytes(ports: Mapping[str, Any]) -> float | None:
     """The slowest node's RDMA line rate in GB/s (sum of its ports' sysfs rates)."""
     per_node = []
     for host_ports in ports.values():
@@ -58,7 +58,7 @@ def _nic_gbytes(ports: Mapping[str, Any]) -> float | None:
     return min(per_node) if per_node else None
 
 
-def _qps(state: Mapping[str, Any] | None) -> int:
+def qps_of(state: Mapping[str, Any] | None) -> int:
     values = set()
     for host in (state or {}).values():
         raw = ((host or {}).get("nccl") or {}).get("NCCL_IB_QPS_PER_CONNECTION")
@@ -78,7 +78,7 @@ def from_steps(run_id: str, run_kind: str, fabric_type: str | None, steps: Seque
     facts = _phase(steps, "facts") or _phase(steps, "preflight")
     hosts = list((facts.payload.get("hosts") if facts else None) or [])
     kind = str((facts.payload.get("fabric_type") if facts else None) or fabric_type or "roce")
-    nic = _nic_gbytes((facts.payload.get("ports") if facts else None) or {})
+    nic = nic_gbytes((facts.payload.get("ports") if facts else None) or {})
     for name in ("final", "baseline", "acceptance"):
         step = _phase(steps, name)
         if step is None:
@@ -98,7 +98,7 @@ def from_steps(run_id: str, run_kind: str, fabric_type: str | None, steps: Seque
             all_reduce=statistics.median(ar),
             alltoall=statistics.median(aa) if aa else None,
             nic_gbytes=nic,
-            qps=_qps(p.get("state")),
+            qps=qps_of(p.get("state")),
         )
     why = (
         f"a {run_kind} run over {len(hosts)} host: the per-GPU bandwidth needs a measurement across 2+ nodes"

@@ -11,10 +11,12 @@ from rich.text import Text
 from fabtune.advise import fabric
 from fabtune.advise.advise import Advice, predict
 from fabtune.advise.advise import advise as build_advice
-from fabtune.advise.job import JobSpec, fit, load_job
+from fabtune.advise.job import JobSpec, fit, fit_problem, load_job
 from fabtune.advise.joblog import JobLog, load_job_log
 from fabtune.advise.measured import Measured, from_run
+from fabtune.advise.probe import measure_rack
 from fabtune.commands._common import ResultOutput, absolute_path, require_file, result_output, run_id_of
+from fabtune.errors import ConfigError
 from fabtune.journal import Journal
 
 
@@ -95,6 +97,8 @@ def show_log(found: dict[str, object], output: ResultOutput) -> None:
 @click.command("advise")
 @click.option("--from", "run_id", default=None, callback=run_id_of,
               help="A saved tune or bootstrap run whose measured busbw the prediction starts from.")
+@click.option("-i", "--inventory", type=click.Path(path_type=Path), default=None, callback=absolute_path,
+              help="Measure this rack now (the tune baseline's all_reduce and alltoall; read-only).")
 @click.option("--job-log", type=click.Path(path_type=Path), default=None, callback=absolute_path,
               help="A training log (Megatron-LM, torchtitan, DeepSpeed, 'step N ... time T'): "
               "its measured MFU beside the prediction.")
@@ -109,22 +113,28 @@ def show_log(found: dict[str, object], output: ResultOutput) -> None:
               help="Leaf down:up bandwidth ratio (1: non-blocking).")
 @result_output()
 def advise(
-    run_id: str | None, job_log: Path | None, log_nodes: int | None, spec: Path, nodes: tuple[int, ...],
-    leaf_nodes: int, oversubscription: float, output: ResultOutput,
+    run_id: str | None, inventory: Path | None, job_log: Path | None, log_nodes: int | None, spec: Path,
+    nodes: tuple[int, ...], leaf_nodes: int, oversubscription: float, output: ResultOutput,
 ) -> None:
     """Predict a training job's step time, MFU and scaling at each N, on RoCE and InfiniBand.
 
-    Starts from the per-GPU bus bandwidth a tune or bootstrap run measured on this rack, and the
-    job spec; every equation and assumption is in docs/advisor.md and printed beside the answer.
+    Starts from the per-GPU bus bandwidth a tune or bootstrap run measured on this rack (--from),
+    or measures it now (-i), and the job spec; --job-log adds a real job's measured MFU. Every
+    equation and assumption is in docs/advisor.md and printed beside the answer.
     """
-    if run_id is None and job_log is None:
-        raise click.UsageError("give --from RUN (a measured rack), --job-log FILE, or both")
+    if run_id is not None and inventory is not None:
+        raise click.UsageError("--from and -i exclude each other: a saved run's measurement, or one now")
+    if run_id is None and inventory is None and job_log is None:
+        raise click.UsageError("give --from RUN or -i INV (a measured rack), --job-log FILE, or both")
     if job_log is not None and log_nodes is None and len(nodes) != 1:
         raise click.UsageError("--job-log with several --nodes: give the log's node count as --log-nodes")
     job = load_job(require_file(spec, "--model"))
     log = load_job_log(require_file(job_log, "--job-log")) if job_log is not None else None
     topo = fabric.Topology(leaf_nodes, oversubscription)
-    measured = None
+    misfits = [p for p in (fit_problem(job, n) for n in (*nodes, log_nodes or nodes[0])) if p]
+    if misfits:  # before any measurement
+        raise ConfigError(f"job {job.name} on the cluster", list(dict.fromkeys(misfits)))
+    measured = measure_rack(require_file(inventory, "-i")) if inventory is not None else None
     if run_id is not None:
         journal = Journal()
         try:
