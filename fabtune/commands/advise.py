@@ -11,10 +11,12 @@ from rich.text import Text
 from fabtune.advise import fabric
 from fabtune.advise.advise import Advice, predict
 from fabtune.advise.advise import advise as build_advice
+from fabtune.advise.html import render_advice
 from fabtune.advise.job import JobSpec, fit, fit_problem, load_job
 from fabtune.advise.joblog import JobLog, load_job_log
 from fabtune.advise.measured import Measured, from_run
 from fabtune.advise.probe import measure_rack
+from fabtune.commands import _console
 from fabtune.commands._common import ResultOutput, absolute_path, require_file, result_output, run_id_of
 from fabtune.errors import ConfigError
 from fabtune.journal import Journal
@@ -111,10 +113,13 @@ def show_log(found: dict[str, object], output: ResultOutput) -> None:
               help="Nodes one leaf switch serves per rail (64-port leaf at 1:1: 32).")
 @click.option("--oversubscription", type=click.FloatRange(1.0, 16.0), default=1.0, show_default=True,
               help="Leaf down:up bandwidth ratio (1: non-blocking).")
+@click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Also write the advice as an HTML page with plots (MFU and step split against N).")
 @result_output()
 def advise(
     run_id: str | None, inventory: Path | None, job_log: Path | None, log_nodes: int | None, spec: Path,
-    nodes: tuple[int, ...], leaf_nodes: int, oversubscription: float, output: ResultOutput,
+    nodes: tuple[int, ...], leaf_nodes: int, oversubscription: float, html_path: Path | None,
+    output: ResultOutput,
 ) -> None:
     """Predict a training job's step time, MFU and scaling at each N, on RoCE and InfiniBand.
 
@@ -149,3 +154,6 @@ def advise(
         return
     advice = build_advice(job, measured, nodes, topo)
     show(advice, output, found)
+    if html_path is not None:
+        html_path.write_text(render_advice(advice.to_json()))
+        _console.err().print(f"wrote {html_path}", markup=False, highlight=False)
