@@ -119,11 +119,18 @@ def advise(job: JobSpec, measured: Measured, nodes: Sequence[int], topo: fabric.
 
     bound = {o.name: _first(search, lambda n, o=o: costs(o, n)) for o in opts}
     pays = _first(search, lambda n: mfu("ib-ndr", n) >= IB_PAYS * mfu("roce", n))
-    verdict = _verdict(job, topo, pays, search, mfu)
+    verdict = _verdict(topo, pays, search, mfu, measured.qps)
+    per_gpu = measured.per_gpu(job.gpus_per_node)
+    line = (
+        f" = {per_gpu / (measured.nic_gbytes / job.gpus_per_node):.0%} of its line rate "
+        f"({measured.nic_gbytes / job.gpus_per_node:.1f} GB/s)"
+        if measured.nic_gbytes
+        else ""
+    )
     notes = (
         f"measured: run {measured.run_id} ({measured.phase}), {measured.nodes} {measured.kind} nodes, "
-        f"all_reduce busbw {measured.all_reduce:.1f} GB/s = {measured.per_gpu(job.gpus_per_node):.1f} GB/s "
-        f"per GPU over {job.gpus_per_node} GPUs/node",
+        f"all_reduce busbw {measured.all_reduce:.1f} GB/s = {per_gpu:.1f} GB/s per GPU over "
+        f"{job.gpus_per_node} GPUs/node{line}",
         f"compute at {job.achievable:g} of {job.peak_tflops:g} TFLOP/s per GPU; "
         "model FLOPs 6 N + 12 L h s per token",
         f"DP gradient reduction hidden behind {job.overlap:g} of the last micro-batch's backward; "
@@ -136,19 +143,27 @@ def advise(job: JobSpec, measured: Measured, nodes: Sequence[int], topo: fabric.
     return Advice(job, measured, topo, listed, reference, tuple(rows), bound, pays, verdict, notes)
 
 
-def _verdict(job: JobSpec, topo: fabric.Topology, pays: int | None, search: Sequence[int], mfu: Any) -> str:
-    rail_local = f"RoCE and InfiniBand give this job the same up to {topo.leaf_nodes} nodes (rail-local)"
+def _verdict(topo: fabric.Topology, pays: int | None, search: Sequence[int], mfu: Any, qps: int) -> str:
+    beyond = topo.leaf_nodes + 1
+    roce_bw = fabric.route_factor(fabric.options(qps)[0], topo, beyond)
+    ib_bw = fabric.route_factor(fabric.options(qps)[3], topo, beyond)
+    rail_local = (
+        f"RoCE and InfiniBand give this job the same up to {topo.leaf_nodes} nodes (rail-local); beyond, "
+        f"traffic crosses the spine and RoCE as tuned keeps {roce_bw:.0%} of its per-GPU bandwidth "
+        f"(ECMP collisions), InfiniBand with adaptive routing {ib_bw:.0%}"
+    )
     if pays is None:
         top = search[-1] if search else topo.leaf_nodes
         gap = mfu("ib-ndr", top) / mfu("roce", top) - 1 if search else 0.0
         return (
-            f"{rail_local}; up to N={top} InfiniBand never gives {IB_PAYS - 1:.0%} more throughput "
+            f"{rail_local}; for this job, up to N={top} InfiniBand never gives {IB_PAYS - 1:.0%} more "
+            "throughput "
             f"(+{gap:.1%} at N={top}): the job's exposed fabric time is too small for routing to matter"
         )
     ar = mfu("roce+ar", pays) / mfu("ib-ndr", pays)
     gain = mfu("ib-ndr", pays) / mfu("roce", pays) - 1
     return (
-        f"{rail_local}; from N={pays} InfiniBand NDR gives {gain:+.0%} "
-        f"throughput over RoCE as tuned (ECMP collisions once traffic crosses the spine); RoCE with "
+        f"{rail_local}; for this job, from N={pays} InfiniBand NDR gives {gain:+.0%} "
+        f"throughput over RoCE as tuned; RoCE with "
         f"adaptive routing reaches {ar:.0%} of InfiniBand there"
     )

@@ -12,9 +12,11 @@ import re
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from fabtune.errors import ConfigError
+from fabtune.errors import ConfigError, FabtuneError
+from fabtune.inventory import read_inventory
 from fabtune.journal import Journal, Step
 
 _RATE = re.compile(r"^\s*(?P<gbps>\d+(?:\.\d+)?)\s*Gb/sec")
@@ -114,4 +116,13 @@ def from_run(journal: Journal, run_id: str) -> Measured:
     if run.kind not in ("tune", "bootstrap"):
         why = f"--from: a {run.kind} run measures no bandwidth (give a tune or bootstrap run)"
         raise ConfigError(f"run {run_id}", [why])
-    return from_steps(run_id, run.kind, None, journal.steps(run_id))
+    return from_steps(run_id, run.kind, _inventory_fabric(run.inventory), journal.steps(run_id))
+
+
+def _inventory_fabric(inventory: str) -> str | None:
+    """The fabric type of the run's inventory (a bootstrap journals none of its own); None when the
+    inventory is gone or no longer reads."""
+    try:
+        return read_inventory(Path(inventory)).fabric if inventory and Path(inventory).is_file() else None
+    except FabtuneError:
+        return None
