@@ -121,16 +121,17 @@ def advise(job: JobSpec, measured: Measured, nodes: Sequence[int], topo: fabric.
     pays = _first(search, lambda n: mfu("ib-ndr", n) >= IB_PAYS * mfu("roce", n))
     verdict = _verdict(topo, pays, search, mfu, measured.qps)
     per_gpu = measured.per_gpu(job.gpus_per_node)
+    gpus = measured.gpus or job.gpus_per_node
     line = (
-        f" = {per_gpu / (measured.nic_gbytes / job.gpus_per_node):.0%} of its line rate "
-        f"({measured.nic_gbytes / job.gpus_per_node:.1f} GB/s)"
+        f" = {per_gpu / (measured.nic_gbytes / gpus):.0%} of its line rate "
+        f"({measured.nic_gbytes / gpus:.1f} GB/s)"
         if measured.nic_gbytes
         else ""
     )
     notes = (
         f"measured: run {measured.run_id} ({measured.phase}), {measured.nodes} {measured.kind} nodes, "
         f"all_reduce busbw {measured.all_reduce:.1f} GB/s = {per_gpu:.1f} GB/s per GPU over "
-        f"{job.gpus_per_node} GPUs/node{line}",
+        f"{gpus} GPUs/node{line}",
         f"compute at {job.achievable:g} of {job.peak_tflops:g} TFLOP/s per GPU; "
         "model FLOPs 6 N + 12 L h s per token",
         f"DP gradient reduction hidden behind {job.overlap:g} of the last micro-batch's backward; "

@@ -34,11 +34,12 @@ class Measured:
     alltoall: float | None  # busbw GB/s, median; None when not measured
     nic_gbytes: float | None  # one node's RDMA ports' line rate, GB/s (None when unknown)
     qps: int  # NCCL_IB_QPS_PER_CONNECTION of the measured state (1: NCCL's default)
+    gpus: int | None = None  # the rack's GPUs per node, when known (else the job's)
 
     def per_gpu(self, gpus_per_node: int) -> float:
-        """One GPU's share of its node's fabric bandwidth: all_reduce busbw / GPUs per node (ring
-        all-reduce over nodes: busbw = rails x per-rail goodput, calibration.md section 2b)."""
-        return self.all_reduce / gpus_per_node
+        """One GPU's share of its node's fabric bandwidth: all_reduce busbw / GPUs per node of the
+        rack (ring all-reduce over nodes: busbw = rails x per-rail goodput, calibration.md 2b)."""
+        return self.all_reduce / (self.gpus or gpus_per_node)
 
     def alltoall_per_gpu(self, gpus_per_node: int) -> float:
         """alltoall busbw is per GPU already; the all_reduce share stands in when not measured."""

@@ -20,7 +20,9 @@ from fabtune.tune.measure import Batch
 REPETITIONS = 3
 
 
-def from_batch(kind: str, facts: Mapping[str, Mapping[str, Any]], batch: Batch) -> Measured:
+def from_batch(
+    kind: str, facts: Mapping[str, Mapping[str, Any]], batch: Batch, gpus: int | None = None
+) -> Measured:
     """The advisor's measurements from one benchmark batch and the hosts' facts."""
     if not batch.samples:
         why = "; ".join(f.summary for f in batch.failures[:3]) or "no repetition gave a result"
@@ -35,6 +37,7 @@ def from_batch(kind: str, facts: Mapping[str, Mapping[str, Any]], batch: Batch) 
         alltoall=statistics.median(s.alltoall for s in batch.samples),
         nic_gbytes=nic_gbytes(ports),
         qps=qps_of(facts),
+        gpus=gpus,
     )
 
 
@@ -46,4 +49,4 @@ def measure_rack(inventory: Path, repetitions: int = REPETITIONS) -> Measured:
         facts = backend.facts()
         backend.learn(facts)
         batch = backend.measure(repetitions)
-    return from_batch(info.fabric, facts, batch)
+    return from_batch(info.fabric, facts, batch, backend.gpus or None)

@@ -25,7 +25,9 @@ BATCH = Batch(samples=(Sample(350.0, 40.0), Sample(360.0, 42.0), Sample(370.0, 4
 def test_from_batch_takes_the_medians_the_line_rate_and_the_qps() -> None:
     m = probe.from_batch("roce", FACTS, BATCH)
     assert (m.nodes, m.kind, m.phase, m.all_reduce, m.alltoall, m.qps) == (4, "roce", "probe", 360.0, 42.0, 2)
-    assert m.nic_gbytes == 400.0
+    assert m.nic_gbytes == 400.0 and m.per_gpu(8) == 45.0
+    # the rack's own GPU count, when known, divides the busbw (a 2-GPU rack for an 8-GPU job)
+    assert probe.from_batch("roce", FACTS, BATCH, gpus=2).per_gpu(8) == 180.0
 
 
 def test_a_batch_with_no_sample_is_a_benchmark_error_with_the_reason() -> None:
@@ -42,6 +44,7 @@ class FakeBackend:
 
     def __init__(self, info: InventoryInfo) -> None:
         self.info = info
+        self.gpus = 8
 
     def facts(self) -> dict[str, Any]:
         FakeBackend.calls.append("facts")
@@ -71,6 +74,7 @@ def test_cli_measures_under_the_lock_and_advises(
     assert FakeBackend.calls == ["facts", "learn", f"measure {probe.REPETITIONS}"]
     doc = json.loads(capsys.readouterr().out)
     assert doc["measured"]["run_id"] == "(measured now)" and doc["measured"]["qps"] == 2
+    assert doc["measured"]["gpus"] == 8
     assert (tmp_path / "home" / "locks" / "rack9.lock").exists()
 
 
