@@ -129,6 +129,8 @@ def advise(job: JobSpec, measured: Measured, nodes: Sequence[int], topo: fabric.
         else ""
     )
     notes = (
+        *(f"the measurement's checks did not all pass ({w}): the busbw may not be the fabric's"
+          for w in measured.warnings),
         f"measured: run {measured.run_id} ({measured.phase}), {measured.nodes} {measured.kind} nodes, "
         f"all_reduce busbw {measured.all_reduce:.1f} GB/s = {per_gpu:.1f} GB/s per GPU over "
         f"{gpus} GPUs/node{line}",

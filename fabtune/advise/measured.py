@@ -35,6 +35,7 @@ class Measured:
     nic_gbytes: float | None  # one node's RDMA ports' line rate, GB/s (None when unknown)
     qps: int  # NCCL_IB_QPS_PER_CONNECTION of the measured state (1: NCCL's default)
     gpus: int | None = None  # the rack's GPUs per node, when known (else the job's)
+    warnings: tuple[str, ...] = ()  # the run's failed or warning checks (affinity, transport, ...)
 
     def per_gpu(self, gpus_per_node: int) -> float:
         """One GPU's share of its node's fabric bandwidth: all_reduce busbw / GPUs per node of the
@@ -70,6 +71,17 @@ def qps_of(state: Mapping[str, Any] | None) -> int:
     return min(values) if values else 1
 
 
+def check_warnings(steps: Sequence[Step]) -> tuple[str, ...]:
+    """The run's checks that did not pass (a TCP fallback or a cross-socket NIC makes the measured
+    busbw say little about the fabric), as ``check on host: summary``."""
+    out = []
+    for s in steps:
+        for c in (s.payload.get("checks") or []) if s.kind == "phase" else []:
+            if isinstance(c, Mapping) and c.get("verdict") in ("fail", "warn"):
+                out.append(f"{c.get('verdict')}: {c.get('check')} on {c.get('host')}: {c.get('summary')}")
+    return tuple(dict.fromkeys(out))
+
+
 def _phase(steps: Sequence[Step], name: str) -> Step | None:
     done = [s for s in steps if s.kind == "phase" and s.name == name and s.state == "done"]
     return done[-1] if done else None
@@ -102,6 +114,7 @@ def from_steps(run_id: str, run_kind: str, fabric_type: str | None, steps: Seque
             alltoall=statistics.median(aa) if aa else None,
             nic_gbytes=nic,
             qps=qps_of(p.get("state")),
+            warnings=check_warnings(steps),
         )
     why = (
         f"a {run_kind} run over {len(hosts)} host: the per-GPU bandwidth needs a measurement across 2+ nodes"

@@ -38,6 +38,8 @@ def from_batch(
         nic_gbytes=nic_gbytes(ports),
         qps=qps_of(facts),
         gpus=gpus,
+        warnings=tuple(f"{c.verdict}: {c.check} on {c.host}: {c.summary}" for c in batch.transport
+                       if c.verdict in ("fail", "warn")),
     )
 
 

@@ -145,3 +145,22 @@ def test_bad_node_counts_are_a_usage_error(home: Path, spec: Path, nodes: str) -
 def test_an_unknown_run_is_refused(home: Path, spec: Path) -> None:
     tune_run(home)
     assert main(["advise", "--from", "19990101-000000-abcdef", "--model", str(spec), "--nodes", "4"]) != 0
+
+
+def test_failed_checks_of_the_run_are_printed_beside_the_answer(
+    home: Path, spec: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    journal = Journal(home / "journal.sqlite")
+    run_id = journal.open_run("tune", "rack1", "/inv.yml", None)
+    seq = journal.step(run_id, "phase", "facts", {})
+    journal.finish_step(run_id, seq, "done", {"hosts": ["a", "b"], "fabric_type": "roce"})
+    seq = journal.step(run_id, "phase", "baseline", {})
+    check = {"check": "transport", "host": "a", "verdict": "fail", "summary": "NCCL fell back to NET/Socket"}
+    ok = {"check": "affinity", "host": "a", "verdict": "pass", "summary": "PIX"}
+    journal.finish_step(run_id, seq, "done", {"all_reduce": [20.0], "checks": [check, ok]})
+    journal.close()
+    m = from_run(Journal(home / "journal.sqlite"), run_id)
+    assert m.warnings == ("fail: transport on a: NCCL fell back to NET/Socket",)
+    assert main(["advise", "--from", run_id, "--model", str(spec), "--nodes", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "the measurement's checks did not all pass (fail: transport on a: NCCL fell back" in out
