@@ -9,7 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from fabtune.advise import fabric
-from fabtune.advise.advise import Advice, predict
+from fabtune.advise.advise import FABRIC_BOUND_SHARE, Advice, predict
 from fabtune.advise.advise import advise as build_advice
 from fabtune.advise.html import render_advice
 from fabtune.advise.job import JobSpec, fit, fit_problem, load_job
@@ -56,7 +56,7 @@ def show(advice: Advice, output: ResultOutput, found: dict[str, object] | None =
     console = output.console()
     console.print(table(advice))
     bound = ", ".join(f"{k} {'N=' + str(v) if v else 'never'}" for k, v in advice.fabric_bound.items())
-    console.print(Text(f"fabric costs >= 10% of a step from: {bound}"))
+    console.print(Text(f"fabric costs >= {FABRIC_BOUND_SHARE:.0%} of a step from: {bound}"))
     console.print(Text(f"verdict: {advice.verdict}"))
     console.print(Text("assumptions:"))
     for line in advice.assumptions:
@@ -131,6 +131,8 @@ def advise(
         raise click.UsageError("--from and -i exclude each other: a saved run's measurement, or one now")
     if run_id is None and inventory is None and job_log is None:
         raise click.UsageError("give --from RUN or -i INV (a measured rack), --job-log FILE, or both")
+    if html_path is not None and run_id is None and inventory is None:
+        raise click.UsageError("--html needs a measured rack: --from RUN or -i INV")
     if job_log is not None and log_nodes is None and len(nodes) != 1:
         raise click.UsageError("--job-log with several --nodes: give the log's node count as --log-nodes")
     job = load_job(require_file(spec, "--model"))
