@@ -110,7 +110,8 @@ def show_log(found: dict[str, object], output: ResultOutput) -> None:
               help="The job spec (YAML: docs/advisor.md).")
 @click.option("--nodes", required=True, callback=parse_nodes, help="Cluster sizes to predict, e.g. 4,32,128.")
 @click.option("--leaf-nodes", type=click.IntRange(1, 4096), default=32, show_default=True,
-              help="Nodes one leaf switch serves per rail (64-port leaf at 1:1: 32).")
+              help="Nodes one leaf switch serves per rail (64-port leaf at 1:1: 32; not rail-optimised: "
+              "its down ports / NICs per node).")
 @click.option("--oversubscription", type=click.FloatRange(1.0, 16.0), default=1.0, show_default=True,
               help="Leaf down:up bandwidth ratio (1: non-blocking).")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
