@@ -127,3 +127,16 @@ def test_a_job_that_cannot_fit_is_refused_with_the_arithmetic() -> None:
         fit(job, 3)
     assert err.value.problems == [fit_problem(job, 3)]
     assert fit_problem(job, 4) is None
+
+
+def test_a_binary_or_huge_file_is_not_a_job_spec(tmp_path: Path) -> None:
+    binary = tmp_path / "bin.yml"
+    binary.write_bytes(b"\xff\xfe\x00")
+    with pytest.raises(ConfigError) as err:
+        load_job(binary)
+    assert err.value.problems[0].startswith("not a text file")
+    huge = tmp_path / "huge.yml"
+    huge.write_text("#" * (64 * 1024 + 1))
+    with pytest.raises(ConfigError) as err:
+        load_job(huge)
+    assert err.value.problems == ["is larger than 65536 bytes: not a job spec"]
