@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import click
 
+from fabtune.commands.advise import advise
 from fabtune.commands.apply import apply
 from fabtune.commands.bench import bench
 from fabtune.commands.bootstrap import bootstrap
@@ -28,5 +29,6 @@ COMMANDS: list[click.Command] = [
     resume,
     report,
     parse,
+    advise,
     uninstall,
 ]

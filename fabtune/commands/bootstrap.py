@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import click
@@ -9,9 +10,13 @@ from rich.console import Console
 from rich.table import Table
 
 from fabtune import bootstrap as lib
+from fabtune.advise.gate import GateResult, gate
+from fabtune.advise.job import JobSpec, fit, load_job
+from fabtune.advise.measured import from_run
 from fabtune.commands import _console
 from fabtune.commands._common import ResultOutput, absolute_path, require_file, result_output
 from fabtune.commands._progress import Progress
+from fabtune.journal import Journal
 from fabtune.profile import load_profile
 
 STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red"}
@@ -84,12 +89,21 @@ def _print(report: lib.BootstrapReport, console: Console) -> None:
     show_default=True,
     help="all_reduce busbw per GPU must reach this share of NICs x ceiling / 8 (GB/s).",
 )
+@click.option("--model", "job_spec", type=click.Path(path_type=Path), default=None, callback=absolute_path,
+              help="A training job spec (docs/advisor.md): its predicted MFU at --nodes is reported.")
+@click.option("--nodes", "target_nodes", type=click.IntRange(1, 1 << 20), default=None,
+              help="The target cluster size for --model (default: the rack's own size).")
+@click.option("--min-mfu", type=click.FloatRange(0.0, 1.0, min_open=True), default=None,
+              help="Fail the bootstrap when --model's predicted MFU at --nodes is below this.")
 def bootstrap(
     inventory: Path,
     profile_path: Path,
     output: ResultOutput,
     pair_threshold: float,
     busbw_threshold: float,
+    job_spec: Path | None,
+    target_nodes: int | None,
+    min_mfu: float | None,
 ) -> None:
     """Preflight a new rack, apply its baseline profile and run the acceptance benchmarks.
 
@@ -103,6 +117,11 @@ def bootstrap(
     """
     require_file(inventory, "inventory")
     profile = load_profile(profile_path, need="fabric_desired")  # validated before anything runs
+    if (min_mfu is not None or target_nodes is not None) and job_spec is None:
+        raise click.UsageError("--min-mfu and --nodes need --model (the job spec)")
+    job = load_job(require_file(job_spec, "--model")) if job_spec is not None else None
+    if job is not None and target_nodes is not None:
+        fit(job, target_nodes)  # a job that cannot fill the target is refused before anything runs
     with Progress(console=_console.err()).status("bootstrap") as say:
         report, run = lib.bootstrap(
             inventory, profile, pair_threshold=pair_threshold, busbw_threshold=busbw_threshold, progress=say
@@ -110,9 +129,29 @@ def bootstrap(
     _print(report, output.console())
     if run.reports:
         _console.err().print(f"report: {run.reports['html']}", soft_wrap=True, highlight=False)
-    output.write({"kind": "bootstrap", "run_id": run.run_id, "passed": report.passed, "report": report})
     if not report.passed:
+        output.write({"kind": "bootstrap", "run_id": run.run_id, "passed": report.passed, "report": report})
         raise lib.BootstrapFailed(
             f"bootstrap of {report.fabric} failed at {report.phase}; hosts at fault: "
             f"{', '.join(report.failed_hosts) or 'none named (rack-wide)'}"
         )
+    found = _job_gate(job, run.run_id, target_nodes, min_mfu, output) if job is not None else None
+    job_doc = {"job": {**dataclasses.asdict(found), "passed": found.passed}} if found else {}
+    doc = {"kind": "bootstrap", "run_id": run.run_id, "passed": report.passed, "report": report}
+    output.write({**doc, **job_doc})
+    if found is not None and not found.passed:
+        raise lib.BootstrapFailed(f"the rack was accepted, but {found.line()}")
+
+
+def _job_gate(
+    job: JobSpec, run_id: str, nodes: int | None, min_mfu: float | None, output: ResultOutput
+) -> GateResult:
+    """The job's predicted MFU at the target size from this run's acceptance busbw (printed)."""
+    journal = Journal()
+    try:
+        measured = from_run(journal, run_id)
+    finally:
+        journal.close()
+    found = gate(job, measured, nodes or measured.nodes, min_mfu)
+    output.console().print(found.line(), markup=False, highlight=False)
+    return found
