@@ -91,17 +91,15 @@ def counter_map(results: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, int
 
 
 def _deltas(outcome: ansible.RunOutcome) -> dict[tuple[str, str], dict[str, int]]:
-    before = outcome.results("Read NIC counters before")
-    after = outcome.results("Read NIC counters after")
+    before, hw_before = rdmacounters.as_loops(outcome.results("Read counters before"))
+    after, hw_after = rdmacounters.as_loops(outcome.results("Read counters after"))
     deltas = {}
     for host, res in after.items():
         b = counter_map(before.get(host, {}).get("results", []))
         for netdev, values in counter_map(res.get("results", [])).items():
             old = b.get(netdev, {})
             deltas[(host, netdev)] = {k: v - old.get(k, 0) for k, v in values.items() if v - old.get(k, 0)}
-    hw = rdmacounters.deltas(
-        outcome.results("Read RDMA hw counters before"), outcome.results("Read RDMA hw counters after")
-    )
+    hw = rdmacounters.deltas(hw_before, hw_after)
     for key, values in hw.items():
         deltas[key] = {**deltas.get(key, {}), **values}
     return deltas
@@ -162,6 +160,19 @@ def _results(
     return results
 
 
+def _counter_reads(runs: Sequence[Mapping[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Per host, the counter reads of the ports its servers and clients use (one fabric_run call)."""
+    netdevs: dict[str, list[str]] = {}
+    hw: dict[str, list[Mapping[str, Any]]] = {}
+    for run in runs:
+        for side in ("server", "client"):
+            host = str(run[side])
+            netdevs.setdefault(host, []).append(str(run[f"{side}_netdev"]))
+            if f"{side}_hw" in run:
+                hw.setdefault(host, []).append(run[f"{side}_hw"])
+    return {h: rdmacounters.read_commands(netdevs[h], hw.get(h, [])) for h in sorted(netdevs)}
+
+
 def run_round(
     inventory: Path,
     pairs: Sequence[Pair],
@@ -180,7 +191,8 @@ def run_round(
     """
     deadline = perftest_deadline_s(opts, deadline_s)
     runs = [_run_spec(p, views, opts) for p in pairs]
-    extravars = {"fabtune_bench_runs": runs, "fabtune_bench_deadline_s": deadline}
+    extravars = {"fabtune_bench_runs": runs, "fabtune_bench_deadline_s": deadline,
+                 "fabtune_counter_reads": _counter_reads(runs)}
     outcome = ansible.run_playbook(
         "bench_ib_write_bw.yml", inventory, extravars=extravars, timeout_s=run_timeout_s(deadline, 3)
     )

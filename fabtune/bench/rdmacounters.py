@@ -63,3 +63,38 @@ def deltas(
             if any(moved.values()):
                 out[(host, netdev)] = {k: d for k, d in moved.items() if d}
     return out
+
+
+ETHTOOL, HW = "ethtool", "hw"  # the kinds of counter read, the first word of a read's id
+
+
+def read_commands(netdevs: Sequence[str], hw_reads: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One host's counter reads as one ``fabtune.fabric.fabric_run`` call's commands: ``ethtool -S``
+    per netdev (the per-priority pause counters) and the hw_counters read per port (``read_item``);
+    each id names the kind and the netdev (``ethtool eth2``, ``hw eth2``)."""
+    found = [{"id": f"{ETHTOOL} {n}", "argv": ["ethtool", "-S", str(n)]} for n in dict.fromkeys(netdevs)]
+    seen = set()
+    for read in hw_reads:
+        if read["netdev"] not in seen:
+            seen.add(read["netdev"])
+            found.append({"id": f"{HW} {read['netdev']}", "argv": [str(a) for a in read["argv"]]})
+    return found
+
+
+Loops = dict[str, dict[str, list[dict[str, Any]]]]
+
+
+def as_loops(results: Mapping[str, Mapping[str, Any]]) -> tuple[Loops, Loops]:
+    """A counter-read task's ``fabric_run`` results per host, as the per-netdev loop results the
+    parsers read: ethtool items ``{item: NETDEV, stdout}``, hw items ``{item: {netdev}, stdout}``."""
+    ethtool: Loops = {}
+    hw: Loops = {}
+    for host, res in results.items():
+        ethtool[host], hw[host] = {"results": []}, {"results": []}
+        for run in res.get("runs") or []:
+            kind, _, netdev = str(run.get("id", "")).partition(" ")
+            if kind == ETHTOOL:
+                ethtool[host]["results"].append({"item": netdev, "stdout": run.get("stdout", "")})
+            elif kind == HW:
+                hw[host]["results"].append({"item": {"netdev": netdev}, "stdout": run.get("stdout", "")})
+    return ethtool, hw

@@ -181,10 +181,13 @@ def _pauses(results: Sequence[Mapping[str, Any]]) -> int:
     return total
 
 
+READ_BEFORE, READ_AFTER = "Read counters before", "Read counters after"  # bench_measure.yml's tasks
+
+
 def counter_deltas(outcome: ansible.RunOutcome) -> dict[str, dict[str, int]]:
     """Per ``host:netdev``, the counters that moved between the reads before and after the batch."""
-    before = outcome.results("Read RDMA port counters before")
-    after = outcome.results("Read RDMA port counters after")
+    before, hw_before = rdmacounters.as_loops(outcome.results(READ_BEFORE))
+    after, hw_after = rdmacounters.as_loops(outcome.results(READ_AFTER))
     deltas: dict[str, dict[str, int]] = {}
     for host, res in sorted(after.items()):
         old = pairs.counter_map(before.get(host, {}).get("results", []))
@@ -192,9 +195,7 @@ def counter_deltas(outcome: ansible.RunOutcome) -> dict[str, dict[str, int]]:
             moved = {k: v - old.get(netdev, {}).get(k, 0) for k, v in values.items()}
             if any(moved.values()):
                 deltas[f"{host}:{netdev}"] = {k: d for k, d in moved.items() if d}
-    hw = rdmacounters.deltas(
-        outcome.results("Read RDMA hw counters before"), outcome.results("Read RDMA hw counters after")
-    )
+    hw = rdmacounters.deltas(hw_before, hw_after)
     return merge_counters(deltas, {f"{h}:{n}": v for (h, n), v in hw.items()})
 
 
@@ -210,8 +211,8 @@ def merge_counters(*parts: Mapping[str, Mapping[str, int]]) -> dict[str, dict[st
 
 
 def _pause_delta(outcome: ansible.RunOutcome) -> int:
-    before = outcome.results("Read RDMA port counters before")
-    after = outcome.results("Read RDMA port counters after")
+    before, _ = rdmacounters.as_loops(outcome.results(READ_BEFORE))
+    after, _ = rdmacounters.as_loops(outcome.results(READ_AFTER))
     return sum(
         _pauses(after[h].get("results", [])) - _pauses(before.get(h, {}).get("results", [])) for h in after
     )
@@ -286,8 +287,10 @@ def measure(spec: MeasureSpec, repetitions: int) -> Batch:
     extravars = {
         "fabtune_launch_host": spec.hosts[0],
         "fabtune_measure_argvs": argvs,
-        "fabtune_counter_netdevs": {h: list(v) for h, v in spec.netdevs.items()},
-        "fabtune_counter_hw": {h: [dict(r) for r in v] for h, v in spec.hw_reads.items()},
+        "fabtune_counter_reads": {
+            h: rdmacounters.read_commands(spec.netdevs.get(h, ()), spec.hw_reads.get(h, ()))
+            for h in sorted(set(spec.netdevs) | set(spec.hw_reads))
+        },
         "fabtune_bench_deadline_s": spec.deadline,
     }
     timeout_s = run_timeout_s(spec.deadline, len(argvs))

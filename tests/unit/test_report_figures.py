@@ -319,34 +319,43 @@ def test_hw_counters_are_read_from_sysfs_and_differenced() -> None:
     assert rdmacounters.deltas(before, after) == {("h01", "eth3"): {"np_cnp_sent": 15}}
 
 
+def _reads(host: str, when: str, ethtool: str, grep: str) -> TaskResult:
+    """One host's fabric_run counter read (``Read counters before|after``): eth3 on mlx5_1."""
+    runs = [{"id": "ethtool eth3", "rc": 0, "stdout": ethtool, "stderr": "", "timed_out": False},
+            {"id": "hw eth3", "rc": 0, "stdout": grep, "stderr": "", "timed_out": False}]
+    return TaskResult(host, f"Read counters {when}", "fabtune.fabric.fabric_run", "runner_on_ok", False,
+                      {"runs": runs})
+
+
 def test_a_tuning_batch_keeps_pause_and_hw_counters_per_port() -> None:
     ethtool = "NIC statistics:\n     rx_prio3_pause: {}\n     tx_prio3_pause: 0\n"
-    item = rdmacounters.read_item("eth3", "mlx5_1", 1)
     tasks = (
-        _read("h01", "Read RDMA port counters before", [{"item": "eth3", "stdout": ethtool.format(5)}]),
-        _read("h01", "Read RDMA hw counters before", [{"item": item, "stdout": GREP}]),
-        _read("h01", "Read RDMA port counters after", [{"item": "eth3", "stdout": ethtool.format(45)}]),
-        _read(
-            "h01",
-            "Read RDMA hw counters after",
-            [{"item": item, "stdout": GREP.replace("handled:4", "handled:9")}],
-        ),
+        _reads("h01", "before", ethtool.format(5), GREP),
+        _reads("h01", "after", ethtool.format(45), GREP.replace("handled:4", "handled:9")),
     )
     outcome = RunOutcome("successful", 0, {}, tasks, Path("/nonexistent"))
     assert measure.counter_deltas(outcome) == {"h01:eth3": {"rx_prio3_pause": 40, "rp_cnp_handled": 5}}
+    assert measure._pause_delta(outcome) == 40
 
 
 def test_a_pair_round_keeps_hw_counters_beside_the_pause_counters() -> None:
     ethtool = "NIC statistics:\n     rx_prio3_pause: {}\n"
-    item = rdmacounters.read_item("eth3", "mlx5_1", 1)
     tasks = (
-        _read("h02", "Read NIC counters before", [{"item": "eth3", "stdout": ethtool.format(1)}]),
-        _read("h02", "Read RDMA hw counters before", [{"item": item, "stdout": GREP}]),
-        _read("h02", "Read NIC counters after", [{"item": "eth3", "stdout": ethtool.format(8)}]),
-        _read("h02", "Read RDMA hw counters after", [{"item": item, "stdout": GREP.replace(":12", ":19")}]),
+        _reads("h02", "before", ethtool.format(1), GREP),
+        _reads("h02", "after", ethtool.format(8), GREP.replace(":12", ":19")),
     )
     outcome = RunOutcome("successful", 0, {}, tasks, Path("/nonexistent"))
     assert pairs._deltas(outcome) == {("h02", "eth3"): {"rx_prio3_pause": 7, "np_ecn_marked_roce_packets": 7}}
+
+
+def test_a_round_reads_each_port_of_each_host_once() -> None:
+    item = rdmacounters.read_item("eth3", "mlx5_1", 1)
+    runs = [{"server": "h01", "client": "h02", "server_netdev": "eth3", "client_netdev": "eth3",
+             "server_hw": item, "client_hw": item}] * 2
+    reads = pairs._counter_reads(runs)
+    assert sorted(reads) == ["h01", "h02"]
+    assert reads["h01"] == [{"id": "ethtool eth3", "argv": ["ethtool", "-S", "eth3"]},
+                            {"id": "hw eth3", "argv": item["argv"]}]
 
 
 def test_measure_passes_the_hw_reads_to_the_playbook(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -360,7 +369,10 @@ def test_measure_passes_the_hw_reads_to_the_playbook(monkeypatch: pytest.MonkeyP
     reads = {"h01": [rdmacounters.read_item("eth2", "mlx5_0", 1)]}
     spec = measure.MeasureSpec(Path("/inv.yml"), ("h01", "h02"), 1, {"h01": ["eth2"]}, hw_reads=reads)
     measure.measure(spec, 1)
-    assert seen["fabtune_counter_hw"] == copy.deepcopy(reads)
+    assert seen["fabtune_counter_reads"] == {"h01": [
+        {"id": "ethtool eth2", "argv": ["ethtool", "-S", "eth2"]},
+        {"id": "hw eth2", "argv": copy.deepcopy(reads["h01"][0]["argv"])},
+    ]}
 
 
 # --------------------------------------------------------------------------- the tune pair matrix
