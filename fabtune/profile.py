@@ -234,13 +234,19 @@ def _yaml_problem(err: yaml.YAMLError) -> str:
 
 def _read(path: Path, source: str) -> object:
     """The parsed YAML of a profile file, or one ConfigError naming the file and what is wrong."""
+    return read_yaml(path, source, "a profile", MAX_BYTES)
+
+
+def read_yaml(path: Path, source: str, what: str, max_bytes: int) -> object:
+    """The parsed YAML of a small input file (a profile, a job spec), or one ConfigError naming
+    ``source`` and what is wrong: unreadable, over ``max_bytes`` (not ``what``), not text, not YAML."""
     try:
         with path.open("rb") as handle:
-            data = handle.read(MAX_BYTES + 1)
+            data = handle.read(max_bytes + 1)
     except OSError as err:
         raise ConfigError(source, [f"cannot read: {err.strerror or err}"]) from err
-    if len(data) > MAX_BYTES:
-        raise ConfigError(source, [f"is larger than {MAX_BYTES} bytes: not a profile"])
+    if len(data) > max_bytes:
+        raise ConfigError(source, [f"is larger than {max_bytes} bytes: not {what}"])
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:

@@ -13,9 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from fabtune.errors import ConfigError
+from fabtune.profile import read_yaml
 
 MAX_BYTES = 64 * 1024
 PRECISIONS = ("bf16", "fp16", "fp8", "fp32")
@@ -261,21 +260,7 @@ def _spec(v: Mapping[str, Any]) -> JobSpec:
 def load_job(path: Path) -> JobSpec:
     """Read and check a job spec file (YAML, at most 64 KiB)."""
     source = f"job spec {path}"
-    try:
-        with path.open("rb") as handle:
-            data = handle.read(MAX_BYTES + 1)
-    except OSError as err:
-        raise ConfigError(source, [f"cannot read: {err.strerror or err}"]) from err
-    if len(data) > MAX_BYTES:
-        raise ConfigError(source, [f"is larger than {MAX_BYTES} bytes: not a job spec"])
-    try:
-        doc = yaml.safe_load(data.decode("utf-8"))
-    except UnicodeDecodeError as err:
-        raise ConfigError(source, [f"not a text file: byte at offset {err.start} is not UTF-8"]) from err
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError(source, [f"not valid YAML{where}"]) from err
+    doc = read_yaml(path, source, "a job spec", MAX_BYTES)
     return parse_job(doc, source)
 
 
