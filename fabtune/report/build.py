@@ -731,19 +731,8 @@ def _bw(payload: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def build_drift(run: Run, steps: Sequence[Step], journal: Journal) -> dict[str, Any]:  # noqa: PLR0912, PLR0915
-    del journal
-    doc = _empty("drift", run, steps)
-    check = next((s for s in steps if s.kind == "check" and s.name == "drift check"), None)
-    remaining_step = next((s for s in steps if s.kind == "check" and s.name == "remaining drift"), None)
-    pay = check.payload if check else {}
-    items = _items(pay.get("items"))
-    failed = {str(h): str(w) for h, w in (pay.get("failed") or {}).items()}
-    hosts = [str(h) for h in pay.get("hosts") or []] or sorted({i["host"] for i in items} | set(failed))
-    doc["hosts"] = sorted(hosts)
-    measures = {s.name: s for s in steps if s.kind == "measure" and s.state == "done"}
-    apply = next((s for s in steps if s.kind == "apply"), None)
-    rollback = next((s for s in steps if s.kind == "rollback"), None)
+def _drift_bandwidth(doc: dict[str, Any], measures: Mapping[str, Step]) -> None:
+    """The before/after remediation measurements: bandwidth series, pair matrix, GPUs, counters."""
     pair_metric: list[dict[str, Any]] = []
     busbw_metric: list[dict[str, Any]] = []
     all_pairs: list[dict[str, Any]] = []
@@ -751,153 +740,147 @@ def build_drift(run: Run, steps: Sequence[Step], journal: Journal) -> dict[str, 
         m = measures.get(name)
         if m is None:
             continue
-        results = [_pair(p, name, None) for p in m.payload.get("pairs") or []]
-        for p in results:
-            p["verdict"] = None
+        results = [{**_pair(p, name, None), "verdict": None} for p in m.payload.get("pairs") or []]
         all_pairs += results
-        pair_metric.append(
-            series_point(m.seq, f"{name} remediation", "measure", name, [p["gbps"] or 0.0 for p in results])
-        )
+        label = f"{name} remediation"
+        pair_metric.append(series_point(m.seq, label, "measure", name, [p["gbps"] or 0.0 for p in results]))
         busbw = finite(m.payload.get("busbw_gbytes"))
-        busbw_metric.append(
-            series_point(m.seq, f"{name} remediation", "measure", name, [busbw] if busbw is not None else [])
-        )
+        busbw_metric.append(series_point(m.seq, label, "measure", name, [busbw] if busbw is not None else []))
         doc["counters"] += pair_counters(results, f"pairs {name} remediation")
     if pair_metric:
         doc["bandwidth"] = [
-            {
-                "name": "all_reduce busbw",
-                "unit": "GB/s",
-                "role": "primary",
-                "series": busbw_metric,
-                "reference": None,
-                "reference_label": None,
-            },
-            {
-                "name": "ib_write_bw per pair",
-                "unit": "Gb/s",
-                "role": "guard",
-                "series": pair_metric,
-                "reference": None,
-                "reference_label": None,
-            },
+            _metric("all_reduce busbw", "GB/s", "primary", busbw_metric),
+            _metric("ib_write_bw per pair", "Gb/s", "guard", pair_metric),
         ]
     primary = "after" if "after" in measures else "before"
     doc["pairs"] = {"threshold": None, "source": primary if all_pairs else None, "results": all_pairs}
     doc["gpus"] = gpus_of([p for p in all_pairs if p["source"] == primary])
-    rolled_back = rollback is not None
-    remediated = apply is not None and apply.state == "done" and not rolled_back
+
+
+def _metric(name: str, unit: str, role: str, series: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"name": name, "unit": unit, "role": role, "series": series, "reference": None,
+            "reference_label": None}
+
+
+def _drift_settings(items: Sequence[Mapping[str, Any]], outcome: str) -> list[dict[str, Any]]:
+    """One settings row per drifted knob: found -> expected, and what became of it."""
+    rows = []
     for i in items:
-        outcome = "remediated" if remediated else "rolled_back" if rolled_back else "found"
         knob, old, new = setting_values(i["knob"], i["found"], i["expected"])
-        doc["settings"].append(
-            {
-                "host": i["host"],
-                "knob": knob,
-                "before": old,
-                "after": new,
-                "change": "drift" if outcome == "found" else "remediation",
-                "outcome": outcome,
-            }
-        )
-    for host in doc["hosts"]:
+        change = "drift" if outcome == "found" else "remediation"
+        rows.append({"host": i["host"], "knob": knob, "before": old, "after": new, "change": change,
+                     "outcome": outcome})
+    return rows
+
+
+def _drift_check(host: str, verdict: str, summary: str, evidence: str) -> dict[str, Any]:
+    return {"phase": "drift check", "check": "drift", "host": host, "verdict": verdict, "summary": summary,
+            "evidence": evidence}
+
+
+def _drift_checks(
+    hosts: Sequence[str], items: Sequence[Mapping[str, Any]], failed: Mapping[str, str]
+) -> list[dict[str, Any]]:
+    """Each host's drift verdict: not checked (fail), drifted (warn, the knobs as evidence), or clean."""
+    rows = []
+    for host in hosts:
         mine = [i for i in items if i["host"] == host]
         if host in failed:
-            doc["checks"].append(
-                {
-                    "phase": "drift check",
-                    "check": "drift",
-                    "host": host,
-                    "verdict": "fail",
-                    "summary": "could not be checked",
-                    "evidence": failed[host],
-                }
-            )
+            rows.append(_drift_check(host, "fail", "could not be checked", failed[host]))
         elif mine:
             evidence = "; ".join(
                 f"{i['knob']}: expected {_short(i['expected'])}, found {_short(i['found'])}" for i in mine[:8]
             ) + ("; ..." if len(mine) > 8 else "")
-            doc["checks"].append(
-                {
-                    "phase": "drift check",
-                    "check": "drift",
-                    "host": host,
-                    "verdict": "warn",
-                    "summary": f"{len(mine)} knob(s) differ from the desired state",
-                    "evidence": evidence,
-                }
-            )
+            summary = f"{len(mine)} knob(s) differ from the desired state"
+            rows.append(_drift_check(host, "warn", summary, evidence))
         else:
-            doc["checks"].append(
-                {
-                    "phase": "drift check",
-                    "check": "drift",
-                    "host": host,
-                    "verdict": "pass",
-                    "summary": "matches the desired state",
-                    "evidence": "",
-                }
-            )
-    remaining = _items(remaining_step.payload.get("items")) if remaining_step else None
-    remediation = None
-    reasons = [str(r) for r in (rollback.payload.get("reasons") if rollback else None) or []]
-    if apply is not None or measures:
-        remediation = {
-            "applied": apply is not None and apply.state == "done",
-            "rolled_back": rolled_back,
-            "reasons": reasons,
-            "before": _bw(measures["before"].payload) if "before" in measures else None,
-            "after": _bw(measures["after"].payload) if "after" in measures else None,
-            "remaining": remaining,
-        }
-        for r in reasons:
-            doc["checks"].append(
-                {
-                    "phase": "remediation",
-                    "check": "bandwidth",
-                    "host": "*",
-                    "verdict": "fail",
-                    "summary": "bandwidth got worse: rolled back",
-                    "evidence": r,
-                }
-            )
-    summary = run.summary
-    source = str(pay.get("source") or (check.payload.get("source") if check else "") or "")
-    exit_code = summary.get("exit")
+            rows.append(_drift_check(host, "pass", "matches the desired state", ""))
+    return rows
+
+
+def _drift_remediation(steps: Sequence[Step], measures: Mapping[str, Step]) -> dict[str, Any] | None:
+    """The remediation (applied, rolled back and why, bandwidth before/after, drift left), if any."""
+    apply = next((s for s in steps if s.kind == "apply"), None)
+    rollback = next((s for s in steps if s.kind == "rollback"), None)
+    if apply is None and not measures:
+        return None
+    left = next((s for s in steps if s.kind == "check" and s.name == "remaining drift"), None)
+    return {
+        "applied": apply is not None and apply.state == "done",
+        "rolled_back": rollback is not None,
+        "reasons": [str(r) for r in (rollback.payload.get("reasons") if rollback else None) or []],
+        "before": _bw(measures["before"].payload) if "before" in measures else None,
+        "after": _bw(measures["after"].payload) if "after" in measures else None,
+        "remaining": _items(left.payload.get("items")) if left else None,
+    }
+
+
+def _remediation_checks(remediation: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    reasons = remediation["reasons"] if remediation else []
+    return [{"phase": "remediation", "check": "bandwidth", "host": "*", "verdict": "fail",
+             "summary": "bandwidth got worse: rolled back", "evidence": r} for r in reasons]
+
+
+def _drift_outcome(steps: Sequence[Step]) -> str:
+    """found (nothing applied), remediated (applied, kept) or rolled_back."""
+    if any(s.kind == "rollback" for s in steps):
+        return "rolled_back"
+    if any(s.kind == "apply" and s.state == "done" for s in steps):
+        return "remediated"
+    return "found"
+
+
+def _drift_headline(
+    doc: dict[str, Any], run: Run, drift: Mapping[str, Any], outcome: str
+) -> tuple[str | None, str]:
+    """The report's status (None: leave the default) and headline."""
+    items, failed, remedy = drift["items"], drift["failed"], drift["remediation"]
+    n, drifted = len(items), len({i["host"] for i in items})
+    on = f"{n} knob(s) drifted on {drifted}"
+    if run.state == "failed" or drift["error"]:
+        return "fail", f"drift run failed: {drift['error'] or 'see the steps'}"
+    if run.state == "running":
+        return None, "drift run in progress"
+    if outcome == "rolled_back":
+        return "fail", f"{on} host(s); remediation made bandwidth worse: rolled back"
+    if outcome == "remediated":
+        left = len((remedy or {}).get("remaining") or [])
+        tail = f"; {left} still drifted" if left else ""
+        return ("warn" if left else "pass"), f"{on} host(s): remediated, bandwidth verified{tail}"
+    if n or failed:
+        tail = f"; {len(failed)} host(s) not checked" if failed else ""
+        return "warn", f"{on} of {len(doc['hosts'])} host(s){tail}"
+    return "pass", f"no drift on {len(doc['hosts'])} host(s)"
+
+
+def build_drift(run: Run, steps: Sequence[Step], journal: Journal) -> dict[str, Any]:
+    """A drift run's report: what drifted where, and the remediation's bandwidth check."""
+    del journal
+    doc = _empty("drift", run, steps)
+    check = next((s for s in steps if s.kind == "check" and s.name == "drift check"), None)
+    pay = check.payload if check else {}
+    items = _items(pay.get("items"))
+    failed = {str(h): str(w) for h, w in (pay.get("failed") or {}).items()}
+    hosts = [str(h) for h in pay.get("hosts") or []] or sorted({i["host"] for i in items} | set(failed))
+    doc["hosts"] = sorted(hosts)
+    measures = {s.name: s for s in steps if s.kind == "measure" and s.state == "done"}
+    _drift_bandwidth(doc, measures)
+    remediation = _drift_remediation(steps, measures)
+    outcome = _drift_outcome(steps)
+    doc["settings"] += _drift_settings(items, outcome)
+    doc["checks"] += _drift_checks(doc["hosts"], items, failed) + _remediation_checks(remediation)
+    exit_code = run.summary.get("exit")
     doc["drift"] = {
-        "source": source,
+        "source": str(pay.get("source") or ""),
         "items": items,
         "failed": failed,
         "remediation": remediation,
         "exit": int(exit_code) if isinstance(exit_code, int) else None,
-        "error": summary.get("error"),
+        "error": run.summary.get("error"),
     }
-    n = len(items)
-    drifted = sorted({i["host"] for i in items})
-    if run.state == "failed" or summary.get("error"):
-        doc["status"] = "fail"
-        doc["headline"] = f"drift run failed: {summary.get('error') or 'see the steps'}"
-    elif run.state == "running":
-        doc["headline"] = "drift run in progress"
-    elif rolled_back:
-        doc["status"] = "fail"
-        doc["headline"] = (
-            f"{n} knob(s) drifted on {len(drifted)} host(s); remediation made bandwidth worse: rolled back"
-        )
-    elif remediated:
-        left = len(remaining or [])
-        doc["status"] = "pass" if not left else "warn"
-        doc["headline"] = f"{n} knob(s) drifted on {len(drifted)} host(s): remediated, bandwidth verified" + (
-            f"; {left} still drifted" if left else ""
-        )
-    elif n or failed:
-        doc["status"] = "warn"
-        doc["headline"] = f"{n} knob(s) drifted on {len(drifted)} of {len(doc['hosts'])} host(s)" + (
-            f"; {len(failed)} host(s) not checked" if failed else ""
-        )
-    else:
-        doc["status"] = "pass"
-        doc["headline"] = f"no drift on {len(doc['hosts'])} host(s)"
+    status, doc["headline"] = _drift_headline(doc, run, doc["drift"], outcome)
+    if status is not None:
+        doc["status"] = status
     return doc
 
 
