@@ -224,70 +224,26 @@ def share_colour(share: float | None, threshold: float | None) -> str:
     return f"hsl({40 - 40 * frac:.0f},80%,{58 - 10 * frac:.0f}%)"
 
 
-def heatmap(
-    hosts: Sequence[str],
-    cells: Mapping[tuple[str, str], tuple[float | None, str]],
-    threshold: float | None,
-    title: str,
+def _heat_cell(
+    at: tuple[float, float], cell: int, share: float | None, tip: str, threshold: float | None
 ) -> str:
-    """Host by host: the share of the physical ceiling (cell text), coloured against the threshold."""
-    n = len(hosts)
-    if n == 0:
-        return ""
-    cell = max(34, min(64, 640 // n))
-    longest = max(len(h) for h in hosts)
-    left, top = 30 + 8 * longest, 40 + 8 * longest
-    legend_w = 230
-    width, height = left + cell * n + legend_w, top + cell * n + 20
-    out = [_open(width, height, title)]
-    out.append(_t(left + cell * n / 2, 16, "server (listening end)", 13, "middle", "#374151"))
-    out.append(
-        _t(
-            14,
-            top + cell * n / 2,
-            "client",
-            13,
-            "middle",
-            "#374151",
-            "normal",
-            f'transform="rotate(-90 14 {top + cell * n / 2:.1f})"',
-        )
+    """One client-server cell: coloured by its share, outlined when below the threshold."""
+    x, y = at
+    fail = share is not None and threshold is not None and share < threshold
+    rect = (
+        f'<rect x="{x}" y="{y}" width="{cell}" height="{cell}" '
+        f'fill="{share_colour(share, threshold)}" stroke="{"#7f1d1d" if fail else "#fff"}" '
+        f'stroke-width="{2.5 if fail else 1}"><title>{escape(tip)}</title></rect>'
     )
-    for i, h in enumerate(hosts):
-        cx = left + cell * (i + 0.5)
-        out.append(
-            _t(cx, top - 8, h, 12, "start", "#111", "normal", f'transform="rotate(-45 {cx:.1f} {top - 8})"')
-        )
-        out.append(_t(left - 8, top + cell * (i + 0.5) + 4, h, 12, "end"))
-    for r, client in enumerate(hosts):
-        for c, server in enumerate(hosts):
-            x, yy = left + cell * c, top + cell * r
-            if client == server:
-                out.append(
-                    f'<rect x="{x}" y="{yy}" width="{cell}" height="{cell}" fill="#f3f4f6" stroke="#fff"/>'
-                )
-                continue
-            share, tip = cells.get((client, server), (None, "not measured"))
-            fail = share is not None and threshold is not None and share < threshold
-            out.append(
-                f'<rect x="{x}" y="{yy}" width="{cell}" height="{cell}" '
-                f'fill="{share_colour(share, threshold)}" stroke="{"#7f1d1d" if fail else "#fff"}" '
-                f'stroke-width="{2.5 if fail else 1}"><title>{escape(tip)}</title></rect>'
-            )
-            text = "\u2013" if share is None else f"{share * 100:.0f}%"
-            out.append(
-                _t(
-                    x + cell / 2,
-                    yy + cell / 2 + 4,
-                    text,
-                    12 if cell < 44 else 13,
-                    "middle",
-                    "#111",
-                    "bold" if fail else "normal",
-                )
-            )
-    lx = left + cell * n + 24
-    out.append(_t(lx, top + 4, "share of the physical ceiling", 12, "start", "#374151"))
+    text = "\u2013" if share is None else f"{share * 100:.0f}%"
+    size = 12 if cell < 44 else 13
+    weight = "bold" if fail else "normal"
+    return rect + _t(x + cell / 2, y + cell / 2 + 4, text, size, "middle", "#111", weight)
+
+
+def _heat_legend(lx: float, top: float, threshold: float | None) -> list[str]:
+    """The colour scale beside the matrix, marked at the threshold (90% when none is set)."""
+    out = [_t(lx, top + 4, "share of the physical ceiling", 12, "start", "#374151")]
     limit = threshold if threshold is not None else 0.9
     stops = [
         (1.0, "100% (at the ceiling)"),
@@ -303,6 +259,49 @@ def heatmap(
             f'stroke="#9ca3af"/>'
         )
         out.append(_t(lx + 26, yy + 14, label, 12, "start"))
+    return out
+
+
+def _heat_axes(hosts: Sequence[str], left: int, top: int, cell: int) -> list[str]:
+    """The axis titles (server across, client down) and each host's name on both axes."""
+    mid = top + cell * len(hosts) / 2
+    out = [
+        _t(left + cell * len(hosts) / 2, 16, "server (listening end)", 13, "middle", "#374151"),
+        _t(14, mid, "client", 13, "middle", "#374151", "normal", f'transform="rotate(-90 14 {mid:.1f})"'),
+    ]
+    for i, h in enumerate(hosts):
+        cx = left + cell * (i + 0.5)
+        out.append(
+            _t(cx, top - 8, h, 12, "start", "#111", "normal", f'transform="rotate(-45 {cx:.1f} {top - 8})"')
+        )
+        out.append(_t(left - 8, top + cell * (i + 0.5) + 4, h, 12, "end"))
+    return out
+
+
+def heatmap(
+    hosts: Sequence[str],
+    cells: Mapping[tuple[str, str], tuple[float | None, str]],
+    threshold: float | None,
+    title: str,
+) -> str:
+    """Host by host: the share of the physical ceiling (cell text), coloured against the threshold."""
+    n = len(hosts)
+    if n == 0:
+        return ""
+    cell = max(34, min(64, 640 // n))
+    left, top = 30 + 8 * max(len(h) for h in hosts), 40 + 8 * max(len(h) for h in hosts)
+    width, height = left + cell * n + 230, top + cell * n + 20
+    out = [_open(width, height, title), *_heat_axes(hosts, left, top, cell)]
+    for r, client in enumerate(hosts):
+        for c, server in enumerate(hosts):
+            x, yy = left + cell * c, top + cell * r
+            if client == server:
+                out.append(f'<rect x="{x}" y="{yy}" width="{cell}" height="{cell}" fill="#f3f4f6" '
+                           'stroke="#fff"/>')
+                continue
+            share, tip = cells.get((client, server), (None, "not measured"))
+            out.append(_heat_cell((x, yy), cell, share, tip, threshold))
+    out += _heat_legend(left + cell * n + 24, top, threshold)
     out.append("</svg>")
     return "".join(out)
 
