@@ -430,66 +430,62 @@ def apply_profile(inventory: Path, profile: Profile, report: BootstrapReport, sa
     return outcome.ok
 
 
-def acceptance(inventory: Path, info: InventoryInfo, report: BootstrapReport, say: Progress) -> None:
-    """Static checks again, the pair matrix with re-tests, all_reduce busbw and the transport."""
-    views = read_hosts(inventory)
-    report.checks += with_evidence(static_checks(views), views)
+def _retest(
+    inventory: Path, info: InventoryInfo, report: BootstrapReport, views: Mapping[str, HostView],
+    say: Progress, *, opts: PerftestOptions,
+) -> None:
+    """Re-test each suspect pair's hosts against known-good partners, then blame (or clear) them."""
+    tests = plan_retests(report.pairs)
+    measured: dict[tuple[str, int], PairVerdict] = {}
+    for index, rnd in enumerate(retest_rounds(tests), start=1):
+        say(f"re-testing suspect hosts against known-good partners ({index})")
+        todo = [p for _t, p in rnd]
+        results = pairs.run_round(inventory, todo, views, opts, deadline_s=info.bench_timeout_s)
+        for (test, _pair), res in zip(rnd, results, strict=True):
+            why = f"re-test of {test.host} with known-good {test.partner}"
+            verdict = judge_pair(res, report.pair_threshold, why)
+            measured[(test.host, test.rail)] = verdict
+            report.retests.append(verdict)
+    found = [(t, measured.get((t.host, t.rail))) for t in tests]
+    report.checks += blame(report.pairs, found, report.pair_threshold)
+
+
+def _pair_acceptance(
+    inventory: Path, info: InventoryInfo, report: BootstrapReport, views: Mapping[str, HostView],
+    say: Progress,
+) -> None:
+    """ib_write_bw over every pair, rail by rail; suspects re-tested before one is blamed."""
     hosts = sorted(views)
     rails = min(len(v.rails) for v in views.values())
     opts = PerftestOptions(size=PAIR_SIZE, duration_s=2)
-    if len(hosts) >= 2:
-        rounds = pair_rounds(hosts, rails)
-        done = pairs.run_rounds(
-            inventory,
-            rounds,
-            views,
-            opts,
-            lambda m: say(f"pair matrix: {m}"),
-            deadline_s=info.bench_timeout_s,
+    done = pairs.run_rounds(
+        inventory, pair_rounds(hosts, rails), views, opts, lambda m: say(f"pair matrix: {m}"),
+        deadline_s=info.bench_timeout_s,
+    )
+    report.pairs = [judge_pair(r, report.pair_threshold) for rnd in done for r in rnd]
+    _retest(inventory, info, report, views, say, opts=opts)
+    if not any(p.verdict == "fail" for p in report.pairs):
+        low = min((p.share or 0.0 for p in report.pairs), default=0.0)
+        summary = (
+            f"{len(report.pairs)} pair runs, lowest {low:.0%} of the ceiling "
+            f"(threshold {report.pair_threshold:.0%})"
         )
-        report.pairs = [judge_pair(r, report.pair_threshold) for rnd in done for r in rnd]
-        tests = plan_retests(report.pairs)
-        measured: dict[tuple[str, int], PairVerdict] = {}
-        for index, rnd in enumerate(retest_rounds(tests), start=1):
-            say(f"re-testing suspect hosts against known-good partners ({index})")
-            results = pairs.run_round(
-                inventory, [p for _t, p in rnd], views, opts, deadline_s=info.bench_timeout_s
-            )
-            for (test, _pair), res in zip(rnd, results, strict=True):
-                verdict = judge_pair(
-                    res, report.pair_threshold, f"re-test of {test.host} with known-good {test.partner}"
-                )
-                measured[(test.host, test.rail)] = verdict
-                report.retests.append(verdict)
-        report.checks += blame(
-            report.pairs, [(t, measured.get((t.host, t.rail))) for t in tests], report.pair_threshold
-        )
-        if not any(p.verdict == "fail" for p in report.pairs):
-            low = min((p.share or 0.0 for p in report.pairs), default=0.0)
-            report.checks.append(
-                CheckResult(
-                    "pair_bandwidth",
-                    "*",
-                    "pass",
-                    f"{len(report.pairs)} pair runs, lowest {low:.0%} of the ceiling "
-                    f"(threshold {report.pair_threshold:.0%})",
-                )
-            )
-    say("all_reduce_perf bus bandwidth and NCCL transport")
+        report.checks.append(CheckResult("pair_bandwidth", "*", "pass", summary))
+
+
+def _busbw_acceptance(
+    inventory: Path, info: InventoryInfo, report: BootstrapReport, views: Mapping[str, HostView]
+) -> None:
+    """all_reduce_perf bus bandwidth against NICs x ceiling / 8, and each host's NCCL transport."""
+    hosts = sorted(views)
+    rails = min(len(v.rails) for v in views.values())
     first = views[hosts[0]]
     gpus = len([c for c in first.topo.columns if c.startswith("GPU")]) if first.topo else 1
     launcher: nccl.Launcher = "srun" if info.launcher == "srun" else "mpirun"
-    run = nccl.run(
-        inventory,
-        hosts,
-        NcclOptions(
-            min_bytes=BUSBW_SIZE, max_bytes=BUSBW_SIZE, gpus_per_process=gpus, iters=5, warmup_iters=1
-        ),
-        {},
-        launcher=launcher,
-        oob_interface=info.oob_interface,
-        deadline_s=info.bench_timeout_s,
-    )
+    options = NcclOptions(min_bytes=BUSBW_SIZE, max_bytes=BUSBW_SIZE, gpus_per_process=gpus, iters=5,
+                          warmup_iters=1)
+    run = nccl.run(inventory, hosts, options, {}, launcher=launcher, oob_interface=info.oob_interface,
+                   deadline_s=info.bench_timeout_s)
     ceiling = min(pairs.rail_ceiling(r) for v in views.values() for r in v.rails)
     report.busbw_reference_gbytes = busbw_reference(rails, ceiling)
     rows = run.result.rows if run.result is not None else ()
@@ -497,17 +493,23 @@ def acceptance(inventory: Path, info: InventoryInfo, report: BootstrapReport, sa
     tail = run.output.strip().splitlines()[-1] if run.output.strip() else ""
     evidence = f"{BUSBW_SIZE}B over {len(hosts)} hosts x {gpus} GPUs, {rails} rails of {ceiling:.1f} Gb/s"
     report.checks.append(
-        busbw_check(
-            report.busbw_gbytes,
-            report.busbw_reference_gbytes,
-            report.busbw_threshold,
-            evidence if rows else f"rc {run.rc}: {run.error or tail}",
-        )
+        busbw_check(report.busbw_gbytes, report.busbw_reference_gbytes, report.busbw_threshold,
+                    evidence if rows else f"rc {run.rc}: {run.error or tail}")
     )
     why = str(run.error) if timed_out(run.rc) else diagnose.failure_line(run.rc, run.output)
     report.checks += diagnose.transport_results(
         hosts, run.output, failed=not rows, why=why, gids=diagnose.gid_tables(views)
     )
+
+
+def acceptance(inventory: Path, info: InventoryInfo, report: BootstrapReport, say: Progress) -> None:
+    """Static checks again, the pair matrix with re-tests, all_reduce busbw and the transport."""
+    views = read_hosts(inventory)
+    report.checks += with_evidence(static_checks(views), views)
+    if len(views) >= 2:
+        _pair_acceptance(inventory, info, report, views, say)
+    say("all_reduce_perf bus bandwidth and NCCL transport")
+    _busbw_acceptance(inventory, info, report, views)
 
 
 def bootstrap(
