@@ -11,6 +11,7 @@ import datetime as dt
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -450,169 +451,180 @@ def _tune_pairs(doc: dict[str, Any], steps: Sequence[Step]) -> None:
     doc["counters"].sort(key=lambda c: seqs.get(str(c["source"]).removesuffix(" (resumed)"), 1 << 30))
 
 
-def build_tune(run: Run, steps: Sequence[Step], journal: Journal) -> dict[str, Any]:  # noqa: PLR0912, PLR0915
-    facts = next((s for s in steps if s.kind == "phase" and s.name == "facts"), None)
-    doc = _empty(
-        "tune",
-        run,
-        steps,
-        str(facts.payload.get("fabric_type")) if facts and facts.payload.get("fabric_type") else None,
-    )
-    doc["hosts"] = sorted(facts.payload.get("hosts") or []) if facts else []
-    ar: list[dict[str, Any]] = []
-    aa: list[dict[str, Any]] = []
-    decisions: list[dict[str, Any]] = []
-    baseline: list[float] = []
+@dataclass
+class _TuneSteps:
+    """What a tuning run's steps hold, gathered in one pass (series in journal order)."""
+
+    ar: list[dict[str, Any]] = field(default_factory=list)
+    aa: list[dict[str, Any]] = field(default_factory=list)
+    decisions: list[dict[str, Any]] = field(default_factory=list)
+    baseline: list[float] = field(default_factory=list)
     noise: float | None = None
-    policy: dict[str, Any] = {}
+    policy: dict[str, Any] = field(default_factory=dict)
     final_state: Mapping[str, Any] | None = None
-    final_ar: list[float] = []
+    final_ar: list[float] = field(default_factory=list)
+
+
+def _tune_baseline(doc: dict[str, Any], acc: _TuneSteps, s: Step) -> None:
+    """A measured baseline (a resumed run measures it again: the first one is the reference)."""
+    p = s.payload
+    label = "baseline" if not acc.baseline else "baseline (resumed)"
+    acc.baseline = acc.baseline or [float(v) for v in p.get("all_reduce") or []]
+    acc.noise = acc.noise if acc.noise is not None else finite(p.get("noise_floor"))
+    acc.policy = acc.policy or dict(p.get("policy") or {})
+    acc.ar.append(series_point(s.seq, label, "baseline", "baseline", p.get("all_reduce") or []))
+    acc.aa.append(series_point(s.seq, label, "baseline", "baseline", p.get("alltoall") or []))
+    doc["checks"] += [_check(c, "baseline") for c in p.get("checks") or []]
+    doc["counters"] += step_counters(p, label)
+    doc["checks"] += [_slow_pair(line, "baseline") for line in p.get("slow_pairs") or []]
+
+
+def _baseline_failed(payload: Mapping[str, Any]) -> list[dict[str, Any]]:
+    return [
+        {"phase": "baseline", "check": "benchmark", "host": "*", "verdict": "fail",
+         "summary": "the baseline measurement failed", "evidence": str(e)}
+        for e in (payload.get("errors") or [])[:5]
+    ]
+
+
+def _move_decision(s: Step, outcome: str, hosts: Sequence[str]) -> dict[str, Any]:
+    """One move's row of the decisions table."""
+    p = s.payload
+    decision = p.get("decision") or {}
+    return {
+        "seq": s.seq,
+        "name": s.name,
+        "group": str(p.get("group") or ""),
+        "knobs": [str(k) for k in p.get("knobs") or []],
+        "why": str(p.get("why") or ""),
+        "hosts": sorted(str(h) for h in p.get("hosts") or hosts),
+        "outcome": outcome,
+        "reason": str(p.get("reason") or ("not finished" if outcome == "interrupted" else "")),
+        "runs": len(p.get("all_reduce") or []),
+        "pause_frames": None if p.get("pause_frames") is None else int(p["pause_frames"]),
+        "all_reduce": _decision(decision.get("all_reduce")),
+        "alltoall": _decision(decision.get("alltoall")),
+    }
+
+
+def _changes(
+    before: Mapping[str, Any], after: Mapping[str, Any], hosts: Iterable[str], change: str, outcome: str
+) -> list[dict[str, Any]]:
+    """A settings row per knob that differs between two states, host by host."""
+    return [
+        {"host": host, "knob": knob, "before": old, "after": new, "change": change, "outcome": outcome}
+        for host in hosts
+        for knob, old, new in diff_states(before.get(host) or {}, after.get(host) or {})
+    ]
+
+
+def _tune_move(doc: dict[str, Any], acc: _TuneSteps, s: Step, snapshot: Mapping[str, Any]) -> None:
+    """A move: its series points, its decision, its counters and the settings it changed."""
+    p = s.payload
+    outcome = s.state if s.state in ("kept", "rolled_back") else "interrupted"
+    acc.ar.append(series_point(s.seq, s.name, "move", outcome, p.get("all_reduce") or []))
+    acc.aa.append(series_point(s.seq, s.name, "move", outcome, p.get("alltoall") or []))
+    acc.decisions.append(_move_decision(s, outcome, doc["hosts"]))
+    doc["counters"] += step_counters(p, s.name)
+    desired = p.get("desired") or {}
+    doc["settings"] += _changes(snapshot, desired, sorted(desired), s.name, outcome)
+
+
+def _tune_steps(doc: dict[str, Any], run: Run, steps: Sequence[Step], journal: Journal) -> _TuneSteps:
+    acc = _TuneSteps()
     for s in steps:
         p = s.payload
         if s.kind == "phase" and s.name == "baseline" and s.state == "done":
-            label = "baseline" if not baseline else "baseline (resumed)"
-            baseline = baseline or [float(v) for v in p.get("all_reduce") or []]
-            noise = noise if noise is not None else finite(p.get("noise_floor"))
-            policy = policy or dict(p.get("policy") or {})
-            ar.append(series_point(s.seq, label, "baseline", "baseline", p.get("all_reduce") or []))
-            aa.append(series_point(s.seq, label, "baseline", "baseline", p.get("alltoall") or []))
-            doc["checks"] += [_check(c, "baseline") for c in p.get("checks") or []]
-            doc["counters"] += step_counters(p, label)
-            doc["checks"] += [_slow_pair(line, "baseline") for line in p.get("slow_pairs") or []]
+            _tune_baseline(doc, acc, s)
         elif s.kind == "phase" and s.name == "baseline" and s.state == "failed":
-            doc["checks"] += [
-                {
-                    "phase": "baseline",
-                    "check": "benchmark",
-                    "host": "*",
-                    "verdict": "fail",
-                    "summary": "the baseline measurement failed",
-                    "evidence": str(e),
-                }
-                for e in (p.get("errors") or [])[:5]
-            ]
+            doc["checks"] += _baseline_failed(p)
         elif s.kind == "phase" and s.name == "final" and s.state == "done":
-            final_state = p.get("state")
-            final_ar = [float(v) for v in p.get("all_reduce") or []]
+            acc.final_state = p.get("state")
+            acc.final_ar = [float(v) for v in p.get("all_reduce") or []]
             doc["checks"] += [_slow_pair(line, "tuned state") for line in p.get("slow_pairs") or []]
         elif s.kind == "move":
-            outcome = s.state if s.state in ("kept", "rolled_back") else "interrupted"
-            ar.append(series_point(s.seq, s.name, "move", outcome, p.get("all_reduce") or []))
-            aa.append(series_point(s.seq, s.name, "move", outcome, p.get("alltoall") or []))
-            decision = p.get("decision") or {}
-            decisions.append(
-                {
-                    "seq": s.seq,
-                    "name": s.name,
-                    "group": str(p.get("group") or ""),
-                    "knobs": [str(k) for k in p.get("knobs") or []],
-                    "why": str(p.get("why") or ""),
-                    "hosts": sorted(str(h) for h in p.get("hosts") or doc["hosts"]),
-                    "outcome": outcome,
-                    "reason": str(p.get("reason") or ("not finished" if outcome == "interrupted" else "")),
-                    "runs": len(p.get("all_reduce") or []),
-                    "pause_frames": None if p.get("pause_frames") is None else int(p["pause_frames"]),
-                    "all_reduce": _decision(decision.get("all_reduce")),
-                    "alltoall": _decision(decision.get("alltoall")),
-                }
-            )
-            doc["counters"] += step_counters(p, s.name)
-            before = journal.snapshot_at(run.id, s.seq)
-            for host, desired in sorted((p.get("desired") or {}).items()):
-                for knob, old, new in diff_states(before.get(host) or {}, desired or {}):
-                    doc["settings"].append(
-                        {
-                            "host": host,
-                            "knob": knob,
-                            "before": old,
-                            "after": new,
-                            "change": s.name,
-                            "outcome": outcome,
-                        }
-                    )
-    _tune_pairs(doc, steps)
-    first = journal.first_snapshot(run.id)
-    net: list[dict[str, Any]] = []
-    if final_state is not None:
-        for host in sorted(set(first) | set(final_state)):
-            for knob, old, new in diff_states(first.get(host) or {}, final_state.get(host) or {}):
-                net.append(
-                    {
-                        "host": host,
-                        "knob": knob,
-                        "before": old,
-                        "after": new,
-                        "change": "whole run",
-                        "outcome": "in effect",
-                    }
-                )
-    doc["settings"] = net + doc["settings"]
-    base_med = median_ci(baseline)[0]
-    final_med = median_ci(final_ar)[0] if final_ar else None
-    summary = run.summary
-    oracle = summary.get("oracle") if isinstance(summary.get("oracle"), Mapping) else None
+            _tune_move(doc, acc, s, journal.snapshot_at(run.id, s.seq))
+    return acc
+
+
+def _tune_oracle(run: Run, steps: Sequence[Step]) -> Mapping[str, Any] | None:
+    """The model's best (testbed runs only): the run's summary, or the last result step's."""
+    oracle = run.summary.get("oracle") if isinstance(run.summary.get("oracle"), Mapping) else None
     for s in steps:
         if s.kind == "result":
             oracle = s.payload.get("oracle") if isinstance(s.payload.get("oracle"), Mapping) else oracle
-    ar_metric: dict[str, Any] = {
-        "name": "all_reduce busbw",
-        "unit": "GB/s",
-        "role": "primary",
-        "series": ar,
-        "reference": None,
-        "reference_label": None,
-    }
-    if oracle and finite(oracle.get("best_busbw")):
-        best = finite(oracle.get("best_busbw"))
+    return oracle
+
+
+def _tune_bandwidth(acc: _TuneSteps, oracle: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    """all_reduce (primary; the model's best as reference when known) and alltoall (guard) series."""
+    ar_metric: dict[str, Any] = _metric("all_reduce busbw", "GB/s", "primary", acc.ar)
+    best = finite(oracle.get("best_busbw")) if oracle else None
+    if best:
         ar_metric["reference"] = best
         ar_metric["reference_label"] = "model's best reachable"
-        ar_metric["reference_band"] = noise_band(best, noise)
-    doc["bandwidth"] = [
-        ar_metric,
-        {
-            "name": "alltoall busbw",
-            "unit": "GB/s",
-            "role": "guard",
-            "series": aa,
-            "reference": None,
-            "reference_label": None,
-        },
-    ]
-    doc["oracle"] = _jsonable(oracle) if oracle else None
-    tuned = next((s.payload.get("tuned_desired") for s in steps if s.kind == "result"), None)
-    kept = [d for d in decisions if d["outcome"] == "kept"]
-    rolled = [d for d in decisions if d["outcome"] == "rolled_back"]
-    change = final_med / base_med if final_med and base_med else None
-    ports = (facts.payload.get("ports") if facts else None) or {}
-    doc["tune"] = {
-        "busbw_reference": busbw_reference(ports, final_state or first) if ports else None,
-        "noise_floor": noise,
-        "baseline_median": base_med,
-        "final_median": final_med,
-        "change": None if change is None else round(change - 1, 4),
-        "policy": _jsonable(policy),
-        "decisions": decisions,
-        "kept": len(kept),
-        "rolled_back": len(rolled),
-        "tuned_desired": tuned or summary.get("tuned_desired"),
-        "resumed": bool(summary.get("resumed")),
-        "error": summary.get("error"),
-    }
+        ar_metric["reference_band"] = noise_band(best, acc.noise)
+    return [ar_metric, _metric("alltoall busbw", "GB/s", "guard", acc.aa)]
+
+
+def _tune_headline(run: Run, t: Mapping[str, Any]) -> tuple[str | None, str]:
+    """The status (None: leave the default) and the headline of a tuning run."""
     if run.state in ("done", "rolled_back"):
-        doc["status"] = "pass"
+        base_med, final_med = t["baseline_median"], t["final_median"]
+        change = final_med / base_med if final_med and base_med else None
         moved = (
             f"all_reduce busbw {base_med:.1f} -> {final_med:.1f} GB/s ({_pct(change)})"
             if base_med and final_med
             else "no measurement"
         )
-        doc["headline"] = f"{moved}: {len(kept)} move(s) kept, {len(rolled)} rolled back"
+        line = f"{moved}: {t['kept']} move(s) kept, {t['rolled_back']} rolled back"
         if run.state == "rolled_back":
-            doc["headline"] += "; the run was rolled back to its pre-run state"
-    elif run.state == "failed":
-        doc["status"] = "fail"
-        doc["headline"] = f"tuning failed: {summary.get('error') or 'see the steps'}"
-    else:
-        doc["headline"] = f"tuning {run.state}: {len(decisions)} move(s) so far"
+            line += "; the run was rolled back to its pre-run state"
+        return "pass", line
+    if run.state == "failed":
+        return "fail", f"tuning failed: {run.summary.get('error') or 'see the steps'}"
+    return None, f"tuning {run.state}: {len(t['decisions'])} move(s) so far"
+
+
+def build_tune(run: Run, steps: Sequence[Step], journal: Journal) -> dict[str, Any]:
+    """A tuning run's report: the series and decisions, net settings, pairs, counters, checks."""
+    facts = next((s for s in steps if s.kind == "phase" and s.name == "facts"), None)
+    fabric_type = facts.payload.get("fabric_type") if facts else None
+    doc = _empty("tune", run, steps, str(fabric_type) if fabric_type else None)
+    doc["hosts"] = sorted(facts.payload.get("hosts") or []) if facts else []
+    acc = _tune_steps(doc, run, steps, journal)
+    _tune_pairs(doc, steps)
+    first = journal.first_snapshot(run.id)
+    final = acc.final_state
+    if final is not None:
+        net = _changes(first, final, sorted(set(first) | set(final)), "whole run", "in effect")
+        doc["settings"] = net + doc["settings"]
+    base_med = median_ci(acc.baseline)[0]
+    final_med = median_ci(acc.final_ar)[0] if acc.final_ar else None
+    oracle = _tune_oracle(run, steps)
+    doc["bandwidth"] = _tune_bandwidth(acc, oracle)
+    doc["oracle"] = _jsonable(oracle) if oracle else None
+    tuned = next((s.payload.get("tuned_desired") for s in steps if s.kind == "result"), None)
+    change = final_med / base_med if final_med and base_med else None
+    ports = (facts.payload.get("ports") if facts else None) or {}
+    summary = run.summary
+    doc["tune"] = {
+        "busbw_reference": busbw_reference(ports, final or first) if ports else None,
+        "noise_floor": acc.noise,
+        "baseline_median": base_med,
+        "final_median": final_med,
+        "change": None if change is None else round(change - 1, 4),
+        "policy": _jsonable(acc.policy),
+        "decisions": acc.decisions,
+        "kept": sum(d["outcome"] == "kept" for d in acc.decisions),
+        "rolled_back": sum(d["outcome"] == "rolled_back" for d in acc.decisions),
+        "tuned_desired": tuned or summary.get("tuned_desired"),
+        "resumed": bool(summary.get("resumed")),
+        "error": summary.get("error"),
+    }
+    status, doc["headline"] = _tune_headline(run, doc["tune"])
+    if status is not None:
+        doc["status"] = status
     return doc
 
 
