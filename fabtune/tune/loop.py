@@ -1,6 +1,7 @@
 """``fabtune tune``: measure, change one knob group, measure again, keep or roll back.
 
-validate -> lock -> journal -> facts -> preflight -> baseline -> for each candidate move (planned
+validate -> lock -> journal -> facts -> preflight -> baseline (when it failed through hosts whose
+GID index a knob fixes: the repair move first, ``tune/repair.py``) -> for each candidate move (planned
 per host group, ``tune/hosts.py``): snapshot (journaled first) -> apply on the move's hosts with a
 host-side revert armed -> measure the whole rack until the decision is clear -> keep (confirm: cancel
 the revert) or roll back (apply the snapshot on the move's hosts, read every host back, verify
