@@ -20,7 +20,9 @@ from fabtune import report
 from fabtune.ansible import RunOutcome
 from fabtune.bench.diagnose import Diagnosis, GidTable, diagnose_job
 from fabtune.bench.parsers import show_gids
+from fabtune.errors import PlaybookFailed
 from fabtune.journal import Journal
+from fabtune.tune import run as tune_run
 from fabtune.tune.loop import PreflightFailed, TuneOptions, Tuner
 from fabtune.tune.measure import Batch, FailedRun
 from tests.conftest import fixture_text
@@ -163,3 +165,20 @@ def test_the_report_shows_the_repair_as_a_move_on_its_host(tmp_path: Path) -> No
     assert (repair["hosts"], repair["outcome"], repair["runs"]) == (["h02"], "kept", 1)
     assert f"{REPAIR} on h02" in report.render_markdown(doc)
     assert f"{REPAIR} on h02" in report.render_html(doc)
+
+
+class InterruptedRack(GidRack):
+    """The controller loses the rack while the repair is measured (a playbook fails)."""
+
+    def measure(self, repetitions: int) -> Batch:
+        if self.state["h02"]["nccl"] == {"NCCL_IB_GID_INDEX": "3"}:
+            raise PlaybookFailed("bench_measure.yml: h01 unreachable")
+        return super().measure(repetitions)
+
+
+def test_a_failure_while_the_repair_is_held_puts_the_host_back(tmp_path: Path) -> None:
+    rack = InterruptedRack()
+    before = copy.deepcopy(rack.state)
+    with pytest.raises(PlaybookFailed, match="unreachable"):
+        tune_run._tuned(tuner(rack, tmp_path))
+    assert rack.state == before  # no baseline measured, yet the held repair was undone
