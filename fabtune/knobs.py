@@ -302,8 +302,9 @@ def _routing(view: View) -> list[Candidate]:
     ]
 
 
-# The transport (TCP fallback, GID index) is a preflight check, not a move: a run whose baseline
-# cannot use RDMA stops with the evidence before anything changes.
+# The transport (TCP fallback, GID index) is a preflight check, not a move group: a run whose baseline
+# cannot use RDMA stops with the evidence before anything changes, except a host GID index that a
+# knob fixes (the repair move, fabtune/tune/repair.py).
 GROUPS: tuple[tuple[str, Callable[[View], list[Candidate]]], ...] = (
     ("lossless", _lossless),
     ("routing", _routing),

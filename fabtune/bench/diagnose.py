@@ -11,7 +11,7 @@ fails with the evidence its log holds: the benchmark cannot run on any of them.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from fabtune.bench import checks, nccl
 from fabtune.bench.checks import CheckResult
@@ -59,7 +59,7 @@ def gid_cause(
     index = summary.gid_index
     if gids is None or index is None or index < 0:
         return None
-    devices = summary.hcas or tuple(dict.fromkeys(e.device for e in gids.table.entries))
+    devices = _devices(summary, gids)
     verdict: checks.Verdict = "fail" if failed else "warn"
     echo = _line(log, "NCCL_IB_GID_INDEX set by environment")
     for dev in devices:
@@ -79,6 +79,26 @@ def gid_cause(
                 gid_row(gids.text, dev, index),
             )
     return None
+
+
+def _devices(summary: nccl_debug.NcclDebugSummary, gids: GidTable) -> tuple[str, ...]:
+    """The RDMA devices NCCL uses on the host (``NCCL_IB_HCA``), else every device of its GID table."""
+    return summary.hcas or tuple(dict.fromkeys(e.device for e in gids.table.entries))
+
+
+def gid_fix(host: str, log: str, gids: GidTable | None) -> int | None:
+    """The index ``NCCL_IB_GID_INDEX`` should name on a host whose own fault is its GID index: the
+    one index at which every NIC NCCL uses there carries its RoCEv2 IPv4 GID. None when the fault is
+    not the GID index, or when no one index fixes it (a NIC without a RoCEv2 IPv4 GID, NICs that
+    carry it at different indexes: ``NCCL_IB_GID_INDEX`` is one value per process)."""
+    try:
+        summary = nccl_debug.parse(log)
+    except ParseError:
+        return None
+    if gids is None or gid_cause(host, summary, log, gids, failed=True) is None:
+        return None
+    found = {checks.rocev2_index(gids.table, dev) for dev in _devices(summary, gids)}
+    return found.pop() if len(found) == 1 and None not in found else None
 
 
 def host_result(
@@ -112,10 +132,13 @@ def host_result(
 
 @dataclass(frozen=True)
 class Diagnosis:
-    """Every host's transport check, and the hosts whose own fault failed the job."""
+    """Every host's transport check, the hosts whose own fault failed the job, and of those, the ones
+    a knob fixes: their GID index points at a RoCEv1 GID or at none, and ``gid_fixes`` holds the
+    index of their RoCEv2 IPv4 GID (``gid_fix``)."""
 
     results: list[CheckResult]
     at_fault: list[str]
+    gid_fixes: dict[str, int] = field(default_factory=dict)
 
 
 def diagnose_job(
@@ -143,7 +166,8 @@ def diagnose_job(
         else replace(r, verdict="warn", summary=f"failed through {blamed}: {r.summary}")
         for r, own in judged
     ]
-    return Diagnosis(results, at_fault)
+    fixes = {h: index for h in at_fault if (index := gid_fix(h, logs.get(h, ""), tables.get(h))) is not None}
+    return Diagnosis(results, at_fault, fixes)
 
 
 def transport_results(

@@ -23,6 +23,7 @@ from fabtune.commands._common import (
 from fabtune.commands._progress import Progress
 from fabtune.journal import Journal
 from fabtune.profile import Profile, load_profile
+from fabtune.tune import repair
 from fabtune.tune import run as tune_run
 from fabtune.tune.loop import TuneResult
 
@@ -40,11 +41,12 @@ def summary_table(result: TuneResult) -> Table:
     for m in result.moves:
         median = statistics.median(m.all_reduce) if m.all_reduce else 0.0
         colour = "green" if m.outcome == "kept" else "yellow"
+        was = "the job failed" if m.group == repair.GROUP else f"{m.reference:.1f}"  # no bandwidth before
         table.add_row(
             Text(m.name),
             Text(", ".join(m.knobs)),
             Text(m.outcome, style=colour),
-            Text(f"{median:.1f} (was {m.reference:.1f})"),
+            Text(f"{median:.1f} (was {was})"),
             Text(m.reason),
         )
     return table

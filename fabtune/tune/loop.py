@@ -1,6 +1,7 @@
 """``fabtune tune``: measure, change one knob group, measure again, keep or roll back.
 
-validate -> lock -> journal -> facts -> preflight -> baseline -> for each candidate move (planned
+validate -> lock -> journal -> facts -> preflight -> baseline (when it failed through hosts whose
+GID index a knob fixes: the repair move first, ``tune/repair.py``) -> for each candidate move (planned
 per host group, ``tune/hosts.py``): snapshot (journaled first) -> apply on the move's hosts with a
 host-side revert armed -> measure the whole rack until the decision is clear -> keep (confirm: cancel
 the revert) or roll back (apply the snapshot on the move's hosts, read every host back, verify
@@ -32,6 +33,7 @@ from fabtune.knobs import LADDERS, Candidate, Change, LosslessClass, roles_of
 from fabtune.tune.hosts import changed_nics, host_groups, plan_rack
 from fabtune.tune.measure import Batch, FailedRun, Sample, merge_counters
 from fabtune.tune.pairs import PairDecision, PairRound, best_of, compare, confirm, slow_pairs
+from fabtune.tune.repair import GROUP, KNOB, Repair, failed_reason, kept_reason, repair_for
 from fabtune.tune.state import differences, snapshot_of, with_change
 from fabtune.tune.stats import Decision, DecisionPolicy, decide, noise_floor
 
@@ -43,10 +45,18 @@ class PreflightFailed(FabtuneError):
 
     code = ExitStatus.CHECK_FAILED
 
-    def __init__(self, results: Sequence[CheckResult]) -> None:
+    def __init__(self, results: Sequence[CheckResult], changed: str = "nothing was changed") -> None:
         self.results = list(results)
         lines = "; ".join(f"{r.host}: {r.check}: {r.summary} [{r.evidence}]" for r in results)
-        super().__init__(f"preflight failed, nothing was changed: {lines}")
+        super().__init__(f"preflight failed, {changed}: {lines}")
+
+
+class Repairable(PreflightFailed):
+    """The baseline failed through hosts' own faults, and a knob fixes every one (``repair``)."""
+
+    def __init__(self, results: Sequence[CheckResult], repair: Repair, changed: str) -> None:
+        super().__init__(results, changed)
+        self.repair = repair
 
 
 class RollbackFailed(FabtuneError):
@@ -237,6 +247,7 @@ class Tuner:
         self.options = options or TuneOptions()
         self.emit: Event = on_event or (lambda kind, message, data: None)
         self.current: dict[str, dict[str, Any]] = {}
+        self.facts: dict[str, dict[str, Any]] = {}  # as last read (hardware included): what is planned
         # The kept state's measurements, refreshed after each keep: every guard compares with them.
         self.reference: list[Sample] = []
         self.pause_rate = 0.0  # pause frames per repetition in the kept state
@@ -245,6 +256,8 @@ class Tuner:
         self._intents: dict[int, dict[str, Any]] = {}  # a move's intent payload, kept in its outcome
         self._counters: dict[str, dict[str, int]] = {}  # per-port counter deltas since the last take
         self.runs = 0
+        self.repairs: list[MoveRecord] = []  # the repair move, when the baseline needed one
+        self.moving = False  # a move is applied and not yet decided (kept or rolled back)
 
     def _measure(self, repetitions: int) -> Batch:
         """``repetitions`` good repetitions; the failed ones are journaled and run once more.
@@ -295,6 +308,7 @@ class Tuner:
         seq = self.journal.step(self.run_id, "phase", "facts", {})
         facts = self.backend.facts()
         self.backend.learn(facts)
+        self.facts = facts
         self.current = {h: snapshot_of(f) for h, f in facts.items()}
         self.journal.snapshot(self.run_id, seq, self.current)
         self.journal.finish_step(
@@ -317,12 +331,12 @@ class Tuner:
             checks = [dataclasses.asdict(c) for c in found.results] if found else []
             self.journal.finish_step(self.run_id, seq, "failed", {"errors": errors, "checks": checks})
             if found and found.at_fault:
-                raise PreflightFailed([r for r in found.results if r.verdict == "fail"]) from err
-            raise BenchmarkFailed(err.failures, "baseline: nothing was changed; ", log=err.log) from err
+                self._stop_at_fault(found, err)
+            raise BenchmarkFailed(err.failures, f"baseline: {self._changed()}; ", log=err.log) from err
         failed = [r for r in batch.transport if r.verdict == "fail"]
         if failed:
             self.journal.finish_step(self.run_id, seq, "failed", {"errors": [r.summary for r in failed]})
-            raise PreflightFailed(failed)
+            raise PreflightFailed(failed, self._changed())
         self.reference = list(batch.samples)
         self.pause_rate = batch.pause_frames / max(len(batch.samples), 1)
         self.pair_reference = self._reference_or_none([], "the baseline")
@@ -352,6 +366,39 @@ class Tuner:
             {"samples": _ar(self.reference)},
         )
         return list(batch.transport)
+
+    def _stop_at_fault(self, found: Diagnosis, err: BenchmarkFailed) -> NoReturn:
+        """A baseline failed through hosts' own faults: Repairable when a knob fixes every one of
+        them, else PreflightFailed (exit 7), each naming the hosts with the evidence."""
+        failed = [r for r in found.results if r.verdict == "fail"]
+        fix = repair_for(found)
+        if fix is not None:
+            raise Repairable(failed, fix, self._changed()) from err
+        raise PreflightFailed(failed, self._changed()) from err
+
+    def _changed(self) -> str:
+        """What the run changed before its baseline measured: nothing, or a kept repair."""
+        kept = [f"{m.name} on {', '.join(m.hosts)}" for m in self.repairs if m.outcome == "kept"]
+        return f"only the repair was kept ({'; '.join(kept)})" if kept else "nothing was changed"
+
+    def baseline_or_repair(self) -> list[CheckResult]:
+        """The baseline; when hosts' own faults failed it and a knob fixes them, the repair move
+        first (once), then the baseline of the repaired rack, the one the tuning moves are judged on.
+
+        Raises:
+            PreflightFailed: a host no knob fixes, or a repair the benchmark still fails under
+                (rolled back, verified), each host named with its evidence.
+        """
+        try:
+            return self.baseline()
+        except Repairable as need:
+            record = self.repair(need.repair)
+            self.repairs.append(record)
+            if record.outcome != "kept":
+                tried = f"{record.name} on {', '.join(record.hosts)} was tried and rolled back (verified)"
+                changed = f"nothing was changed ({tried}: {record.reason})"
+                raise PreflightFailed(need.results, changed) from need
+        return self.baseline()
 
     def measure_pair_matrix(self, when: str) -> None:
         """ib_write_bw between host pairs (the report's heatmap), journaled as step ``pairs <when>``.
@@ -415,16 +462,31 @@ class Tuner:
             "desired": {h: with_change(self.current[h], cand.change) for h in hosts},
         }
 
+    def _open_move(self, record: MoveRecord, intent: dict[str, Any], why: str) -> int:
+        """Journal a move's intent with the snapshot it starts from, and say it; its step's seq."""
+        seq = self.journal.step(self.run_id, "move", record.name, intent)
+        self._intents[seq] = intent
+        self._take_counters()  # what the kept state's reference runs counted is not this move's
+        self.journal.snapshot(self.run_id, seq, self.current)
+        hosts = record.hosts
+        scope = "" if len(hosts) == len(self.current) else f" on {', '.join(hosts)}"
+        self.emit("move", f"{record.name}{scope}: {why}", {"knobs": record.knobs, "hosts": hosts})
+        return seq
+
+    def _apply_armed(
+        self, record: MoveRecord, desired: Mapping[str, Mapping[str, Any]]
+    ) -> ansible.RunOutcome:
+        """Apply a move on its hosts, each arming a revert to its snapshot first (commit-confirmed)."""
+        snapshots = {h: self.current[h] for h in record.hosts}
+        roles = roles_of(record.knobs)
+        self.held_until = self._deadline_from(self.clock())  # armed at the apply's start at the latest
+        self.moving = True
+        return self.backend.apply(desired, run_id=self.run_id, snapshots=snapshots, roles=roles)
+
     def try_move(self, cand: Candidate) -> MoveRecord:
         hosts = sorted(cand.hosts or self.current)
         intent = self._intent(cand, hosts)
         desired: dict[str, dict[str, Any]] = intent["desired"]
-        seq = self.journal.step(self.run_id, "move", cand.name, intent)
-        self._intents[seq] = intent
-        self._take_counters()  # what the kept state's reference runs counted is not this move's
-        self.journal.snapshot(self.run_id, seq, self.current)
-        scope = "" if len(hosts) == len(self.current) else f" on {', '.join(hosts)}"
-        self.emit("move", f"{cand.name}{scope}: {cand.why}", {"knobs": cand.change.knobs(), "hosts": hosts})
         record = MoveRecord(
             cand.group,
             cand.name,
@@ -434,13 +496,10 @@ class Tuner:
             reference=statistics.median(_ar(self.reference)),
             hosts=hosts,
         )
-        snapshots = {h: self.current[h] for h in hosts}
-        roles = roles_of(record.knobs)
-        self.held_until = self._deadline_from(self.clock())  # armed at the apply's start at the latest
-        applied = self.backend.apply(desired, run_id=self.run_id, snapshots=snapshots, roles=roles)
+        seq = self._open_move(record, intent, cand.why)
+        applied = self._apply_armed(record, desired)
         if not applied.ok:
-            reason = "; ".join(f"{t.host}: {t.result.get('msg', 'failed')}" for t in applied.failures())[:500]
-            return self._undo(seq, record, f"apply failed: {reason}", desired)
+            return self._undo(seq, record, apply_failure(applied), desired)
         self.journal.finish_step(self.run_id, seq, "applied")
         try:
             judged = self.judge(held=hosts, pairs=touches_rdma_cm(cand.change))
@@ -460,6 +519,43 @@ class Tuner:
         if judged.verdict == "keep":
             return self._keep(seq, record, judged, desired)
         return self._undo(seq, record, judged.reason, desired)
+
+    def repair(self, fix: Repair) -> MoveRecord:
+        """The repair move: armed and journaled like every move (with the evidence that calls for
+        it), kept when the benchmark then runs on the whole rack, rolled back (verified) otherwise.
+        It decides on one repetition and keeps no sample: the statistics start at the baseline after."""
+        desired = {h: with_change(self.current[h], fix.change(h)) for h in fix.hosts}
+        intent = {
+            "group": GROUP, "knobs": [KNOB], "why": fix.why, "hosts": fix.hosts,
+            "nics": {h: [] for h in fix.hosts}, "desired": desired,
+            "evidence": [dataclasses.asdict(r) for r in fix.evidence],
+        }
+        record = MoveRecord(GROUP, fix.name, [KNOB], "", "", hosts=fix.hosts)
+        seq = self._open_move(record, intent, fix.why)
+        applied = self._apply_armed(record, desired)
+        if not applied.ok:
+            return self._undo(seq, record, apply_failure(applied), desired)
+        self.journal.finish_step(self.run_id, seq, "applied")
+        failed = self._runs_after_repair(record)
+        if failed:
+            return self._undo(seq, record, failed_reason(failed), desired)
+        reason = kept_reason(len(self.current), statistics.median(record.all_reduce))
+        self._confirm_kept(seq, record, reason)
+        return record
+
+    def _runs_after_repair(self, record: MoveRecord) -> str:
+        """One repetition on the whole rack (retried once) with the transport preflight; why it still
+        fails ('' when it ran: its samples are the record's)."""
+        try:
+            batch = self._measure(1)
+        except BenchmarkFailed as err:
+            return "; ".join(dict.fromkeys(f.summary for f in err.failures))[:500]
+        failed = [f"{r.host}: {r.summary}" for r in batch.transport if r.verdict == "fail"]
+        if failed:
+            return "; ".join(failed)[:500]
+        record.all_reduce, record.alltoall = _ar(batch.samples), _aa(batch.samples)
+        record.decision = {"repair": "the benchmark failed before the move and runs after it"}
+        return ""
 
     def _deadline_from(self, armed_at: float) -> float:
         return 0.0 if self.revert_deadline_s is None else armed_at + self.revert_deadline_s
@@ -643,18 +739,23 @@ class Tuner:
     def _keep(
         self, seq: int, record: MoveRecord, judged: Judgement, desired: dict[str, dict[str, Any]]
     ) -> MoveRecord:
-        reason = judged.reason
+        self._confirm_kept(seq, record, judged.reason)
+        self._refresh_reference(judged)
+        return record
+
+    def _confirm_kept(self, seq: int, record: MoveRecord, reason: str) -> None:
+        """Keep a move: cancel its hosts' reverts, read the state back, journal and say why."""
         confirmed = self.backend.confirm(self.run_id, hosts=record.hosts)
         fired = reverted_hosts(confirmed)
         if fired:
             self._revert_fired(seq, record, fired, rebooted_hosts(confirmed))
         confirmed.raise_for_failure("confirming the move")
-        self.current = {h: snapshot_of(f) for h, f in self.backend.facts().items()}  # read back, normal form
+        self.moving = False
+        self.facts = self.backend.facts()
+        self.current = {h: snapshot_of(f) for h, f in self.facts.items()}  # read back, normal form
         record.outcome, record.reason = "kept", reason
         self.journal.finish_step(self.run_id, seq, "kept", {"reason": reason, **self._outcome(seq, record)})
         self.emit("decision", f"kept {record.name}: {reason}", {"outcome": "kept"})
-        self._refresh_reference(judged)
-        return record
 
     def _revert_fired(
         self, seq: int, record: MoveRecord, hosts: list[str], rebooted: Sequence[str] = ()
@@ -716,6 +817,7 @@ class Tuner:
         fired = reverted_hosts(confirmed)
         if fired:
             self._revert_fired(seq, record, fired, rebooted_hosts(confirmed))
+        self.moving = False
         record.outcome, record.reason = "rolled_back", reason
         self.journal.finish_step(
             self.run_id,
@@ -740,11 +842,12 @@ class Tuner:
     # -- the whole run --------------------------------------------------------------------
 
     def run(self, done: Sequence[str] = ()) -> TuneResult:
-        facts = self.read_facts()
-        transport = self.baseline()
+        self.read_facts()
+        transport = self.baseline_or_repair()
+        facts = self.facts  # as a kept repair left them: the repaired rack is the one planned
         baseline = _ar(self.reference)
         self.measure_pair_matrix("baseline")
-        moves: list[MoveRecord] = []
+        moves: list[MoveRecord] = list(self.repairs)
         groups = plan_rack(host_groups(facts, self.fabric, self.options.lossless, self.options.sm_flavor),
                            self.options.skip_groups)
         for group in groups:
@@ -801,6 +904,12 @@ def _ports(facts: Mapping[str, Mapping[str, Any]]) -> dict[str, list[dict[str, A
         ]
         for host, fact in sorted(facts.items())
     }
+def apply_failure(applied: ansible.RunOutcome) -> str:
+    """Why a move's apply failed, by host (the rollback's reason)."""
+    reason = "; ".join(f"{t.host}: {t.result.get('msg', 'failed')}" for t in applied.failures())
+    return f"apply failed: {reason[:500]}"
+
+
 def touches_rdma_cm(change: Change) -> bool:
     """Whether ib_write_bw over rdma_cm can see ``change``: NIC knobs (QoS, ToS, MTU, ECN) and the
     subnet manager's routing shape its traffic; NCCL's environment (nccl.conf) is read by NCCL alone,

@@ -104,7 +104,7 @@ def _tuned(tuner: Tuner, done: Sequence[str] = ()) -> TuneResult:
 
 def _abort(tuner: Tuner, _err: BaseException) -> None:
     """After a failure mid-move, put the hosts back now (the armed host-side revert is the backstop)."""
-    if not tuner.reference or isinstance(_err, RevertFired):  # nothing changed, or already undone
+    if not (tuner.reference or tuner.moving) or isinstance(_err, RevertFired):  # nothing held, or undone
         return
     try:
         restore_and_verify(tuner.backend, tuner.current)

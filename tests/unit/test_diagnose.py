@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fabtune.bench.diagnose import GidTable, diagnose_job, failure_line, gid_row, host_result
+from fabtune.bench.diagnose import GidTable, diagnose_job, failure_line, gid_fix, gid_row, host_result
 from fabtune.bench.parsers import show_gids
 from tests.conftest import fixture_text
 
@@ -106,3 +106,27 @@ def test_a_job_that_ran_passes_on_its_log() -> None:
 def test_the_failure_line_skips_mpiruns_rules() -> None:
     assert failure_line(3, "x\n" + "-" * 70 + "\n") == "exit 3: x"
     assert failure_line(3, "-----\n") == "exit 3: no output"
+
+
+def v1_only_table() -> GidTable:
+    """The husky table of a NIC without RoCE v2: its v2 rows gone."""
+    text = "".join(ln for ln in fixture_text(GIDS).splitlines(keepends=True) if "\tv2\t" not in ln)
+    text = text.replace("n_gids_found=4", "n_gids_found=2")
+    return GidTable(show_gids.parse(text), text)
+
+
+def test_a_host_whose_gid_index_is_wrong_is_fixed_by_its_rocev2_ipv4_index() -> None:
+    assert gid_fix("h02", host_log("h02", gid_index=2), table()) == 3  # its RoCEv1 GID
+    assert gid_fix("h02", host_log("h02", gid_index=9), table()) == 3  # no GID there
+    assert gid_fix("h02", host_log("h02", gid_index=3), table()) is None  # not its fault
+    assert gid_fix("h02", host_log("h02", gid_index=2), v1_only_table()) is None  # no RoCEv2 GID at all
+    assert gid_fix("h02", host_log("h02", gid_index=2), None) is None  # the table was not read
+
+
+def test_the_diagnosis_holds_the_fix_of_each_host_at_fault_that_has_one() -> None:
+    output = host_log("h01", warn=True) + host_log("h02", gid_index=2, warn=True)
+    output += host_log("h03", gid_index=2)
+    tables = {"h01": table(), "h02": table(), "h03": v1_only_table()}
+    found = diagnose_job(["h01", "h02", "h03"], output, failed=True, why="exit 3", gids=tables)
+    assert found.at_fault == ["h02", "h03"]
+    assert found.gid_fixes == {"h02": 3}  # h03's NIC has no RoCEv2 GID: no knob fixes it
