@@ -904,6 +904,8 @@ def _ports(facts: Mapping[str, Mapping[str, Any]]) -> dict[str, list[dict[str, A
         ]
         for host, fact in sorted(facts.items())
     }
+
+
 def apply_failure(applied: ansible.RunOutcome) -> str:
     """Why a move's apply failed, by host (the rollback's reason)."""
     reason = "; ".join(f"{t.host}: {t.result.get('msg', 'failed')}" for t in applied.failures())
