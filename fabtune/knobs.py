@@ -86,7 +86,13 @@ KNOBS: tuple[Knob, ...] = (
     Knob("NCCL_IB_DISABLE", "nccl", "NCCL_IB_DISABLE", "nccl_env", ("roce", "ib"), "0 | 1"),
     Knob("NCCL_IB_ADAPTIVE_ROUTING", "nccl", "NCCL_IB_ADAPTIVE_ROUTING", "nccl_env", ("ib",), "0 | 1"),
     Knob("NCCL_IB_AR_THRESHOLD", "nccl", "NCCL_IB_AR_THRESHOLD", "nccl_env", ("ib",), "bytes"),
-    Knob("NCCL_IB_SL", "nccl", "NCCL_IB_SL", "nccl_env", ("ib",), "0-15, an SL the SM maps to a data VL"),
+    # NCCL puts NCCL_IB_SL in its QPs' address handle (ah_attr.sl). On InfiniBand the SM maps the SL
+    # to a VL; on RoCE mlx5 uses SL & 7 as the frames' Ethernet priority (mlx5_set_path), the PCP of
+    # the 802.1Q tag on a VLAN GID: what a switch that trusts PCP classifies by. Untagged RoCE frames
+    # carry no PCP. The plan offers no move for it: its lossless moves set DSCP trust, under which
+    # the tag's PCP decides nothing; a site that trusts PCP sets it in its profile.
+    Knob("NCCL_IB_SL", "nccl", "NCCL_IB_SL", "nccl_env", ("roce", "ib"),
+         "0-15: IB, an SL the SM maps to a data VL; RoCE, SL & 7 is the PCP on a VLAN GID"),
     Knob("NCCL_IB_FIFO_TC", "nccl", "NCCL_IB_FIFO_TC", "nccl_env", ("roce",), "0-255, like NCCL_IB_TC"),
     Knob("NCCL_IB_ROCE_VERSION_NUM", "nccl", "NCCL_IB_ROCE_VERSION_NUM", "nccl_env", ("roce",), "1 | 2"),
     Knob("routing_engine", "sm", "routing_engine", "ib_sm", ("ib",),

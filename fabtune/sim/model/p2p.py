@@ -70,8 +70,10 @@ def _prepare(fabric: FabricConfig, i: int, flow: Flow) -> _Prepared | P2PResult:
             return P2PResult(0.0, 0.0, failure)
     elif sl_dropped(fabric.sm, flow.sl):
         return P2PResult(0.0, 0.0, "timeout")
-    tx, rx = with_gid(tx0, gids[0]), with_gid(rx0, gids[1])
-    cp = class_path(tx, rx, fabric.switch, _tos(flow, tx))
+    tos = _tos(flow, tx0)
+    tx, rx = (with_gid(n, g, sl=flow.sl, tos=tos, rdma_cm=flow.rdma_cm)
+              for n, g in ((tx0, gids[0]), (rx0, gids[1])))
+    cp = class_path(tx, rx, fabric.switch, tos)
     return _Prepared(i, flow, tx, rx, cp, _demand(flow, tx, rx))
 
 
