@@ -86,7 +86,13 @@ KNOBS: tuple[Knob, ...] = (
     Knob("NCCL_IB_DISABLE", "nccl", "NCCL_IB_DISABLE", "nccl_env", ("roce", "ib"), "0 | 1"),
     Knob("NCCL_IB_ADAPTIVE_ROUTING", "nccl", "NCCL_IB_ADAPTIVE_ROUTING", "nccl_env", ("ib",), "0 | 1"),
     Knob("NCCL_IB_AR_THRESHOLD", "nccl", "NCCL_IB_AR_THRESHOLD", "nccl_env", ("ib",), "bytes"),
-    Knob("NCCL_IB_SL", "nccl", "NCCL_IB_SL", "nccl_env", ("ib",), "0-15, an SL the SM maps to a data VL"),
+    # NCCL puts NCCL_IB_SL in its QPs' address handle (ah_attr.sl). On InfiniBand the SM maps the SL
+    # to a VL; on RoCE mlx5 uses SL & 7 as the frames' Ethernet priority (mlx5_set_path), the PCP of
+    # the 802.1Q tag on a VLAN GID: what a switch that trusts PCP classifies by. Untagged RoCE frames
+    # carry no PCP. The plan sets it with the lossless class where the facts show NCCL's GID on a
+    # VLAN device (lossless_change(tagged=True)), and never on untagged RoCE.
+    Knob("NCCL_IB_SL", "nccl", "NCCL_IB_SL", "nccl_env", ("roce", "ib"),
+         "0-15: IB, an SL the SM maps to a data VL; RoCE, SL & 7 is the PCP on a VLAN GID"),
     Knob("NCCL_IB_FIFO_TC", "nccl", "NCCL_IB_FIFO_TC", "nccl_env", ("roce",), "0-255, like NCCL_IB_TC"),
     Knob("NCCL_IB_ROCE_VERSION_NUM", "nccl", "NCCL_IB_ROCE_VERSION_NUM", "nccl_env", ("roce",), "1 | 2"),
     Knob("routing_engine", "sm", "routing_engine", "ib_sm", ("ib",),
@@ -164,12 +170,18 @@ class View:
     gpu_nic_distance: str
     lossless: LosslessClass | None = None
     sm_flavor: str = "upstream"  # the SM: upstream opensm, or NVIDIA's (mlnx: ar_* engines)
+    vlan_tagged: bool = False  # the RoCEv2 IPv4 GID is on a VLAN device: RoCE frames carry a PCP
 
 
-def lossless_change(prio: int, cnp_prio: int = 6, *, dscp: int | None = None, cnp_dscp: int = 48) -> Change:
+def lossless_change(prio: int, cnp_prio: int = 6, *, dscp: int | None = None, cnp_dscp: int = 48,
+                    tagged: bool = False) -> Change:
     """The coupled lossless-class settings for RoCE priority ``prio``: DSCP trust, the DSCP that maps
     to it, PFC and ECN on it, the RoCE ToS and NCCL_IB_TC carrying that DSCP with ECT(0), and CNPs
-    on their own priority and DSCP. ``dscp`` defaults to AFx2 in the class selector of ``prio``."""
+    on their own priority and DSCP. ``dscp`` defaults to AFx2 in the class selector of ``prio``.
+
+    ``tagged`` (NCCL's GID is on a VLAN device): NCCL_IB_SL ``prio`` too, so the PCP of NCCL's
+    frames names the same priority (mlx5 sends SL & 7 as the PCP) for switches that classify by
+    PCP. On untagged RoCE the SL reaches no frame and is left alone."""
     if dscp is None:
         dscp = prio * 8 + 2  # in the class selector of prio: 26 (AF31) for priority 3, the common choice
     tos = dscp << 2 | ECT0
@@ -184,7 +196,7 @@ def lossless_change(prio: int, cnp_prio: int = 6, *, dscp: int | None = None, cn
             "cnp_dscp": cnp_dscp,
             "cnp_prio": cnp,
         },
-        nccl={"NCCL_IB_TC": str(tos)},
+        nccl={"NCCL_IB_TC": str(tos), **({"NCCL_IB_SL": str(prio)} if tagged else {})},
     )
 
 
@@ -226,7 +238,8 @@ def _lossless(view: View) -> list[Candidate]:
     declared = view.lossless
     if declared is not None:
         p, d = declared.priority, declared.dscp
-        change = lossless_change(p, declared.cnp_priority, dscp=d, cnp_dscp=declared.cnp_dscp)
+        change = lossless_change(p, declared.cnp_priority, dscp=d, cnp_dscp=declared.cnp_dscp,
+                                 tagged=view.vlan_tagged)
         why = (
             f"declared in the inventory (fabtune_lossless): PFC, DSCP trust and ToS agree on priority {p}, "
             f"DSCP {d}, with ECN/DCQCN on it and CNPs on priority {declared.cnp_priority}, "
@@ -237,7 +250,7 @@ def _lossless(view: View) -> list[Candidate]:
         Candidate(
             "lossless",
             f"lossless priority {p}",
-            lossless_change(p),
+            lossless_change(p, tagged=view.vlan_tagged),
             f"no lossless class declared: trying priority {p} (a guess; the inventory's fabtune_lossless "
             f"names the switches' class): PFC, DSCP trust and ToS agree on it, with ECN/DCQCN on it",
         )

@@ -189,6 +189,8 @@ class NicDescription:
     board_id: str = "MT_0000000838"
     bridges: int = 1
     gid_layout: str = "standard"
+    vlan: int | None = None  # RoCE over an 802.1Q VLAN device ``NETDEV.VLAN`` holding ``ipv4``
+    egress_qos_map: tuple[int, ...] = (0,) * 8  # that VLAN device's skb priority 0-7 -> PCP
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> NicDescription:
@@ -204,6 +206,8 @@ class NicDescription:
             sm_lid=int(raw.get("sm_lid", 0)), hca_type=str(raw.get("hca_type", "MT4129")),
             board_id=str(raw.get("board_id", "MT_0000000838")),
             bridges=int(raw.get("bridges", 1)), gid_layout=str(raw.get("gid_layout", "standard")),
+            vlan=None if raw.get("vlan") is None else int(raw["vlan"]),
+            egress_qos_map=tuple(int(p) for p in raw.get("egress_qos_map") or (0,) * 8),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -216,7 +220,15 @@ class NicDescription:
             "sm_lid": self.sm_lid, "hca_type": self.hca_type, "board_id": self.board_id,
             "bridges": self.bridges,
             **({"gid_layout": self.gid_layout} if self.gid_layout != "standard" else {}),
+            **({"vlan": self.vlan, "egress_qos_map": list(self.egress_qos_map)}
+               if self.vlan is not None else {}),
         }
+
+    @property
+    def roce_netdev(self) -> str:
+        """The netdev RoCE traffic uses: the VLAN device (``eth2.100``, the 8021q module's name
+        for VLAN 100 on eth2) when the port is VLAN-tagged, else the port's own."""
+        return self.netdev if self.vlan is None else f"{self.netdev}.{self.vlan}"
 
     @property
     def is_ib(self) -> bool:
@@ -492,23 +504,33 @@ def rate_string(gbps: int) -> str:
     return _RATE_NAMES.get(gbps, f"{gbps} Gb/sec (4X)")
 
 
-def roce_gids(nic: NicDescription) -> list[tuple[str, str]]:
-    """The RoCE GID entries (gid, type) of a NIC's port, a v1 and a v2 entry per address.
+def roce_gids(nic: NicDescription) -> list[tuple[str, str, str]]:
+    """The RoCE GID entries (gid, type, netdev) of a NIC's port, a v1 and a v2 entry per address.
 
     ``standard``: link-local at 0-1, IPv4-mapped at 2-3. ``ipv6-first``: the netdev also has a
     global IPv6 address (ULA ``fd00::/64`` + EUI-64), whose entries take 2-3, pushing IPv4 to 4-5.
     ``v1-only``: a device without RoCE v2 (UDP encapsulation) gets only the v1 entry of each
     address (link-local at 0, IPv4-mapped at 1): the kernel adds a GID per type the port supports
     (``roce_gid_type_mask_support``, drivers/infiniband/core/roce_gid_mgmt.c).
+
+    A VLAN-tagged port (``nic.vlan``) keeps its netdev's default (link-local) GIDs at 0-1; its
+    addresses live on the VLAN device, whose GIDs roce_gid_mgmt.c adds with the VLAN device as
+    their netdev (an upper device of the port's netdev): its own link-local address (the same MAC,
+    so the same GID on another netdev) at 2-3, then the addresses above. So the RoCEv2 IPv4 GID of a
+    VLAN port is at index 5 (the model's choice of order: the link-local address comes with the
+    link, before a configured IPv4 address).
     """
     link_local = _groups(bytes([0xFE, 0x80] + [0] * 6 + _eui64(nic.mac)))
-    entries = [(link_local, GID_TYPE_V1), (link_local, GID_TYPE_V2)]
+    dev = nic.roce_netdev
+    entries = [(link_local, GID_TYPE_V1, nic.netdev), (link_local, GID_TYPE_V2, nic.netdev)]
+    if nic.vlan is not None:
+        entries += [(link_local, GID_TYPE_V1, dev), (link_local, GID_TYPE_V2, dev)]
     if nic.gid_layout == "ipv6-first":
         ula = _groups(bytes([0xFD, 0x00] + [0] * 6 + _eui64(nic.mac)))
-        entries += [(ula, GID_TYPE_V1), (ula, GID_TYPE_V2)]
+        entries += [(ula, GID_TYPE_V1, dev), (ula, GID_TYPE_V2, dev)]
     if nic.ipv4:
         mapped = _groups(ipaddress.IPv6Address(f"::ffff:{nic.ipv4}").packed)
-        entries += [(mapped, GID_TYPE_V1), (mapped, GID_TYPE_V2)]
+        entries += [(mapped, GID_TYPE_V1, dev), (mapped, GID_TYPE_V2, dev)]
     if nic.gid_layout == "v1-only":
         return [e for e in entries if e[1] == GID_TYPE_V1]
     return entries
@@ -624,16 +646,16 @@ def _provision_ib_device(layout: Layout, nic: NicDescription) -> None:
 def _provision_gids(port: Path, nic: NicDescription) -> None:
     if nic.is_ib:
         prefix = bytes([0xFE, 0x80] + [0] * 6)
-        entries = [(_groups(prefix + nic.port_guid.to_bytes(8, "big")), GID_TYPE_V1)]
+        entries = [(_groups(prefix + nic.port_guid.to_bytes(8, "big")), GID_TYPE_V1, "")]
     else:
         entries = roce_gids(nic)
     for index in range(GID_TABLE_LEN):
-        gid, gtype = entries[index] if index < len(entries) else (ZERO_GID, "")
+        gid, gtype, ndev = entries[index] if index < len(entries) else (ZERO_GID, "", "")
         atomic_write(port / "gids" / str(index), gid + "\n")
         if gtype:
             atomic_write(port / "gid_attrs" / "types" / str(index), gtype + "\n")
-            if not nic.is_ib:
-                atomic_write(port / "gid_attrs" / "ndevs" / str(index), nic.netdev + "\n")
+            if ndev:
+                atomic_write(port / "gid_attrs" / "ndevs" / str(index), ndev + "\n")
 
 
 def _provision_netdev(layout: Layout, nic: NicDescription, settings: InitialSettings) -> None:

@@ -94,15 +94,17 @@ def nccl_env(conf: Mapping[str, str], environ: Mapping[str, str]) -> tuple[tuple
 # --------------------------------------------------------------------------- NICs and hosts
 
 
-def _gids(state: NodeState, dev: str) -> tuple[GidEntry, ...]:
-    """The leading non-zero GID entries of a port as the model's ``GidEntry`` list."""
+def _gids(state: NodeState, nic: NicDescription) -> tuple[GidEntry, ...]:
+    """The leading non-zero GID entries of a port as the model's ``GidEntry`` list (a GID whose
+    netdev is the port's VLAN device carries its VLAN id)."""
     out: list[GidEntry] = []
-    for gid in state.gid_table(dev):
+    for gid in state.gid_table(nic.dev):
         if gid.gid == ZERO_GID:
             break
         version: GidVersion = "v1" if gid.type in ("", GID_TYPE_V1) else "v2"
         scope: GidScope = "ipv4" if gid.gid.startswith(IPV4_GID_PREFIX) else "link-local"
-        out.append(GidEntry(version, scope))
+        tagged = nic.vlan is not None and gid.ndev == nic.roce_netdev
+        out.append(GidEntry(version, scope, nic.vlan if tagged else None))
     return tuple(out)
 
 
@@ -131,7 +133,7 @@ def nic_config(state: NodeState, nic: NicDescription, index: int) -> NicConfig:
     netdev = nic.netdev
     base = NicConfig(
         name=nic.dev, netdev=netdev, link_layer=cast(LinkLayer, nic.link_layer),
-        rate_gbps=float(nic.rate_gbps), gids=_gids(state, nic.dev),
+        rate_gbps=float(nic.rate_gbps), gids=_gids(state, nic),
         gpu_distance=_gpu_distance(state, nic, index),
     )
     if nic.is_ib:
@@ -151,6 +153,7 @@ def nic_config(state: NodeState, nic: NicDescription, index: int) -> NicConfig:
         cnp_prio=state.get_cnp_prio(netdev),
         roce_tos=state.get_roce_tos(nic.dev),
         roce_mode=_roce_mode(state, nic.dev),
+        egress_qos_map=nic.egress_qos_map,
     )
 
 
@@ -267,7 +270,7 @@ def to_json(obj: NicConfig | HostConfig | SwitchConfig | SmConfig | FabricConfig
 def nic_from_json(raw: Mapping[str, Any]) -> NicConfig:
     """Rebuild a ``NicConfig`` from :func:`to_json`'s dict."""
     kwargs = dict(raw)
-    kwargs["gids"] = tuple(GidEntry(g["version"], g["scope"]) for g in raw.get("gids", ()))
+    kwargs["gids"] = tuple(GidEntry(g["version"], g["scope"], g.get("vlan")) for g in raw.get("gids", ()))
     for key, value in raw.items():
         if isinstance(value, list) and key != "gids":
             kwargs[key] = tuple(value)

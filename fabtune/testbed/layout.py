@@ -93,7 +93,9 @@ def _nic(spec: TestbedSpec, host: HostSpec, rail: int) -> dict[str, Any]:
     bus = pci_bus("nic", rail)
     guid = f"0x{0xB83FD20300000000 + host.index * 0x100 + rail:016x}"
     numa = host.nic_numa[rail]
-    extra = {"gid_layout": host.gid_layout} if host.gid_layout != "standard" else {}
+    extra: dict[str, Any] = {"gid_layout": host.gid_layout} if host.gid_layout != "standard" else {}
+    if host.vlan is not None:
+        extra.update(vlan=host.vlan, egress_qos_map=list(host.egress_qos_map))
     return {
         "dev": f"mlx5_{rail}",
         "netdev": nic_netdev(spec, rail),

@@ -94,6 +94,8 @@ class HostSpec:
     nccl_conf: tuple[tuple[str, str], ...] = ()  # the host's /etc/nccl.conf at build (KEY=value lines)
     tools: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_TOOLS), hash=False,
                                   compare=False)
+    vlan: int | None = None  # RoCE on an 802.1Q VLAN device NETDEV.ID holding the rail address
+    egress_qos_map: tuple[int, ...] = (0,) * PRIORITIES  # that device's skb priority -> PCP
 
 
 @dataclass(frozen=True)
@@ -212,6 +214,7 @@ TOP_KEYS = (
     "tools",
     "nccl_conf",
     "job_nodes",
+    "vlan",
 )
 # A job larger than the rack: the model runs each collective as job_nodes nodes (the real hosts and
 # copies of them), so tuning at 64 or 256 nodes can be tried while only a few hosts are built.
@@ -219,7 +222,15 @@ MAX_JOB_NODES = 4096
 # dscp2prio: DSCP -> priority entries over the kernel's default map (dscp >> 3), as `mlnx_qos
 # --dscp2prio set,D,P` or `dcb app add ... dscp-prio D:P` leave them (formats.md 4.1, 5.1).
 INITIAL_KEYS = (*DEFAULT_INITIAL, "dscp2prio")
-OVERRIDE_KEYS = ("nic_numa", "initial", "gid_layout", "nccl_conf", "tools")
+OVERRIDE_KEYS = ("nic_numa", "initial", "gid_layout", "nccl_conf", "tools", "vlan")
+# VLAN-tagged RoCE (fabtune.sim.model.qos.tag_pcp): each RoCE port's address lives on the VLAN
+# device NETDEV.ID (`ip link add link NETDEV name NETDEV.ID type vlan id ID egress-qos-map
+# FROM:TO`, ip-link(8)), so RoCE's GIDs are on it and its frames carry an 802.1Q tag. The tag's PCP
+# is the connection's SL on verbs (NCCL_IB_SL, perftest -S) and, on rdma_cm (perftest -R), the
+# egress-qos-map entry of the ToS's skb priority (kernel cma.c iboe_tos_to_sl). A host's own
+# `vlan` replaces the rack's; `vlan: false` leaves that host untagged.
+VLAN_KEYS = ("id", "egress_qos_map")
+VLAN_IDS = (1, 4094)  # 802.1Q: 0 and 4095 are reserved
 # A host's own /etc/nccl.conf (e.g. one host whose NCCL_IB_GID_INDEX names its RoCEv1 GID): NCCL
 # reads the file's KEY=value lines as if set in the environment (docs: env.rst, "NCCL_CONF_FILE").
 NCCL_KEY_RE = re.compile(r"NCCL_[A-Z0-9_]{1,60}")
@@ -291,6 +302,34 @@ def _check_nccl_conf(c: _Checker, path: str, raw: object) -> tuple[tuple[str, st
     return tuple(sorted(out))
 
 
+Vlan = tuple[int | None, tuple[int, ...]]
+NO_VLAN: Vlan = (None, (0,) * PRIORITIES)
+
+
+def _check_vlan(c: _Checker, path: str, raw: object, base: Vlan) -> Vlan:
+    """The VLAN id and egress-qos-map of a rack's or host's ``vlan`` (absent: ``base``)."""
+    if raw is None:
+        return base
+    if raw is False:
+        return NO_VLAN
+    data = c.mapping(path, raw, VLAN_KEYS)
+    if not data:
+        if isinstance(raw, dict):
+            c.add(f"{path}.id", None, f"must be a VLAN id from {VLAN_IDS[0]} to {VLAN_IDS[1]}")
+        return NO_VLAN
+    vid = c.int_in(f"{path}.id", data.get("id"), *VLAN_IDS)
+    qos = [0] * PRIORITIES
+    raw_map = data.get("egress_qos_map", {})
+    if not isinstance(raw_map, dict):
+        c.add(f"{path}.egress_qos_map", raw_map, "must be a mapping of skb priority (0-7) to PCP (0-7)")
+        raw_map = {}
+    for prio, pcp in raw_map.items():
+        key = int(prio) if isinstance(prio, str) and prio.isdigit() else prio
+        qos[c.int_in(f"{path}.egress_qos_map key", key, 0, PRIORITIES - 1)] = c.int_in(
+            f"{path}.egress_qos_map.{prio}", pcp, 0, 7)
+    return vid, tuple(qos)
+
+
 def _check_tools(c: _Checker, path: str, raw: object, base: dict[str, str]) -> dict[str, str]:
     data = c.mapping(path, raw, TOOL_KEYS)
     out = dict(base)
@@ -339,8 +378,10 @@ def _build_host(c: _Checker, doc: dict[str, Any], name: str, index: int) -> Host
     }.items()))
     tools = _check_tools(c, f"overrides.{name}.tools", own.get("tools"),
                          _check_tools(c, "tools", doc.get("tools"), DEFAULT_TOOLS))
+    vlan, egress = _check_vlan(c, f"overrides.{name}.vlan", own.get("vlan"),
+                               _check_vlan(c, "vlan", doc.get("vlan"), NO_VLAN))
     return HostSpec(name, index, gpus, sockets, tuple(nic_numa), gpu_numa, initial, gid_layout,
-                    nccl_conf, tools)
+                    nccl_conf, tools, vlan, egress)
 
 
 def _build_switch(c: _Checker, raw: object) -> SwitchSpec:
@@ -454,6 +495,9 @@ def build_spec(doc: object, source: str = "testbed spec") -> TestbedSpec:
         job_nodes=c.int_in("job_nodes", data["job_nodes"], len(hosts), MAX_JOB_NODES)
         if "job_nodes" in data else 0,
     )
+    if fabric == "ib" and any(h.vlan is not None for h in hosts):
+        c.add("vlan", data.get("vlan") or "overrides", "is RoCE's (an 802.1Q tag on Ethernet frames): "
+              "only valid with fabric: roce")
     if fabric == "ib" and spec.switch.adaptive_routing:
         c.add("switch.adaptive_routing", True, "is the RoCE switches' own: on InfiniBand adaptive "
               "routing is the subnet manager's (sm.routing_engine ar_*, sm.flavor mlnx)")
@@ -509,6 +553,7 @@ def spec_to_doc(spec: TestbedSpec) -> dict[str, Any]:
                 **({"gid_layout": h.gid_layout} if h.gid_layout != "standard" else {}),
                 **({"nccl_conf": dict(h.nccl_conf)} if h.nccl_conf else {}),
                 **({"tools": dict(h.tools)} if h.tools != DEFAULT_TOOLS else {}),
+                **({"vlan": _vlan_doc(h)} if h.vlan is not None else {}),
             }
             for h in spec.hosts
         },
@@ -527,3 +572,9 @@ def spec_to_doc(spec: TestbedSpec) -> dict[str, Any]:
             **({"qos_sl2vl": list(spec.sm.qos_sl2vl)} if spec.sm.qos_sl2vl else {}),
         }
     return doc
+
+
+def _vlan_doc(host: HostSpec) -> dict[str, Any]:
+    """A host's ``vlan`` as the spec writes it (the map's non-zero entries)."""
+    return {"id": host.vlan,
+            "egress_qos_map": {p: pcp for p, pcp in enumerate(host.egress_qos_map) if pcp}}

@@ -65,22 +65,36 @@ def rack_sm(facts: Mapping[str, Mapping[str, Any]]) -> Mapping[str, Any]:
     return next((dict(f["sm"]) for _, f in sorted(facts.items()) if f.get("sm")), {})
 
 
+def vlan_tagged(port: Mapping[str, Any]) -> bool:
+    """Whether a port's RoCEv2 IPv4 GID belongs to a VLAN device of its netdev (the GID's netdev is
+    ``NETDEV.ID``, the 8021q module's name): RoCE on that GID sends 802.1Q-tagged frames."""
+    index, netdev = port.get("roce_v2_gid_index"), str(port.get("netdev") or "")
+    gid = next((g for g in port.get("gids") or () if g.get("index") == index), None)
+    ndev = str((gid or {}).get("netdev") or "")
+    return bool(netdev) and ndev.startswith(netdev + ".") and ndev[len(netdev) + 1:].isdigit()
+
+
 def host_views(facts: Mapping[str, Any], base: View) -> tuple[View, ...]:
-    """One view per RDMA netdev of a host (its knobs and RoCEv2 GID index) on top of ``base``."""
+    """One view per RDMA netdev of a host (its knobs, RoCEv2 GID index and whether that GID is on a
+    VLAN device) on top of ``base``."""
     ports = (facts.get("hardware") or {}).get("ports") or []
-    gids: dict[Any, Any] = {p.get("netdev"): p.get("roce_v2_gid_index") for p in ports}
+    by_netdev: dict[Any, Any] = {p.get("netdev"): p for p in ports}
     nics = facts.get("nics") or {}
     if not nics:
         first = ports[0].get("roce_v2_gid_index") if ports else None
         return (dataclasses.replace(base, rocev2_gid_index=first),)
-    return tuple(
-        dataclasses.replace(base, nic=nics[dev], rocev2_gid_index=gids.get(dev)) for dev in sorted(nics)
-    )
+    views = []
+    for dev in sorted(nics):
+        port = by_netdev.get(dev) or {}
+        views.append(dataclasses.replace(base, nic=nics[dev], rocev2_gid_index=port.get("roce_v2_gid_index"),
+                                         vlan_tagged=vlan_tagged(port)))
+    return tuple(views)
 
 
 def _key(views: Sequence[View]) -> str:
     """What hosts must share to be one group (NIC names aside: eth2 on one host may be eth3 on another)."""
-    nics = sorted(json.dumps([v.nic, v.rocev2_gid_index], sort_keys=True, default=str) for v in views)
+    nics = sorted(json.dumps([v.nic, v.rocev2_gid_index, v.vlan_tagged], sort_keys=True, default=str)
+                  for v in views)
     first = views[0]
     return json.dumps([nics, first.nccl, first.gpu_nic_distance], sort_keys=True, default=str)
 

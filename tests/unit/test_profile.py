@@ -116,7 +116,6 @@ BAD: dict[str, Bad] = {
     "IB profile on a RoCE rack": Bad(
         IB_PROFILE,
         (
-            "fabric_desired.nccl.NCCL_IB_SL: 0 is an InfiniBand setting",
             "fabric_desired.nccl.NCCL_IB_ADAPTIVE_ROUTING: 1 is an InfiniBand setting",
             "fabric_desired.sm: {",
             "makes fabric tbroce RoCE",
@@ -200,6 +199,21 @@ def test_good_profiles_fit_their_racks(inventories: dict[str, InventoryInfo], tm
     assert profile.sections == ("fabric_desired", "fabtune_tune")
 
 
+def test_nccl_ib_sl_fits_a_roce_rack(inventories: dict[str, InventoryInfo], tmp_path: Path) -> None:
+    """NCCL_IB_SL is the PCP of NCCL's frames on VLAN-tagged RoCE (SL & 7): a RoCE site whose
+    switches trust PCP sets it; an IB-only key beside it is still refused on RoCE."""
+    sl = tmp_path / "sl.yml"
+    sl.write_text("fabric_desired:\n  nccl:\n    NCCL_IB_SL: 3\n    NCCL_IB_TC: 106\n")
+    check_against_rack(load_profile(sl, need="fabric_desired"), inventories["roce"])
+    sl.write_text("fabric_desired:\n  nccl:\n    NCCL_IB_SL: 3\n")
+    check_against_rack(load_profile(sl, need="fabric_desired"), inventories["ib"])
+    sl.write_text("fabric_desired:\n  nccl:\n    NCCL_IB_SL: 3\n    NCCL_IB_ADAPTIVE_ROUTING: 1\n")
+    with pytest.raises(ConfigError) as err:
+        check_against_rack(load_profile(sl, need="fabric_desired"), inventories["roce"])
+    assert "NCCL_IB_SL" not in str(err.value)
+    assert "fabric_desired.nccl.NCCL_IB_ADAPTIVE_ROUTING: 1 is an InfiniBand setting" in str(err.value)
+
+
 # --------------------------------------------------------------------------- through the CLI
 
 
@@ -234,10 +248,12 @@ CLI = {
         ["tune"],
         "roce",
         IB_PROFILE.read_text() + "fabtune_tune: {max_runs: 8}\n",
-        "fabric_desired.nccl.NCCL_IB_SL: 0",
+        "fabric_desired.nccl.NCCL_IB_ADAPTIVE_ROUTING: 1",
     ),
-    "apply: IB profile on RoCE": (["apply"], "roce", IB_PROFILE, "fabric_desired.nccl.NCCL_IB_SL: 0"),
-    "bootstrap: IB profile on RoCE": (["bootstrap"], "roce", IB_PROFILE, "fabric_desired.nccl.NCCL_IB_SL: 0"),
+    "apply: IB profile on RoCE": (["apply"], "roce", IB_PROFILE,
+                                  "fabric_desired.nccl.NCCL_IB_ADAPTIVE_ROUTING: 1"),
+    "bootstrap: IB profile on RoCE": (["bootstrap"], "roce", IB_PROFILE,
+                                      "fabric_desired.nccl.NCCL_IB_ADAPTIVE_ROUTING: 1"),
     "drift: RoCE profile on IB": (["drift"], "ib", ROCE_PROFILE, "fabric_desired.nccl.NCCL_IB_TC: 106"),
     "drift timer: sm without SM hosts": (
         ["drift", "--install-timer", "--unit-dir", "UNITS"],

@@ -198,7 +198,8 @@ def _kinds(hosts: Sequence[HostConfig]) -> list[int]:
 
 def _host_net(host: HostConfig, rails: int, op: CollectiveOp) -> float:
     """Return GB/s one host's first ``rails`` usable NICs move: R x slowest rail."""
-    nics = [host.nics[i] for i in usable_hcas(host)[:rails]]
+    # as NCCL uses each port: its GID's headers (RoCEv1, a VLAN tag) set the ceiling
+    nics = [with_gid(host.nics[i], _nccl_gid(host, i)) for i in usable_hcas(host)[:rails]]
     per = [link.ceiling_gbps(n) / 8 * params.NCCL_NET_EFF * path_factor(host, n, op) for n in nics]
     return rails * min(per, default=0.0)
 
@@ -220,8 +221,9 @@ def _connect(fabric: FabricConfig, a: NicRef, b: NicRef) -> tuple[ClassPath | No
     failure = gid_failure(fabric, (a[0], b[0]), gids)
     if failure is not None:
         return None, failure
-    tos = int(ha.env("NCCL_IB_TC") or 0)
-    return class_path(with_gid(tx, gids[0]), with_gid(rx, gids[1]), fabric.switch, tos), None
+    tos, sl = int(ha.env("NCCL_IB_TC") or 0), int(ha.env("NCCL_IB_SL") or 0)
+    return class_path(with_gid(tx, gids[0], sl=sl, tos=tos), with_gid(rx, gids[1], sl=sl, tos=tos),
+                      fabric.switch, tos), None
 
 
 def _nccl_gid(host: HostConfig, nic: int) -> GidEntry | None:

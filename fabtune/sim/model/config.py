@@ -22,10 +22,16 @@ DEFAULT_DSCP2PRIO: tuple[int, ...] = tuple(d >> 3 for d in range(64))
 
 @dataclasses.dataclass(frozen=True)
 class GidEntry:
-    """One row of a port's GID table (``show_gids``)."""
+    """One row of a port's GID table (``show_gids``).
+
+    ``vlan`` is the 802.1Q VLAN id of the GID's netdev (``show_gids``' last column a VLAN device
+    such as ``eth2.100``), None for the port's own netdev: a connection on a VLAN GID sends tagged
+    frames (the kernel reads the VLAN id from the GID's netdev, ``rdma_read_gid_l2_fields``).
+    """
 
     version: GidVersion
     scope: GidScope
+    vlan: int | None = None
 
 
 DEFAULT_GIDS: tuple[GidEntry, ...] = (
@@ -42,6 +48,9 @@ class NicConfig:
 
     ``mtu`` is the netdev MTU on Ethernet and the IB MTU (256..4096) on InfiniBand.
     ``gpu_distance`` is the PCIe distance to the GPU that uses this NIC (``nvidia-smi topo -m``).
+    ``vlan_pcp`` is set per connection by ``transport.with_gid`` from the GID the connection uses
+    (None: untagged); ``egress_qos_map`` is the VLAN device's ``egress-qos-map`` (ip-link(8)), which
+    rdma_cm connections use to turn the ToS into a PCP (``qos.tag_pcp``).
     """
 
     name: str = "mlx5_0"
@@ -60,7 +69,8 @@ class NicConfig:
     cnp_prio: int = 6
     roce_tos: int = 0
     roce_mode: int = 2
-    vlan_pcp: int | None = None
+    vlan_pcp: int | None = None  # the PCP of this port's frames on a connection (None: untagged)
+    egress_qos_map: tuple[int, ...] = (0,) * 8  # the VLAN device's skb priority 0-7 -> PCP
     gids: tuple[GidEntry, ...] = DEFAULT_GIDS
     gid_index: int = 3
     gpu_distance: Distance = "PIX"

@@ -72,6 +72,10 @@ def _env(host: HostConfig, k: Knobs) -> tuple[tuple[str, str], ...]:
         env.pop("NCCL_IB_DISABLE", None)
         env.pop("NCCL_IB_HCA", None)
     env["NCCL_IB_TC"] = str(k.dscp << 2 | 2)
+    if host.nics and not is_ib(host.nics[0]):
+        # The PCP of NCCL's frames on a VLAN GID (SL & 7): the class's priority, as the planner's
+        # lossless move sets it on a tagged rack. Untagged RoCE frames carry no PCP: no effect.
+        env["NCCL_IB_SL"] = str(k.prio)
     env["NCCL_IB_QPS_PER_CONNECTION"] = str(k.qps)
     env["NCCL_NET_GDR_LEVEL"] = k.gdr_level
     env.pop("NCCL_IB_GID_INDEX", None)

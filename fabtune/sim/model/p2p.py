@@ -59,6 +59,12 @@ def _gid_index(flow: Flow, nic: NicConfig) -> int | None:
     return hits[0] if hits else len(nic.gids)
 
 
+def flow_port(flow: Flow, nic: NicConfig) -> NicConfig:
+    """Return ``nic`` as ``flow`` uses it: the headers and VLAN tag (PCP) of the GID it connects on."""
+    return with_gid(nic, resolve_gid(nic, _gid_index(flow, nic)), sl=flow.sl, tos=_tos(flow, nic),
+                    rdma_cm=flow.rdma_cm)
+
+
 def _prepare(fabric: FabricConfig, i: int, flow: Flow) -> _Prepared | P2PResult:
     """Resolve one flow's endpoints, GIDs and class, or return its failure."""
     tx0 = fabric.hosts[flow.src_host].nics[flow.src_nic]
@@ -70,8 +76,8 @@ def _prepare(fabric: FabricConfig, i: int, flow: Flow) -> _Prepared | P2PResult:
             return P2PResult(0.0, 0.0, failure)
     elif sl_dropped(fabric.sm, flow.sl):
         return P2PResult(0.0, 0.0, "timeout")
-    tx, rx = with_gid(tx0, gids[0]), with_gid(rx0, gids[1])
-    cp = class_path(tx, rx, fabric.switch, _tos(flow, tx))
+    tx, rx = flow_port(flow, tx0), flow_port(flow, rx0)
+    cp = class_path(tx, rx, fabric.switch, _tos(flow, tx0))
     return _Prepared(i, flow, tx, rx, cp, _demand(flow, tx, rx))
 
 

@@ -12,16 +12,46 @@ import dataclasses
 from fabtune.sim.model.config import NicConfig, SwitchConfig
 from fabtune.sim.model.link import is_ib
 
+# The kernel's ToS -> skb priority table (net/ipv4/route.c ``ip_tos2prio``, indexed by
+# ``IPTOS_TOS(tos) >> 1``: the four ToS bits 0x1E), as ``rt_tos2priority`` reads it:
+# 0 best effort, 2 bulk, 4 interactive bulk, 6 interactive.
+IP_TOS2PRIO = (0, 0, 0, 0, 2, 2, 2, 2, 6, 6, 6, 6, 4, 4, 4, 4)
+
+
+def rt_tos2priority(tos: int) -> int:
+    """Return the skb priority the kernel gives ToS ``tos`` (``rt_tos2priority``, include/net/route.h)."""
+    return IP_TOS2PRIO[(tos & 0x1E) >> 1]
+
+
+def tag_pcp(nic: NicConfig, *, sl: int, tos: int, rdma_cm: bool) -> int:
+    """Return the 802.1Q PCP of a RoCE connection's frames sent from ``nic`` on a VLAN GID.
+
+    Verbs (NCCL's ``NCCL_IB_SL``, perftest ``-S``): the address handle's SL is the Ethernet priority,
+    ``SL & 7`` (mlx5 ``mlx5_set_path``: ``eth_prio = sl & 0x7`` for RoCE address handles), which the
+    NIC writes into the VLAN tag. rdma_cm (perftest ``-R``): the CM sets the SL from the ToS,
+    ``iboe_tos_to_sl`` in drivers/infiniband/core/cma.c: ``rt_tos2priority(tos)`` gives an skb
+    priority and the VLAN device's ``egress-qos-map`` the PCP (the map of a VLAN device whose
+    parent has no mqprio traffic classes, ``num_tc`` 0; the model has none).
+    """
+    if rdma_cm:
+        return nic.egress_qos_map[rt_tos2priority(tos)] & 7
+    return sl & 7
+
 
 def nic_prio(nic: NicConfig, tos: int) -> int:
-    """Return the priority a NIC assigns to a RoCE packet with ToS ``tos``.
+    """Return the priority a NIC assigns to a RoCE packet it sends with ToS ``tos``.
 
-    trust=dscp maps ``tos >> 2`` through dscp2prio; trust=pcp uses the VLAN PCP, and untagged
-    traffic lands in priority 0.
+    trust=dscp maps ``tos >> 2`` through dscp2prio (a VLAN tag changes nothing); trust=pcp uses the
+    VLAN PCP of the port's frames (``vlan_pcp``), and untagged traffic lands in priority 0.
     """
+    return frame_prio(nic, tos, nic.vlan_pcp)
+
+
+def frame_prio(nic: NicConfig, tos: int, pcp: int | None) -> int:
+    """Return the priority ``nic`` gives a frame with ToS ``tos`` and VLAN PCP ``pcp`` (None: untagged)."""
     if nic.trust == "dscp":
         return nic.dscp2prio[(tos >> 2) & 63]
-    return nic.vlan_pcp if nic.vlan_pcp is not None else 0
+    return pcp if pcp is not None else 0
 
 
 def switch_prio(sw: SwitchConfig, tos: int, pcp: int | None) -> int:
@@ -68,7 +98,8 @@ def class_path(tx: NicConfig, rx: NicConfig, sw: SwitchConfig, tos: int) -> Clas
     """
     if is_ib(tx):
         return ClassPath(0, 0, 0, lossless=True, dcqcn=False, cnp_separate=True)
-    p_tx, p_rx = nic_prio(tx, tos), nic_prio(rx, tos)
+    # The receiver classifies the frame the sender tagged (the switches keep the PCP).
+    p_tx, p_rx = nic_prio(tx, tos), frame_prio(rx, tos, tx.vlan_pcp)
     p_sw = switch_prio(sw, tos, tx.vlan_pcp)
     lossless = p_tx == p_sw == p_rx and tx.pfc[p_tx] and sw.pfc[p_sw] and rx.pfc[p_rx]
     ect = (tos & 3) in (1, 2) or tx.ecn_rp[p_tx]

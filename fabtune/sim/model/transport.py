@@ -7,6 +7,7 @@ import dataclasses
 from fabtune.sim.model import params
 from fabtune.sim.model.config import FabricConfig, GidEntry, HostConfig, NicConfig
 from fabtune.sim.model.link import is_ib
+from fabtune.sim.model.qos import tag_pcp
 from fabtune.sim.model.results import Failure
 from fabtune.sim.model.routing import leaf_of
 
@@ -46,11 +47,15 @@ def gid_failure(
     return "timeout" if len(versions) > 1 or (routed and bad) else None
 
 
-def with_gid(nic: NicConfig, gid: GidEntry | None) -> NicConfig:
-    """Return the port as used with ``gid`` (a v1 GID means RoCEv1 headers)."""
+def with_gid(nic: NicConfig, gid: GidEntry | None, *, sl: int = 0, tos: int = 0,
+             rdma_cm: bool = False) -> NicConfig:
+    """Return the port as used with ``gid``: a v1 GID means RoCEv1 headers, a GID on a VLAN device
+    tagged frames whose PCP :func:`~fabtune.sim.model.qos.tag_pcp` picks from the connection's SL
+    (verbs) or ToS (``rdma_cm``); a GID of the port's own netdev sends untagged frames."""
     if is_ib(nic) or gid is None:
         return nic
-    return dataclasses.replace(nic, roce_mode=1 if gid.version == "v1" else 2)
+    pcp = None if gid.vlan is None else tag_pcp(nic, sl=sl, tos=tos, rdma_cm=rdma_cm)
+    return dataclasses.replace(nic, roce_mode=1 if gid.version == "v1" else 2, vlan_pcp=pcp)
 
 
 def _match(filt: str | None, name: str) -> bool:

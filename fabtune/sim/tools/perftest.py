@@ -39,6 +39,7 @@ from typing import Any
 
 from fabtune.sim import observe
 from fabtune.sim.model import Flow, HostConfig, NicConfig, P2PRun, active_mtu, p2p
+from fabtune.sim.model.p2p import flow_port
 from fabtune.sim.model.qos import nic_prio
 from fabtune.sim.model.results import Counters
 from fabtune.sim.model.transport import best_gid
@@ -277,7 +278,7 @@ def _with_deltas(ctx: Ctx, hosts: tuple[HostConfig, ...], flows: list[Flow], min
     flow = flows[mine]
     tx_nic = hosts[flow.src_host].nics[flow.src_nic]
     tos = flow.tclass if flow.tclass is not None else (tx_nic.roce_tos if flow.rdma_cm else 0)
-    prio = 0 if tx_nic.link_layer == "InfiniBand" else nic_prio(tx_nic, tos)
+    prio = 0 if tx_nic.link_layer == "InfiniBand" else nic_prio(flow_port(flow, tx_nic), tos)
     nbytes = int(rows[-1].gbps * 1e9 / 8 * _seconds(rows, ctx.args.duration)) if rows else 0
     mtu = active_mtu(tx_nic)
     tx = _counters.merge(_counters.model_deltas(_share(run, flows, (flow.src_host, flow.src_nic))),
