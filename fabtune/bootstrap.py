@@ -15,6 +15,8 @@ Phases (a failed phase stops the run; preflight changes nothing on any host):
    passing pair on that rail) before a host is blamed; all_reduce_perf bus bandwidth per GPU
    against ``busbw_threshold`` x the reference below; the NCCL transport (NET/IB, no socket
    fallback) from the same run's NCCL_DEBUG=INFO log.
+4. **job gate** (with a job spec, ``--model``): the job's predicted MFU at the target size from the
+   acceptance busbw (``fabtune.advise.gate``); below ``--min-mfu`` the bootstrap fails there.
 
 Bus bandwidth reference (GB/s)::
 
@@ -40,6 +42,8 @@ from pathlib import Path
 from typing import Any
 
 from fabtune import ansible
+from fabtune.advise.gate import GateResult, Goal, gate
+from fabtune.advise.measured import from_steps
 from fabtune.bench import checks, diagnose, nccl, pairs
 from fabtune.bench.argv import NcclOptions, PerftestOptions
 from fabtune.bench.checkrun import static_checks
@@ -335,6 +339,7 @@ class BootstrapReport:
     busbw_reference_gbytes: float | None = None
     changes: dict[str, int] = field(default_factory=dict)
     applied: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    gate: GateResult | None = None  # --model: the job's predicted MFU at the target size
 
     @property
     def passed(self) -> bool:
@@ -517,15 +522,19 @@ def bootstrap(
     pair_threshold: float = 0.9,
     busbw_threshold: float = 0.8,
     progress: Progress | None = None,
+    goal: Goal | None = None,
 ) -> tuple[BootstrapReport, RunContext]:
-    """``fabtune bootstrap``: the profile checked against the rack, then :func:`run_bootstrap` as one
-    journaled run under the fabric's lock, closed ``passed`` or ``failed``, its report written.
+    """``fabtune bootstrap``: the profile (and ``goal``, the job) checked against the rack, then
+    :func:`run_bootstrap` and, once the rack is accepted, :func:`job_gate` as one journaled run under
+    the fabric's lock, closed ``passed`` or ``failed``, its report written.
 
     Returns:
         The report, and the closed run (its id, the report files written).
     """
     info = read_inventory(inventory)
     check_against_rack(profile, info)
+    if goal is not None:
+        goal.check(len(info.hosts))
     with journaled_run("bootstrap", info.name, inventory, profile=str(profile.path)) as run:
         report = run_bootstrap(
             inventory,
@@ -537,11 +546,31 @@ def bootstrap(
             run_id=run.run_id,
             progress=progress,
         )
+        if goal is not None and report.passed:
+            job_gate(run, info, report, goal)
         run.end(
             "passed" if report.passed else "failed",
             {"phase": report.phase, "failed_hosts": report.failed_hosts, "busbw_gbytes": report.busbw_gbytes},
         )
     return report, run
+
+
+def job_gate(run: RunContext, info: InventoryInfo, report: BootstrapReport, goal: Goal) -> None:
+    """The job's predicted MFU at the target size from this run's acceptance busbw, journaled as the
+    phase ``job gate`` (inputs: the job, the target, the threshold; result: the prediction); below
+    ``--min-mfu`` the bootstrap stops there (``report.phase``) and fails with the reason."""
+    inputs = goal.inputs(len(info.hosts))
+    report.phase = "job gate"
+    with _step(run.journal, run.run_id, "job gate", inputs) as step:
+        measured = from_steps(run.run_id, "bootstrap", info.fabric, run.journal.steps(run.run_id))
+        found = gate(goal.job, measured, inputs["nodes"], goal.min_mfu)
+        first = len(report.checks)
+        report.gate = found
+        report.checks.append(CheckResult("job_mfu", "*", "pass" if found.passed else "fail", found.line()))
+        step["state"] = "done" if found.passed else "failed"
+        step["payload"] = {"predictions": {"acceptance": found.record()}, "checks": _checks(report, first)}
+    if found.passed:
+        report.phase = "done"
 
 
 def run_bootstrap(

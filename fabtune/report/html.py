@@ -652,6 +652,28 @@ def _settings(doc: Mapping[str, Any]) -> str:
     return "".join(out)
 
 
+def _job(job: Mapping[str, Any]) -> str:
+    """The job's predicted step at the target size, one row per measured state, and its verdict."""
+    rows, classes = [], []
+    for p in job["predictions"]:
+        shares = p["shares"]
+        rows.append([escape(p["state"]), escape(p["option"]), _num(p["per_gpu_gbytes"]),
+                     _num(p["mfu"], "{:.1%}"), _num(p["step_s"], "{:.3f}"),
+                     *(_num(shares.get(k), "{:.0%}") for k in ("compute", "bubble", "fabric", "nvlink"))])
+        classes.append(["", "", "", "" if job["min_mfu"] is None else "v-pass" if p["passed"] else "v-fail",
+                        "", "", "", "", ""])
+    head = ["measured state", "fabric", "per-GPU fabric GB/s", "MFU", "step s", "compute", "bubble",
+            "fabric wait", "NVLink"]
+    table = _table(head, rows, classes) if rows else '<p class="note">No prediction was made.</p>'
+    threshold = "" if job["min_mfu"] is None else f" Threshold (--min-mfu): {job['min_mfu']:.0%}."
+    return (
+        f"<p><b>{escape(job['summary'])}</b></p>{table}"
+        f'<p class="note">Job {escape(job["name"])} at N = {job["nodes"]} nodes, predicted from this run\'s '
+        "own all_reduce busbw by the advisor's model (docs/advisor.md); the step split is in shares of "
+        f"the step.{escape(threshold)}</p>"
+    )
+
+
 def _meta(doc: Mapping[str, Any]) -> str:
     run = doc["run"]
     rows = [
@@ -702,6 +724,8 @@ def render_html(doc: Mapping[str, Any]) -> str:
         rem = doc["drift"]["remediation"]
         if rem is not None and rem["reasons"]:
             parts.append("<p><b>Rolled back:</b> " + escape("; ".join(rem["reasons"])) + "</p>")
+    if doc.get("job"):
+        parts += [f'<h2 id="job">Training job at {doc["job"]["nodes"]} nodes</h2>', _job(doc["job"])]
     parts += [
         '<h2 id="pairs">Host pairs (share of the physical ceiling)</h2>',
         _pairs(doc),

@@ -49,6 +49,8 @@ def render_markdown(doc: Mapping[str, Any], html_path: str | None = None) -> str
     ]
     duration = "-" if run["duration_s"] is None else f"{run['duration_s']:.0f} s"
     lines.append(f"- started {run['started'] or '-'}, took {duration}, state `{run['state']}`")
+    if doc.get("job") and doc["job"]["summary"]:
+        lines.append(f"- {doc['job']['summary']}")
     if kind == "tune":
         t = doc["tune"]
         lines.append(
