@@ -337,6 +337,7 @@ class BootstrapReport:
     retests: list[PairVerdict] = field(default_factory=list)
     busbw_gbytes: float | None = None
     busbw_reference_gbytes: float | None = None
+    busbw_line_rate_gbytes: float | None = None  # R x the slowest rail's rate / 8
     changes: dict[str, int] = field(default_factory=dict)
     applied: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     gate: GateResult | None = None  # --model: the job's predicted MFU at the target size
@@ -495,8 +496,7 @@ def acceptance(inventory: Path, info: InventoryInfo, report: BootstrapReport, sa
         oob_interface=info.oob_interface,
         deadline_s=info.bench_timeout_s,
     )
-    ceiling = min(pairs.rail_ceiling(r) for v in views.values() for r in v.rails)
-    report.busbw_reference_gbytes = busbw_reference(rails, ceiling)
+    ceiling, reference = _yardsticks(report, views, rails)
     rows = run.result.rows if run.result is not None else ()
     report.busbw_gbytes = rows[-1].out_of_place.busbw_gbps if rows else None
     tail = run.output.strip().splitlines()[-1] if run.output.strip() else ""
@@ -504,7 +504,7 @@ def acceptance(inventory: Path, info: InventoryInfo, report: BootstrapReport, sa
     report.checks.append(
         busbw_check(
             report.busbw_gbytes,
-            report.busbw_reference_gbytes,
+            reference,
             report.busbw_threshold,
             evidence if rows else f"rc {run.rc}: {run.error or tail}",
         )
@@ -513,6 +513,17 @@ def acceptance(inventory: Path, info: InventoryInfo, report: BootstrapReport, sa
     report.checks += diagnose.transport_results(
         hosts, run.output, failed=not rows, why=why, gids=diagnose.gid_tables(views)
     )
+
+
+def _yardsticks(report: BootstrapReport, views: Mapping[str, HostView], rails: int) -> tuple[float, float]:
+    """The busbw reference ``R x C_min / 8`` and the line rate ``R x rate_min / 8`` of the rack
+    (set on ``report``); returns ``C_min`` (the lowest goodput ceiling over every rail, Gb/s) and
+    the reference (GB/s)."""
+    every = [r for v in views.values() for r in v.rails]
+    ceiling = min(pairs.rail_ceiling(r) for r in every)
+    report.busbw_reference_gbytes = reference = busbw_reference(rails, ceiling)
+    report.busbw_line_rate_gbytes = rails * min(r.rate_gbps for r in every) / 8.0
+    return ceiling, reference
 
 
 def bootstrap(
@@ -619,6 +630,7 @@ def run_bootstrap(
             "failures": [c.__dict__ for c in report.failures()],
             "busbw_gbytes": report.busbw_gbytes,
             "busbw_reference_gbytes": report.busbw_reference_gbytes,
+            "busbw_line_rate_gbytes": report.busbw_line_rate_gbytes,
             "checks": _checks(report, first),
             "pairs": [dataclasses.asdict(p) for p in report.pairs],
             "retests": [dataclasses.asdict(p) for p in report.retests],

@@ -709,7 +709,16 @@ def build_bootstrap(run: Run, steps: Sequence[Step], journal: Journal) -> dict[s
             f"bootstrap failed at {'acceptance' if phase == 'done' else phase}: {len(failed_checks)} failed "
             f"check(s); hosts at fault: {at_fault}"
         )
-    return with_job(doc, steps)
+    return with_job(with_line_rate(doc, pay), steps)
+
+
+def with_line_rate(doc: dict[str, Any], acceptance: Mapping[str, Any]) -> dict[str, Any]:
+    """The bootstrap's per-GPU busbw yardsticks beside its reference: the line rate R x rate / 8
+    (journaled by the acceptance) and the rule of thumb (``RULE_OF_THUMB`` x the reference)."""
+    ref = doc["bootstrap"]["busbw_reference_gbytes"]
+    doc["bootstrap"]["busbw_line_rate_gbytes"] = finite(acceptance.get("busbw_line_rate_gbytes"))
+    doc["bootstrap"]["rule_of_thumb_gbytes"] = None if ref is None else round(RULE_OF_THUMB * ref, 3)
+    return doc
 
 
 # --------------------------------------------------------------------------- the job (--model)

@@ -88,6 +88,7 @@ def render_markdown(doc: Mapping[str, Any], html_path: str | None = None) -> str
                 f"- all_reduce busbw {b['busbw_gbytes']:.1f} GB/s per GPU = "
                 f"{b['busbw_gbytes'] / b['busbw_reference_gbytes']:.0%} of "
                 f"{b['busbw_reference_gbytes']:.1f} (threshold {b['busbw_threshold'] or 0:.0%})"
+                + (f"; line rate {line:.1f}" if (line := b.get("busbw_line_rate_gbytes")) else "")
             )
         matrix = [p for p in doc["pairs"]["results"] if not p["retest"]]
         if matrix:

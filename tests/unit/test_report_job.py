@@ -15,10 +15,12 @@ from typing import Any
 
 import pytest
 
-from fabtune import report
+from fabtune import bootstrap as b
+from fabtune import linkrate, report
 from fabtune.advise.gate import Goal, gate
 from fabtune.advise.job import parse_job
 from fabtune.advise.measured import Measured
+from fabtune.bench.fabric import HostView, Rail
 from fabtune.inventory import InventoryInfo
 from fabtune.journal import Journal
 from fabtune.lifecycle import journaled_run
@@ -130,3 +132,32 @@ def test_a_tuning_run_journals_the_job_at_its_baseline_and_final_busbw(
     assert final["per_gpu_gbytes"] == pytest.approx(statistics.median(result.final) / 8)
     assert final["mfu"] > base["mfu"]  # the tuned rack's busbw is higher
     assert f"baseline {base['mfu']:.1%} -> final {final['mfu']:.1%}" in doc["job"]["summary"]
+
+
+def test_the_acceptance_journals_the_line_rate_beside_the_reference() -> None:
+    slow = Rail("mlx5_1", "eth3", "10.0.0.2", 4200, 200.0, "Ethernet", 3)
+    fast = Rail("mlx5_0", "eth2", "10.0.0.1", 4200, 400.0, "Ethernet", 3)
+    views = {"h01": HostView("h01", (fast, fast), {}), "h02": HostView("h02", (fast, slow), {})}
+    rep = b.BootstrapReport("rack1", "roce.yml", 0.9, 0.8)
+    ceiling, reference = b._yardsticks(rep, views, 2)
+    assert ceiling == pytest.approx(linkrate.ceiling_gbps("Ethernet", 200.0, 4200))
+    assert rep.busbw_reference_gbytes == reference == pytest.approx(2 * ceiling / 8)
+    assert rep.busbw_line_rate_gbytes == 2 * 200.0 / 8  # R x the slowest rail's rate / 8
+
+
+def test_the_bootstrap_report_sets_the_busbw_against_the_line_rate(journal: Journal) -> None:
+    run_id = journal.open_run("bootstrap", "rack1", "/inv.yml", "roce.yml")
+    acceptance = {"busbw_gbytes": 80.0, "busbw_reference_gbytes": 98.2, "busbw_line_rate_gbytes": 100.0,
+                  "busbw_threshold": 0.8}
+    journal.step(run_id, "phase", "acceptance", acceptance, state="done")
+    journal.close_run(run_id, "passed", {"phase": "done"})
+    doc = report.build(journal, run_id)
+    report.validate(doc)
+    boot = doc["bootstrap"]
+    assert boot["busbw_line_rate_gbytes"] == 100.0
+    assert boot["rule_of_thumb_gbytes"] == pytest.approx(0.9 * 98.2)
+    page = report.render_html(doc)
+    gpus = htmllib.unescape(page.split('<h2 id="gpus">', 1)[1].split("<h2", 1)[0])
+    assert "line rate R x rate / 8" in gpus and "rule of thumb 90%" in gpus and "threshold 80%" in gpus
+    assert "80.0 GB/s = 80% of the line rate 100.0 GB/s, 81% of the goodput reference" in gpus
+    assert "; line rate 100.0" in report.render_markdown(doc)
