@@ -749,13 +749,13 @@ def render_html(doc: Mapping[str, Any]) -> str:
         rem = doc["drift"]["remediation"]
         if rem is not None and rem["reasons"]:
             parts.append("<p><b>Rolled back:</b> " + escape("; ".join(rem["reasons"])) + "</p>")
-    if doc.get("job"):
-        parts += [f'<h2 id="job">Training job at {doc["job"]["nodes"]} nodes</h2>', _job(doc["job"])]
     parts += [
         '<h2 id="pairs">Host pairs (share of the physical ceiling)</h2>',
         _pairs(doc),
         '<h2 id="gpus">Per-GPU bandwidth</h2>',
         _gpus(doc),
+        *([f'<h2 id="job">Training job at {doc["job"]["nodes"]} nodes</h2>', _job(doc["job"])]
+          if doc.get("job") else []),
         '<h2 id="counters">Counter deltas</h2>',
         _counters(doc),
         '<h2 id="checks">Checks and their evidence</h2>',
