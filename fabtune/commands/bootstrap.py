@@ -56,11 +56,9 @@ def _print(report: lib.BootstrapReport, console: Console) -> None:
             "done": "acceptance failed",
             "job gate": "the rack was accepted, but the job's predicted MFU is below --min-mfu",
         }[report.phase]
-        console.print(
-            f"[bold red]bootstrap failed[/] ({stop}); hosts at fault: "
-            f"{', '.join(report.failed_hosts) or 'none named (rack-wide)'}",
-            highlight=False,
-        )
+        blamed = ", ".join(report.failed_hosts) or "none named (rack-wide)"
+        at_fault = "" if report.phase == "job gate" else f"; hosts at fault: {blamed}"
+        console.print(f"[bold red]bootstrap failed[/] ({stop}){at_fault}", highlight=False)
 
 
 @click.command("bootstrap")

@@ -88,8 +88,9 @@ def test_bootstrap_fails_below_the_threshold_with_the_reason(
     tmp_path: Path, rack: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(_argv(tmp_path, "--nodes", "64", "--min-mfu", "0.9")) == ExitStatus.CHECK_FAILED
-    err = capsys.readouterr().err
+    out, err = capsys.readouterr()
     assert "the rack was accepted, but predicted MFU at N=64 on roce" in err and "below --min-mfu 90%" in err
+    assert "bootstrap failed (the rack was accepted, but the job's predicted MFU is below --min-mfu)\n" in out
     run, steps = _only_run(rack)
     assert run.state == "failed" and run.summary["phase"] == "job gate"  # the journal agrees with exit 7
     gate_step = steps[-1]
