@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import statistics
 import time
 from pathlib import Path
@@ -111,6 +112,16 @@ def tune(
         goal=goal,
     )
     print_result(result, report, output)
+    if goal is not None:
+        _print_job(report, output)
+
+
+def _print_job(report: Path, output: ResultOutput) -> None:
+    """The job's predicted MFU at N, baseline -> final, as the run's report says it."""
+    doc = json.loads(report.read_text()) if report.is_file() else {}
+    summary = (doc.get("job") or {}).get("summary")
+    if summary:
+        output.console().print(summary, markup=False, highlight=False, soft_wrap=True)
 
 
 @click.command("runs")

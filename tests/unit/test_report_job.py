@@ -9,6 +9,7 @@ journal them); the last is a tuning run through the real loop over test_report's
 from __future__ import annotations
 
 import html as htmllib
+import json
 import statistics
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,8 @@ from fabtune.advise.gate import Goal, gate
 from fabtune.advise.job import parse_job
 from fabtune.advise.measured import Measured
 from fabtune.bench.fabric import HostView, Rail
+from fabtune.commands._common import ResultOutput
+from fabtune.commands.tune import _print_job
 from fabtune.inventory import InventoryInfo
 from fabtune.journal import Journal
 from fabtune.lifecycle import journaled_run
@@ -161,3 +164,11 @@ def test_the_bootstrap_report_sets_the_busbw_against_the_line_rate(journal: Jour
     assert "line rate R x rate / 8" in gpus and "rule of thumb 90%" in gpus and "threshold 80%" in gpus
     assert "80.0 GB/s = 80% of the line rate 100.0 GB/s, 81% of the goodput reference" in gpus
     assert "; line rate 100.0" in report.render_markdown(doc)
+
+
+def test_tune_prints_the_job_line_of_its_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    written = tmp_path / "report.json"
+    line = "job l70: predicted MFU at N=64 on roce: baseline 30.0% -> final 33.0%"
+    written.write_text(json.dumps({"job": {"summary": line}}))
+    _print_job(written, ResultOutput())
+    assert capsys.readouterr().out == line + "\n"
