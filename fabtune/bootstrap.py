@@ -15,6 +15,8 @@ Phases (a failed phase stops the run; preflight changes nothing on any host):
    passing pair on that rail) before a host is blamed; all_reduce_perf bus bandwidth per GPU
    against ``busbw_threshold`` x the reference below; the NCCL transport (NET/IB, no socket
    fallback) from the same run's NCCL_DEBUG=INFO log.
+4. **job gate** (with a job spec, ``--model``): the job's predicted MFU at the target size from the
+   acceptance busbw (``fabtune.advise.gate``); below ``--min-mfu`` the bootstrap fails there.
 
 Bus bandwidth reference (GB/s)::
 
@@ -40,6 +42,8 @@ from pathlib import Path
 from typing import Any
 
 from fabtune import ansible
+from fabtune.advise.gate import GateResult, Goal, gate
+from fabtune.advise.measured import from_steps
 from fabtune.bench import checks, diagnose, nccl, pairs
 from fabtune.bench.argv import NcclOptions, PerftestOptions
 from fabtune.bench.checkrun import static_checks
@@ -333,8 +337,10 @@ class BootstrapReport:
     retests: list[PairVerdict] = field(default_factory=list)
     busbw_gbytes: float | None = None
     busbw_reference_gbytes: float | None = None
+    busbw_line_rate_gbytes: float | None = None  # R x the slowest rail's rate / 8
     changes: dict[str, int] = field(default_factory=dict)
     applied: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    gate: GateResult | None = None  # --model: the job's predicted MFU at the target size
 
     @property
     def passed(self) -> bool:
@@ -486,20 +492,30 @@ def _busbw_acceptance(
                           warmup_iters=1)
     run = nccl.run(inventory, hosts, options, {}, launcher=launcher, oob_interface=info.oob_interface,
                    deadline_s=info.bench_timeout_s)
-    ceiling = min(pairs.rail_ceiling(r) for v in views.values() for r in v.rails)
-    report.busbw_reference_gbytes = busbw_reference(rails, ceiling)
+    ceiling, reference = _yardsticks(report, views, rails)
     rows = run.result.rows if run.result is not None else ()
     report.busbw_gbytes = rows[-1].out_of_place.busbw_gbps if rows else None
     tail = run.output.strip().splitlines()[-1] if run.output.strip() else ""
     evidence = f"{BUSBW_SIZE}B over {len(hosts)} hosts x {gpus} GPUs, {rails} rails of {ceiling:.1f} Gb/s"
     report.checks.append(
-        busbw_check(report.busbw_gbytes, report.busbw_reference_gbytes, report.busbw_threshold,
+        busbw_check(report.busbw_gbytes, reference, report.busbw_threshold,
                     evidence if rows else f"rc {run.rc}: {run.error or tail}")
     )
     why = str(run.error) if timed_out(run.rc) else diagnose.failure_line(run.rc, run.output)
     report.checks += diagnose.transport_results(
         hosts, run.output, failed=not rows, why=why, gids=diagnose.gid_tables(views)
     )
+
+
+def _yardsticks(report: BootstrapReport, views: Mapping[str, HostView], rails: int) -> tuple[float, float]:
+    """The busbw reference ``R x C_min / 8`` and the line rate ``R x rate_min / 8`` of the rack
+    (set on ``report``); returns ``C_min`` (the lowest goodput ceiling over every rail, Gb/s) and
+    the reference (GB/s)."""
+    every = [r for v in views.values() for r in v.rails]
+    ceiling = min(pairs.rail_ceiling(r) for r in every)
+    report.busbw_reference_gbytes = reference = busbw_reference(rails, ceiling)
+    report.busbw_line_rate_gbytes = rails * min(r.rate_gbps for r in every) / 8.0
+    return ceiling, reference
 
 
 def acceptance(inventory: Path, info: InventoryInfo, report: BootstrapReport, say: Progress) -> None:
@@ -519,15 +535,19 @@ def bootstrap(
     pair_threshold: float = 0.9,
     busbw_threshold: float = 0.8,
     progress: Progress | None = None,
+    goal: Goal | None = None,
 ) -> tuple[BootstrapReport, RunContext]:
-    """``fabtune bootstrap``: the profile checked against the rack, then :func:`run_bootstrap` as one
-    journaled run under the fabric's lock, closed ``passed`` or ``failed``, its report written.
+    """``fabtune bootstrap``: the profile (and ``goal``, the job) checked against the rack, then
+    :func:`run_bootstrap` and, once the rack is accepted, :func:`job_gate` as one journaled run under
+    the fabric's lock, closed ``passed`` or ``failed``, its report written.
 
     Returns:
         The report, and the closed run (its id, the report files written).
     """
     info = read_inventory(inventory)
     check_against_rack(profile, info)
+    if goal is not None:
+        goal.check(len(info.hosts))
     with journaled_run("bootstrap", info.name, inventory, profile=str(profile.path)) as run:
         report = run_bootstrap(
             inventory,
@@ -539,11 +559,31 @@ def bootstrap(
             run_id=run.run_id,
             progress=progress,
         )
+        if goal is not None and report.passed:
+            job_gate(run, info, report, goal)
         run.end(
             "passed" if report.passed else "failed",
             {"phase": report.phase, "failed_hosts": report.failed_hosts, "busbw_gbytes": report.busbw_gbytes},
         )
     return report, run
+
+
+def job_gate(run: RunContext, info: InventoryInfo, report: BootstrapReport, goal: Goal) -> None:
+    """The job's predicted MFU at the target size from this run's acceptance busbw, journaled as the
+    phase ``job gate`` (inputs: the job, the target, the threshold; result: the prediction); below
+    ``--min-mfu`` the bootstrap stops there (``report.phase``) and fails with the reason."""
+    inputs = goal.inputs(len(info.hosts))
+    report.phase = "job gate"
+    with _step(run.journal, run.run_id, "job gate", inputs) as step:
+        measured = from_steps(run.run_id, "bootstrap", info.fabric, run.journal.steps(run.run_id))
+        found = gate(goal.job, measured, inputs["nodes"], goal.min_mfu)
+        first = len(report.checks)
+        report.gate = found
+        report.checks.append(CheckResult("job_mfu", "*", "pass" if found.passed else "fail", found.line()))
+        step["state"] = "done" if found.passed else "failed"
+        step["payload"] = {"predictions": {"acceptance": found.record()}, "checks": _checks(report, first)}
+    if found.passed:
+        report.phase = "done"
 
 
 def run_bootstrap(
@@ -592,6 +632,7 @@ def run_bootstrap(
             "failures": [c.__dict__ for c in report.failures()],
             "busbw_gbytes": report.busbw_gbytes,
             "busbw_reference_gbytes": report.busbw_reference_gbytes,
+            "busbw_line_rate_gbytes": report.busbw_line_rate_gbytes,
             "checks": _checks(report, first),
             "pairs": [dataclasses.asdict(p) for p in report.pairs],
             "retests": [dataclasses.asdict(p) for p in report.retests],

@@ -87,14 +87,19 @@ def _phase(steps: Sequence[Step], name: str) -> Step | None:
     return done[-1] if done else None
 
 
-def from_steps(run_id: str, run_kind: str, fabric_type: str | None, steps: Sequence[Step]) -> Measured:
-    """The measurements of one journaled run; ConfigError naming the run when it holds none."""
+PHASES = ("final", "baseline", "acceptance")
+
+
+def from_steps(run_id: str, run_kind: str, fabric_type: str | None, steps: Sequence[Step],
+               phases: Sequence[str] = PHASES) -> Measured:
+    """The measurements of one journaled run, from the first of ``phases`` that holds one;
+    ConfigError naming the run when none does."""
     source = f"run {run_id}"
     facts = _phase(steps, "facts") or _phase(steps, "preflight")
     hosts = list((facts.payload.get("hosts") if facts else None) or [])
     kind = str((facts.payload.get("fabric_type") if facts else None) or fabric_type or "roce")
     nic = nic_gbytes((facts.payload.get("ports") if facts else None) or {})
-    for name in ("final", "baseline", "acceptance"):
+    for name in phases:
         step = _phase(steps, name)
         if step is None:
             continue

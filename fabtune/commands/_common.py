@@ -14,6 +14,8 @@ from typing import Any, TypeVar
 import click
 from rich.console import Console
 
+from fabtune.advise.gate import Goal
+from fabtune.advise.job import load_job
 from fabtune.commands import _console
 from fabtune.errors import ConfigError
 from fabtune.journal import RUN_ID_RE, Journal
@@ -50,6 +52,27 @@ OOB_OPTION = click.option(
     default=None,
     help="Interface for the launcher's own TCP traffic (mpirun --mca *_if_include).",
 )
+
+
+MODEL_OPTION = click.option(
+    "--model", "job_spec", type=click.Path(path_type=Path), default=None, callback=absolute_path,
+    help="A training job spec (docs/advisor.md): its predicted MFU at --nodes is reported.",
+)
+NODES_OPTION = click.option(
+    "--nodes", "target_nodes", type=click.IntRange(1, 1 << 20), default=None,
+    help="The target cluster size for --model (default: the rack's own size).",
+)
+
+
+def job_goal(job_spec: Path | None, nodes: int | None, min_mfu: float | None = None) -> Goal | None:
+    """``--model``, ``--nodes`` (and ``--min-mfu``) as a goal: the spec read and checked here, its fit
+    to the target size by the run, against the rack's size, before anything runs."""
+    if (min_mfu is not None or nodes is not None) and job_spec is None:
+        flags = "--min-mfu and --nodes need" if min_mfu is not None else "--nodes needs"
+        raise click.UsageError(f"{flags} --model (the job spec)")
+    if job_spec is None:
+        return None
+    return Goal(load_job(require_file(job_spec, "--model")), nodes, min_mfu)
 
 
 def require_file(path: Path, what: str) -> Path:

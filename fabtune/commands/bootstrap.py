@@ -10,13 +10,17 @@ from rich.console import Console
 from rich.table import Table
 
 from fabtune import bootstrap as lib
-from fabtune.advise.gate import GateResult, gate
-from fabtune.advise.job import JobSpec, fit, load_job
-from fabtune.advise.measured import from_run
 from fabtune.commands import _console
-from fabtune.commands._common import ResultOutput, absolute_path, require_file, result_output
+from fabtune.commands._common import (
+    MODEL_OPTION,
+    NODES_OPTION,
+    ResultOutput,
+    absolute_path,
+    job_goal,
+    require_file,
+    result_output,
+)
 from fabtune.commands._progress import Progress
-from fabtune.journal import Journal
 from fabtune.profile import load_profile
 
 STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red"}
@@ -50,12 +54,11 @@ def _print(report: lib.BootstrapReport, console: Console) -> None:
             "apply": "the profile could not be applied",
             "acceptance": "acceptance did not finish",
             "done": "acceptance failed",
+            "job gate": "the rack was accepted, but the job's predicted MFU is below --min-mfu",
         }[report.phase]
-        console.print(
-            f"[bold red]bootstrap failed[/] ({stop}); hosts at fault: "
-            f"{', '.join(report.failed_hosts) or 'none named (rack-wide)'}",
-            highlight=False,
-        )
+        blamed = ", ".join(report.failed_hosts) or "none named (rack-wide)"
+        at_fault = "" if report.phase == "job gate" else f"; hosts at fault: {blamed}"
+        console.print(f"[bold red]bootstrap failed[/] ({stop}){at_fault}", highlight=False)
 
 
 @click.command("bootstrap")
@@ -89,10 +92,8 @@ def _print(report: lib.BootstrapReport, console: Console) -> None:
     show_default=True,
     help="all_reduce busbw per GPU must reach this share of NICs x ceiling / 8 (GB/s).",
 )
-@click.option("--model", "job_spec", type=click.Path(path_type=Path), default=None, callback=absolute_path,
-              help="A training job spec (docs/advisor.md): its predicted MFU at --nodes is reported.")
-@click.option("--nodes", "target_nodes", type=click.IntRange(1, 1 << 20), default=None,
-              help="The target cluster size for --model (default: the rack's own size).")
+@MODEL_OPTION
+@NODES_OPTION
 @click.option("--min-mfu", type=click.FloatRange(0.0, 1.0, min_open=True), default=None,
               help="Fail the bootstrap when --model's predicted MFU at --nodes is below this.")
 def bootstrap(
@@ -113,45 +114,34 @@ def bootstrap(
     ib_write_bw over every pair (a suspect pair's hosts are re-tested against a known-good partner
     before one is blamed), all_reduce_perf bus bandwidth and the NCCL transport.
 
-    Exits 0 when the rack is accepted, 7 when any check fails (the hosts at fault are named).
+    With --model, once the rack is accepted the job's predicted MFU at --nodes (from the acceptance
+    busbw) is reported, and below --min-mfu the bootstrap fails (the phase "job gate").
+
+    Exits 0 when the rack is accepted, 7 when any check fails (the hosts at fault are named) or the
+    job's predicted MFU is below --min-mfu.
     """
     require_file(inventory, "inventory")
     profile = load_profile(profile_path, need="fabric_desired")  # validated before anything runs
-    if (min_mfu is not None or target_nodes is not None) and job_spec is None:
-        raise click.UsageError("--min-mfu and --nodes need --model (the job spec)")
-    job = load_job(require_file(job_spec, "--model")) if job_spec is not None else None
-    if job is not None and target_nodes is not None:
-        fit(job, target_nodes)  # a job that cannot fill the target is refused before anything runs
+    goal = job_goal(job_spec, target_nodes, min_mfu)
     with Progress(console=_console.err()).status("bootstrap") as say:
         report, run = lib.bootstrap(
-            inventory, profile, pair_threshold=pair_threshold, busbw_threshold=busbw_threshold, progress=say
+            inventory, profile, pair_threshold=pair_threshold, busbw_threshold=busbw_threshold, progress=say,
+            goal=goal,
         )
     _print(report, output.console())
+    if report.gate is not None:
+        output.console().print(report.gate.line(), markup=False, highlight=False)
     if run.reports:
         _console.err().print(f"report: {run.reports['html']}", soft_wrap=True, highlight=False)
-    if not report.passed:
-        output.write({"kind": "bootstrap", "run_id": run.run_id, "passed": report.passed, "report": report})
-        raise lib.BootstrapFailed(
-            f"bootstrap of {report.fabric} failed at {report.phase}; hosts at fault: "
-            f"{', '.join(report.failed_hosts) or 'none named (rack-wide)'}"
-        )
-    found = _job_gate(job, run.run_id, target_nodes, min_mfu, output) if job is not None else None
+    found = report.gate
     job_doc = {"job": {**dataclasses.asdict(found), "passed": found.passed}} if found else {}
     doc = {"kind": "bootstrap", "run_id": run.run_id, "passed": report.passed, "report": report}
     output.write({**doc, **job_doc})
     if found is not None and not found.passed:
         raise lib.BootstrapFailed(f"the rack was accepted, but {found.line()}")
+    if not report.passed:
+        raise lib.BootstrapFailed(
+            f"bootstrap of {report.fabric} failed at {report.phase}; hosts at fault: "
+            f"{', '.join(report.failed_hosts) or 'none named (rack-wide)'}"
+        )
 
-
-def _job_gate(
-    job: JobSpec, run_id: str, nodes: int | None, min_mfu: float | None, output: ResultOutput
-) -> GateResult:
-    """The job's predicted MFU at the target size from this run's acceptance busbw (printed)."""
-    journal = Journal()
-    try:
-        measured = from_run(journal, run_id)
-    finally:
-        journal.close()
-    found = gate(job, measured, nodes or measured.nodes, min_mfu)
-    output.console().print(found.line(), markup=False, highlight=False)
-    return found

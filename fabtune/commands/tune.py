@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import statistics
 import time
 from pathlib import Path
@@ -14,9 +15,12 @@ from fabtune import plugins
 from fabtune import rollback as rollbacks
 from fabtune.commands._common import (
     INVENTORY_OPTION,
+    MODEL_OPTION,
+    NODES_OPTION,
     RUN_ID_ARGUMENT,
     ResultOutput,
     absolute_path,
+    job_goal,
     require_file,
     result_output,
 )
@@ -87,19 +91,39 @@ def _jsonl_alone(jsonl: bool, output: ResultOutput) -> None:
     "--jsonl", is_flag=True,
     help="Progress events as JSON lines on stdout, as they happen (the result: --json / -o FILE).",
 )
+@MODEL_OPTION
+@NODES_OPTION
 @result_output()
-def tune(inventory: Path, profile: Path | None, jsonl: bool, output: ResultOutput) -> None:
-    """Measure, change one knob group, keep what improves bandwidth, roll back the rest."""
+def tune(
+    inventory: Path, profile: Path | None, jsonl: bool, job_spec: Path | None, target_nodes: int | None,
+    output: ResultOutput,
+) -> None:
+    """Measure, change one knob group, keep what improves bandwidth, roll back the rest.
+
+    With --model, the job's predicted MFU at --nodes is reported for the baseline and the tuned rack.
+    """
     _jsonl_alone(jsonl, output)
     loaded = _tune_profile(profile)
+    goal = job_goal(job_spec, target_nodes)
     result, report = tune_run.tune(
         inventory,
         loaded.tune if loaded else None,
         Progress(jsonl),
         oracle=plugins.oracle,
         profile=loaded,
+        goal=goal,
     )
     print_result(result, report, output)
+    if goal is not None:
+        _print_job(report, output)
+
+
+def _print_job(report: Path, output: ResultOutput) -> None:
+    """The job's predicted MFU at N, baseline -> final, as the run's report says it."""
+    doc = json.loads(report.read_text()) if report.is_file() else {}
+    summary = (doc.get("job") or {}).get("summary")
+    if summary:
+        output.console().print(summary, markup=False, highlight=False, soft_wrap=True)
 
 
 @click.command("runs")

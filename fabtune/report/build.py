@@ -369,6 +369,7 @@ def _empty(kind: str, run: Run, steps: Sequence[Step], fabric_type: str | None =
         "checks": [],
         "settings": [],
         "oracle": None,
+        "job": None,
     }
 
 
@@ -625,7 +626,7 @@ def build_tune(run: Run, steps: Sequence[Step], journal: Journal) -> dict[str, A
     status, doc["headline"] = _tune_headline(run, doc["tune"])
     if status is not None:
         doc["status"] = status
-    return doc
+    return with_job(doc, steps)
 
 
 # --------------------------------------------------------------------------- bootstrap
@@ -720,6 +721,84 @@ def build_bootstrap(run: Run, steps: Sequence[Step], journal: Journal) -> dict[s
             f"bootstrap failed at {'acceptance' if phase == 'done' else phase}: {len(failed_checks)} failed "
             f"check(s); hosts at fault: {at_fault}"
         )
+    return with_job(with_line_rate(doc, pay), steps)
+
+
+def with_line_rate(doc: dict[str, Any], acceptance: Mapping[str, Any]) -> dict[str, Any]:
+    """The bootstrap's per-GPU busbw yardsticks beside its reference: the line rate R x rate / 8
+    (journaled by the acceptance) and the rule of thumb (``RULE_OF_THUMB`` x the reference)."""
+    ref = doc["bootstrap"]["busbw_reference_gbytes"]
+    doc["bootstrap"]["busbw_line_rate_gbytes"] = finite(acceptance.get("busbw_line_rate_gbytes"))
+    doc["bootstrap"]["rule_of_thumb_gbytes"] = None if ref is None else round(RULE_OF_THUMB * ref, 3)
+    return doc
+
+
+# --------------------------------------------------------------------------- the job (--model)
+
+# The steps that journal a job's prediction: a bootstrap's gate, a tune run's prediction.
+JOB_STEPS = {("phase", "job gate"), ("job", "job prediction")}
+PREDICTED = ("acceptance", "baseline", "final")  # the measured states a prediction is made from
+
+
+def _prediction(state: str, raw: Mapping[str, Any]) -> dict[str, Any]:
+    """One journaled prediction (``GateResult.record``) as the report shows it."""
+    step: Mapping[str, Any] = raw["step"] if isinstance(raw.get("step"), Mapping) else {}
+    shares: Mapping[str, Any] = raw["shares"] if isinstance(raw.get("shares"), Mapping) else {}
+    return {
+        "state": state,
+        "nodes": int(raw.get("nodes") or 0),
+        "option": str(raw.get("option") or ""),
+        "per_gpu_gbytes": finite(raw.get("per_gpu_gbytes")),
+        "mfu": finite(raw.get("mfu")),
+        "passed": bool(raw.get("passed")),
+        "step_s": finite(step.get("step_s")),
+        "tokens_per_s": finite(step.get("tokens_per_s")),
+        "shares": {k: finite(shares.get(k)) for k in ("compute", "bubble", "fabric", "nvlink")},
+        "line": str(raw.get("line") or ""),
+    }
+
+
+def _job_summary(name: str, nodes: int, found: Sequence[Mapping[str, Any]]) -> str:
+    """One line: the acceptance's prediction (its own line), or a tune run's baseline -> final MFU."""
+    by = {p["state"]: p for p in found}
+    if "acceptance" in by:
+        return f"job {name}: {by['acceptance']['line']}"
+    mfu = {k: "?" if by.get(k, {}).get("mfu") is None else f"{by[k]['mfu']:.1%}" for k in PREDICTED[1:]}
+    option = next((p["option"] for p in found), "?")
+    return (
+        f"job {name}: predicted MFU at N={nodes} on {option}: "
+        f"baseline {mfu['baseline']} -> final {mfu['final']}"
+    )
+
+
+def job_section(steps: Sequence[Step]) -> dict[str, Any] | None:
+    """The job a run predicted for (``--model``): the spec as validated, the target size, the
+    threshold and one prediction per measured state; None when the run was given no job."""
+    step = next((s for s in reversed(steps) if (s.kind, s.name) in JOB_STEPS), None)
+    if step is None or not isinstance(step.payload.get("job"), Mapping):
+        return None
+    p, raw = step.payload, step.payload.get("predictions") or {}
+    found = [_prediction(k, raw[k]) for k in PREDICTED if isinstance(raw.get(k), Mapping)]
+    spec, nodes, min_mfu = _jsonable(p["job"]), int(p.get("nodes") or 0), finite(p.get("min_mfu"))
+    gated = min_mfu is not None and step.state in ("done", "failed")
+    return {
+        "name": str(spec.get("name") or "job"),
+        "spec": spec,
+        "nodes": nodes,
+        "min_mfu": min_mfu,
+        "state": step.state,
+        "predictions": found,
+        "passed": (step.state == "done" and all(f["passed"] for f in found)) if gated else None,
+        "summary": _job_summary(str(spec.get("name") or "job"), nodes, found) if found else "",
+    }
+
+
+def with_job(doc: dict[str, Any], steps: Sequence[Step]) -> dict[str, Any]:
+    """``doc`` with its job section; a bootstrap stopped by the gate says so in its headline."""
+    job = doc["job"] = job_section(steps)
+    if job is not None and job["passed"] is False and doc["kind"] == "bootstrap":
+        why = job["summary"] or str(doc["run"]["summary"].get("error") or "no prediction")
+        doc["headline"] = f"rack accepted, but the job gate failed: {why}"
     return doc
 
 

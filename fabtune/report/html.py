@@ -9,7 +9,7 @@ from html import escape
 from typing import Any
 
 from fabtune.report import svg
-from fabtune.report.build import NOISE_BAND, deciding_metric, move_label, noise_band
+from fabtune.report.build import NOISE_BAND, RULE_OF_THUMB, deciding_metric, move_label, noise_band
 
 CSS = """
 body{font-family:'DejaVu Sans',Helvetica,Arial,sans-serif;margin:24px auto;max-width:1040px;color:#111;
@@ -337,6 +337,8 @@ def _gpus(doc: Mapping[str, Any]) -> str:
     rails = _rails(doc)
     if doc["kind"] == "tune":
         return _tune_busbw(doc) + rails
+    if doc["kind"] == "bootstrap":
+        rails = _bootstrap_busbw(doc["bootstrap"]) + rails
     return rails or '<p class="note">No per-GPU figure in this run.</p>'
 
 
@@ -400,6 +402,29 @@ def _tune_busbw(doc: Mapping[str, Any]) -> str:
         if model is not None:
             notes.append(f"The model itself puts the tuned rack at {model:.1%} of its best.")
     return f'<div class="chart">{chart}</div><p class="note">' + escape(" ".join(notes)) + "</p>"
+
+
+def _bootstrap_busbw(b: Mapping[str, Any]) -> str:
+    """The acceptance busbw per GPU against the line rate, the reference, the rule of thumb and the
+    threshold ('' without a measurement)."""
+    busbw, ref, line = b["busbw_gbytes"], b["busbw_reference_gbytes"], b.get("busbw_line_rate_gbytes")
+    if busbw is None or not ref:
+        return ""
+    guides = [svg.Guide(line, "line rate R x rate / 8", "#374151", "2 3")] if line else []
+    guides.append(svg.Guide(ref, "reference R x C_min / 8", "#7c3aed"))
+    if b.get("rule_of_thumb_gbytes"):
+        guides.append(svg.Guide(b["rule_of_thumb_gbytes"], f"rule of thumb {RULE_OF_THUMB:.0%}", "#0f766e"))
+    if b["busbw_threshold"]:
+        cut = b["busbw_threshold"]
+        guides.append(svg.Guide(cut * ref, f"threshold {cut:.0%}", "#b91c1c"))
+    items = [svg.Bar("acceptance", busbw, colour="#1a8a3a")]
+    chart = svg.bars(items, "all_reduce busbw GB/s per GPU", "busbw per GPU", height=260, guides=guides)
+    of_line = f" = {busbw / line:.0%} of the line rate {line:.1f} GB/s" if line else ""
+    note = (
+        f"all_reduce busbw per GPU at 8 GiB: {busbw:.1f} GB/s{of_line}, {busbw / ref:.0%} of the goodput "
+        f"reference R x C_min / 8 = {ref:.1f} GB/s (a healthy rack reaches about {RULE_OF_THUMB:.0%} of it)."
+    )
+    return f'<div class="chart">{chart}</div><p class="note">{escape(note)}</p>'
 
 
 def _yardsticks(ref: Mapping[str, Any], final: float | None) -> str:
@@ -652,6 +677,28 @@ def _settings(doc: Mapping[str, Any]) -> str:
     return "".join(out)
 
 
+def _job(job: Mapping[str, Any]) -> str:
+    """The job's predicted step at the target size, one row per measured state, and its verdict."""
+    rows, classes = [], []
+    for p in job["predictions"]:
+        shares = p["shares"]
+        rows.append([escape(p["state"]), escape(p["option"]), _num(p["per_gpu_gbytes"]),
+                     _num(p["mfu"], "{:.1%}"), _num(p["step_s"], "{:.3f}"),
+                     *(_num(shares.get(k), "{:.0%}") for k in ("compute", "bubble", "fabric", "nvlink"))])
+        classes.append(["", "", "", "" if job["min_mfu"] is None else "v-pass" if p["passed"] else "v-fail",
+                        "", "", "", "", ""])
+    head = ["measured state", "fabric", "per-GPU fabric GB/s", "MFU", "step s", "compute", "bubble",
+            "fabric wait", "NVLink"]
+    table = _table(head, rows, classes) if rows else '<p class="note">No prediction was made.</p>'
+    threshold = "" if job["min_mfu"] is None else f" Threshold (--min-mfu): {job['min_mfu']:.0%}."
+    return (
+        f"<p><b>{escape(job['summary'])}</b></p>{table}"
+        f'<p class="note">Job {escape(job["name"])} at N = {job["nodes"]} nodes, predicted from this run\'s '
+        "own all_reduce busbw by the advisor's model (docs/advisor.md); the step split is in shares of "
+        f"the step.{escape(threshold)}</p>"
+    )
+
+
 def _meta(doc: Mapping[str, Any]) -> str:
     run = doc["run"]
     rows = [
@@ -707,6 +754,8 @@ def render_html(doc: Mapping[str, Any]) -> str:
         _pairs(doc),
         '<h2 id="gpus">Per-GPU bandwidth</h2>',
         _gpus(doc),
+        *([f'<h2 id="job">Training job at {doc["job"]["nodes"]} nodes</h2>', _job(doc["job"])]
+          if doc.get("job") else []),
         '<h2 id="counters">Counter deltas</h2>',
         _counters(doc),
         '<h2 id="checks">Checks and their evidence</h2>',

@@ -70,6 +70,7 @@ def _bootstrap_lines(doc: Mapping[str, Any]) -> list[str]:
             f"- all_reduce busbw {b['busbw_gbytes']:.1f} GB/s per GPU = "
             f"{b['busbw_gbytes'] / b['busbw_reference_gbytes']:.0%} of "
             f"{b['busbw_reference_gbytes']:.1f} (threshold {b['busbw_threshold'] or 0:.0%})"
+            + (f"; line rate {line:.1f}" if (line := b.get("busbw_line_rate_gbytes")) else "")
         )
     matrix = [p for p in doc["pairs"]["results"] if not p["retest"]]
     if matrix:
@@ -121,6 +122,8 @@ def render_markdown(doc: Mapping[str, Any], html_path: str | None = None) -> str
     ]
     duration = "-" if run["duration_s"] is None else f"{run['duration_s']:.0f} s"
     lines.append(f"- started {run['started'] or '-'}, took {duration}, state `{run['state']}`")
+    if doc.get("job") and doc["job"]["summary"]:
+        lines.append(f"- {doc['job']['summary']}")
     lines += SECTIONS.get(kind, _drift_lines)(doc)
     if html_path:
         lines += ["", f"Full report: `{html_path}`"]

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from fabtune.advise.gate import Goal, at_phase
 from fabtune.desired import save_tuned
 from fabtune.errors import ConfigError
 from fabtune.inventory import InventoryInfo, read_inventory
@@ -68,14 +69,19 @@ def tune(
     on_event: Event | None = None,
     oracle: Any = None,
     profile: Profile | None = None,
+    *,
+    goal: Goal | None = None,
 ) -> tuple[TuneResult, Path]:
     """Run ``fabtune tune`` on ``inventory``; returns the result and the report's path.
 
-    ``profile``, the file the options came from, is checked against the rack before anything runs.
+    ``profile``, the file the options came from, and ``goal``, the job (``--model``), are checked
+    against the rack before anything runs; the job's prediction is journaled (:func:`predict_job`).
     """
     info = read_inventory(inventory)
     if profile is not None:
         check_against_rack(profile, info)
+    if goal is not None:
+        goal.check(len(info.hosts))
     options, deadline = options_from(raw_options, info)
     with journaled_run("tune", info.name, inventory) as run:
         run.step("options", "fabtune_tune", dict(raw_options or {}), state="done")
@@ -88,9 +94,23 @@ def tune(
             on_event=on_event, revert_deadline_s=deadline,
         )
         result = _tuned(tuner)
+        if goal is not None:
+            predict_job(run, info, goal)
         tuned = save_tuned(info.name, tuned_tree(result), run.run_id)
         finish(run, result, tuned, oracle=oracle(info) if oracle else None)
     return result, run.report_path
+
+
+def predict_job(run: RunContext, info: InventoryInfo, goal: Goal) -> None:
+    """The job's predicted MFU at the target size from the run's own busbw, for the baseline and for
+    the final (kept) state, journaled as the step ``job prediction`` (a phase without a measurement
+    is journaled as null; the run does not fail on the prediction)."""
+    inputs = goal.inputs(len(info.hosts))
+    steps = run.journal.steps(run.run_id)
+    found = {p: at_phase(goal, inputs["nodes"], (run.run_id, "tune", info.fabric), steps, p)
+             for p in ("baseline", "final")}
+    predictions = {p: None if f is None else f.record() for p, f in found.items()}
+    run.step("job", "job prediction", {**inputs, "predictions": predictions}, state="done")
 
 
 def _tuned(tuner: Tuner, done: Sequence[str] = ()) -> TuneResult:

@@ -153,6 +153,22 @@ def bootstrap_run_journal(
 ) -> str:
     """A bootstrap run through the real phases, with the host I/O replaced by what a rack would say."""
     info = InventoryInfo(home / "inventory.yml", "rack1", "roce", HOSTS, (), "mpirun", None)
+    fake_bootstrap_phases(monkeypatch, cable_fault=cable_fault, preflight_fails=preflight_fails)
+    run_id = journal.open_run("bootstrap", "rack1", str(info.path), "roce.yml")
+    profile = Profile(Path("roce.yml"), {}, {})
+    rep = b.run_bootstrap(info.path, info, profile, journal=journal, run_id=run_id)
+    journal.close_run(
+        run_id,
+        "passed" if rep.passed else "failed",
+        {"phase": rep.phase, "failed_hosts": rep.failed_hosts, "busbw_gbytes": rep.busbw_gbytes},
+    )
+    return run_id
+
+
+def fake_bootstrap_phases(
+    monkeypatch: pytest.MonkeyPatch, *, cable_fault: bool, preflight_fails: bool = False
+) -> None:
+    """The bootstrap phases' host I/O replaced by what a 4-host rack (2 rails) would say."""
 
     def preflight(
         inventory: Path, info: InventoryInfo, rep: b.BootstrapReport, say: Any
@@ -237,15 +253,6 @@ def bootstrap_run_journal(
     monkeypatch.setattr(b, "preflight", preflight)
     monkeypatch.setattr(b, "apply_profile", apply_profile)
     monkeypatch.setattr(b, "acceptance", acceptance)
-    run_id = journal.open_run("bootstrap", "rack1", str(info.path), "roce.yml")
-    profile = Profile(Path("roce.yml"), {}, {})
-    rep = b.run_bootstrap(info.path, info, profile, journal=journal, run_id=run_id)
-    journal.close_run(
-        run_id,
-        "passed" if rep.passed else "failed",
-        {"phase": rep.phase, "failed_hosts": rep.failed_hosts, "busbw_gbytes": rep.busbw_gbytes},
-    )
-    return run_id
 
 
 def _bandwidth(scale: float) -> d.Bandwidth:
