@@ -632,95 +632,92 @@ def build_tune(run: Run, steps: Sequence[Step], journal: Journal) -> dict[str, A
 # --------------------------------------------------------------------------- bootstrap
 
 
-def build_bootstrap(run: Run, steps: Sequence[Step], journal: Journal) -> dict[str, Any]:
-    del journal
-    doc = _empty("bootstrap", run, steps)
-    phases = {s.name: s for s in steps if s.kind == "phase"}
-    hosts = (phases["preflight"].payload.get("hosts") if "preflight" in phases else None) or []
-    doc["hosts"] = sorted(str(h) for h in hosts)
+def _phase_checks(steps: Sequence[Step]) -> list[dict[str, Any]]:
+    """Every phase's checks (an older journal kept only the failures)."""
+    out: list[dict[str, Any]] = []
     for s in steps:
-        if s.kind != "phase":
-            continue
-        checks = s.payload.get("checks")
-        if checks is None:  # an older journal: only the failures were kept
-            checks = s.payload.get("failures") or []
-        doc["checks"] += [_check(c, s.name) for c in checks]
-    acc = phases.get("acceptance")
-    pay = acc.payload if acc else {}
+        if s.kind == "phase":
+            checks = s.payload.get("checks")
+            kept = s.payload.get("failures") or [] if checks is None else checks
+            out += [_check(c, s.name) for c in kept]
+    return out
+
+
+def _acceptance_pairs(doc: dict[str, Any], pay: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The acceptance's pair matrix and re-tests, its GPUs and counters; returns the matrix."""
     threshold = finite(pay.get("pair_threshold"))
     matrix = [_pair(p, "matrix", threshold) for p in pay.get("pairs") or []]
     retests = [_pair(p, "re-test", threshold, retest=True) for p in pay.get("retests") or []]
     doc["pairs"] = {"threshold": threshold, "source": "matrix", "results": matrix + retests}
     doc["gpus"] = gpus_of(matrix)
     doc["counters"] = pair_counters(matrix, "pair matrix")
-    busbw, ref = finite(pay.get("busbw_gbytes")), finite(pay.get("busbw_reference_gbytes"))
-    busbw_threshold = finite(pay.get("busbw_threshold"))
-    if acc is not None and busbw is not None:
-        doc["bandwidth"] = [
-            {
-                "name": "all_reduce busbw per GPU",
-                "unit": "GB/s",
-                "role": "primary",
-                "series": [series_point(acc.seq, "acceptance", "measure", "measured", [busbw])],
-                "reference": ref,
-                "reference_label": "R x C_min / 8" if ref else None,
-            }
-        ]
-    apply = phases.get("apply")
+    return matrix
+
+
+def _baseline_settings(apply: Step | None) -> list[dict[str, Any]]:
+    """What the baseline profile changed, per host and knob, and whether its apply finished."""
+    outcome = "applied" if apply is None or apply.state == "done" else apply.state
     applied = (apply.payload.get("applied") if apply else None) or {}
+    rows = []
     for host, changes in sorted(applied.items()):
         for c in changes:
             knob, old, new = setting_values(str(c.get("knob")), c.get("before"), c.get("after"))
-            doc["settings"].append(
-                {
-                    "host": host,
-                    "knob": knob,
-                    "before": old,
-                    "after": new,
-                    "change": "baseline profile",
-                    "outcome": "applied"
-                    if apply and apply.state == "done"
-                    else apply.state
-                    if apply
-                    else "applied",
-                }
-            )
-    summary = run.summary
-    phase = str(summary.get("phase") or (steps[-1].name if steps else "preflight"))
-    passed = run.state == "passed"
-    failed_hosts = [
-        str(h)
-        for h in summary.get("failed_hosts")
-        or sorted({c["host"] for c in doc["checks"] if c["verdict"] == "fail" and c["host"] != "*"})
-    ]
-    doc["bootstrap"] = {
-        "phase": phase,
-        "passed": passed,
-        "pair_threshold": threshold,
-        "busbw_threshold": busbw_threshold,
-        "busbw_gbytes": busbw,
-        "busbw_reference_gbytes": ref,
-        "changes": {
-            str(h): int(n) for h, n in ((apply.payload.get("changes") if apply else None) or {}).items()
-        },
-        "failed_hosts": failed_hosts,
-    }
-    failed_checks = [c for c in doc["checks"] if c["verdict"] == "fail"]
-    if passed:
+            rows.append({"host": host, "knob": knob, "before": old, "after": new,
+                         "change": "baseline profile", "outcome": outcome})
+    return rows
+
+
+def _bootstrap_headline(doc: dict[str, Any], run: Run, matrix: Sequence[Mapping[str, Any]]) -> None:
+    b = doc["bootstrap"]
+    if b["passed"]:
         doc["status"] = "pass"
+        busbw, ref = b["busbw_gbytes"], b["busbw_reference_gbytes"]
         low = min((p["share"] for p in matrix if p["share"] is not None), default=None)
         share = f", busbw {busbw / ref:.0%} of reference" if busbw is not None and ref else ""
         lowest = f"; lowest pair {low:.0%} of ceiling" if low is not None else ""
         doc["headline"] = f"rack accepted: {len(doc['hosts'])} hosts{lowest}{share}"
     elif run.state == "running":
-        doc["headline"] = f"bootstrap running ({phase})"
+        doc["headline"] = f"bootstrap running ({b['phase']})"
     else:
         doc["status"] = "fail"
-        at_fault = ", ".join(failed_hosts) or "none named (rack-wide)"
-        doc["headline"] = (
-            f"bootstrap failed at {'acceptance' if phase == 'done' else phase}: {len(failed_checks)} failed "
-            f"check(s); hosts at fault: {at_fault}"
-        )
+        failed = sum(c["verdict"] == "fail" for c in doc["checks"])
+        at_fault = ", ".join(b["failed_hosts"]) or "none named (rack-wide)"
+        phase = "acceptance" if b["phase"] == "done" else b["phase"]
+        doc["headline"] = f"bootstrap failed at {phase}: {failed} failed check(s); hosts at fault: {at_fault}"
+
+
+def build_bootstrap(run: Run, steps: Sequence[Step], journal: Journal) -> dict[str, Any]:
+    """A bootstrap's report: its checks by phase, the pair matrix, busbw, the profile's changes."""
+    del journal
+    doc = _empty("bootstrap", run, steps)
+    phases = {s.name: s for s in steps if s.kind == "phase"}
+    hosts = (phases["preflight"].payload.get("hosts") if "preflight" in phases else None) or []
+    doc["hosts"] = sorted(str(h) for h in hosts)
+    doc["checks"] += _phase_checks(steps)
+    acc, apply = phases.get("acceptance"), phases.get("apply")
+    pay = acc.payload if acc else {}
+    matrix = _acceptance_pairs(doc, pay)
+    busbw, ref = finite(pay.get("busbw_gbytes")), finite(pay.get("busbw_reference_gbytes"))
+    if acc is not None and busbw is not None:
+        point = series_point(acc.seq, "acceptance", "measure", "measured", [busbw])
+        metric = _metric("all_reduce busbw per GPU", "GB/s", "primary", [point])
+        doc["bandwidth"] = [{**metric, "reference": ref, "reference_label": "R x C_min / 8" if ref else None}]
+    doc["settings"] += _baseline_settings(apply)
+    summary = run.summary
+    failing = sorted({c["host"] for c in doc["checks"] if c["verdict"] == "fail" and c["host"] != "*"})
+    doc["bootstrap"] = {
+        "phase": str(summary.get("phase") or (steps[-1].name if steps else "preflight")),
+        "passed": run.state == "passed",
+        "pair_threshold": doc["pairs"]["threshold"],
+        "busbw_threshold": finite(pay.get("busbw_threshold")),
+        "busbw_gbytes": busbw,
+        "busbw_reference_gbytes": ref,
+        "changes": {
+            str(h): int(n) for h, n in ((apply.payload.get("changes") if apply else None) or {}).items()
+        },
+        "failed_hosts": [str(h) for h in summary.get("failed_hosts") or failing],
+    }
+    _bootstrap_headline(doc, run, matrix)
     return with_job(with_line_rate(doc, pay), steps)
 
 
