@@ -9,15 +9,15 @@ DOCUMENTATION = r"""
 module: fabric_persist
 short_description: Record the NIC knobs a role set, for fabtune-boot to re-apply at boot
 description:
-  - The NIC knobs (trust, DSCP map, PFC, ETS, MTU, ECN, CNP, rdma_cm ToS and mode) live in the
+  - 'The NIC knobs (trust, DSCP map, PFC, ETS, MTU, ECN, CNP, rdma_cm ToS and mode) live in the
     kernel and the NIC and are back at their defaults after a reboot or a driver reload. Each role
     that sets them records them with this module in O(path) (C({"nics": {netdev: {knob: value}}}),
     mode 0644), and C(fabtune-boot.service) (role C(fabric_boot)) applies that file at boot with the
-    same code as the host-side revert (module_utils C(fabric_apply)).
+    same code as the host-side revert (module_utils C(fabric_apply)).'
   - The given knobs are merged over what the file holds (a knob left out keeps its recorded value,
     as it keeps its value on the host; C(dscp2prio) and C(ecn) merge per key).
-  - O(nics) is validated against this host's RoCE ports (couplings not enforced: a role records
-    its own knobs); C(nics.all) is expanded to every RoCE port.
+  - "O(nics) is validated against this host's RoCE ports (couplings not enforced: a role records
+    its own knobs); C(nics.all) is expanded to every RoCE port."
   - The file is one of those an armed revert (M(fabtune.fabric.fabric_revert)) saves and puts back,
     so a move that is not confirmed is not re-applied at the next boot.
 version_added: "1.0.0"
