@@ -9,11 +9,11 @@ DOCUMENTATION = r"""
 module: fabric_files
 short_description: Install the files, directories and links a fabtune role puts on a host, in one call
 description:
-  - Makes each of O(directories), O(files) and O(links) be as given, in that order, in one module
+  - "Makes each of O(directories), O(files) and O(links) be as given, in that order, in one module
     call: one SSH round trip for what M(ansible.builtin.file), M(ansible.builtin.copy) and
     M(ansible.builtin.template) take several round trips each to do. The roles render the content
     on the controller (the C(ansible.builtin.template) and C(ansible.builtin.file) lookups) and
-    pass it here.
+    pass it here."
   - A file whose bytes, mode, owner and group already match is left alone; one that differs is
     written to a temporary file in its directory and moved over the old one (atomic).
   - Paths must be absolute and normalised (no C(..), no C(//)).
