@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 # Copyright: fabtune contributors
 # Apache License 2.0 (see LICENSE in this collection or https://www.apache.org/licenses/LICENSE-2.0)
 """Apply a desired NIC and NCCL state on this host, and the commit-confirmed revert built on it.
@@ -18,8 +17,9 @@ they were when armed; the transient timer ``fabtune-revert-<run_id>.timer`` runs
 Confirming stops the timer and removes the record. The first arming of a run also writes
 ``<run_id>.prerun.json`` (0600): that snapshot is the host's state before the run changed anything,
 kept after confirmation (the last ``PRERUN_KEPT`` runs) so a run can be rolled back from the hosts
-alone (``fabtune rollback RUN -i INV --from-hosts``) when the controller's journal is lost. One lock (``STATE_DIR/.lock``) orders the
-revert, arming and confirming, so a confirm never races a revert half-way.
+alone (``fabtune rollback RUN -i INV --from-hosts``) when the controller's journal is lost. One lock
+(``STATE_DIR/.lock``) orders the revert, arming and confirming, so a confirm never races a revert
+half-way.
 
 Importable as ``ansible_collections.fabtune.fabric.plugins.module_utils.fabric_apply`` (the
 collection's modules; Ansible ships it and the module_utils it imports with each module) or as
@@ -38,6 +38,8 @@ import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 try:
     from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_desired import QOS_KNOBS, validate
@@ -45,10 +47,10 @@ try:
         cc_knob_paths,
         netdev_split,
         parse_nccl_conf,
-        path as host_path,
         port_of,
         tos_knob_paths,
     )
+    from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_host import path as host_path
     from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_qos_backend import (
         QosError,
         diff_state,
@@ -56,17 +58,17 @@ try:
         read_argvs,
         write_argvs,
     )
-except ImportError:  # /usr/local/lib/fabtune beside fabtune-revert
-    from fabric_desired import QOS_KNOBS, validate  # type: ignore[no-redef]
-    from fabric_host import (  # type: ignore[no-redef]
+except ImportError:  # /usr/local/lib/fabtune beside fabtune-revert (mypy checks the names above)
+    from fabric_desired import QOS_KNOBS, validate  # type: ignore[import-not-found,no-redef]
+    from fabric_host import (  # type: ignore[import-not-found,no-redef]
         cc_knob_paths,
         netdev_split,
         parse_nccl_conf,
-        path as host_path,
         port_of,
         tos_knob_paths,
     )
-    from fabric_qos_backend import (  # type: ignore[no-redef]
+    from fabric_host import path as host_path  # type: ignore[no-redef]
+    from fabric_qos_backend import (  # type: ignore[import-not-found,no-redef]
         QosError,
         diff_state,
         parse,
@@ -93,6 +95,16 @@ RDMA_CM = "/sys/kernel/config/rdma_cm/"
 TOOL_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 COMMAND_TIMEOUT_S = 60
 
+# Evaluated at import time on the host's Python (3.8 and later): typing's generics, not list[...].
+Run = Callable[[Sequence[str]], str]
+"""``run(argv) -> stdout``, raising ApplyError when the command fails."""
+Which = Callable[[str], object]
+"""``which(name)``: whether (where) a command is installed."""
+Log = Callable[[str], None]
+Changes = Dict[str, Tuple[Optional[str], str]]
+"""``{path: (before, after)}`` of sysfs/configfs writes (``plan``)."""
+Lines = List[str]
+
 
 class ApplyError(Exception):
     """A command or a write that did not do what the apply needs."""
@@ -100,34 +112,32 @@ class ApplyError(Exception):
 
 # --- sysfs / configfs (fabric_sysfs) -----------------------------------------------------------
 
-def nic_knobs(root, interface, nic):
+def nic_knobs(root: str, interface: str, nic: Mapping[str, Any]) -> tuple[dict[str, str], str | None]:
     """``(knobs, problem)``: the ``{path: value}`` a desired NIC entry asks for on ``interface``."""
-    knobs = {}
+    knobs: dict[str, str] = {}
     if nic.get("mtu") is not None:
-        knobs["/sys/class/net/%s/mtu" % interface] = str(nic["mtu"])
+        knobs[f"/sys/class/net/{interface}/mtu"] = str(nic["mtu"])
     knobs.update(cc_knob_paths(interface, nic))
     if nic.get("roce_tos") is not None or nic.get("roce_mode") is not None:
         where = port_of(root, interface)
         if where is None:
-            return knobs, "%s has no RDMA port: cannot set roce_tos/roce_mode" % interface
+            return knobs, f"{interface} has no RDMA port: cannot set roce_tos/roce_mode"
         knobs.update(tos_knob_paths(where[0], where[1], nic))
     return knobs, None
 
 
-def read_value(path):
+def read_value(path: str) -> str | None:
     try:
-        with open(path) as handle:
-            return handle.read().strip()
-    except (IOError, OSError):
+        return Path(path).read_text().strip()
+    except OSError:
         return None
 
 
-def write_value(path, value):
-    with open(path, "w") as handle:
-        handle.write(value + "\n")
+def write_value(path: str, value: str) -> None:
+    Path(path).write_text(value + "\n")
 
 
-def cm_group(path):
+def cm_group(path: str) -> str | None:
     """The rdma_cm configfs group directory a path needs (``.../rdma_cm/mlx5_0``), or None."""
     if not path.startswith(RDMA_CM):
         return None
@@ -135,10 +145,12 @@ def cm_group(path):
     return RDMA_CM + dev
 
 
-def plan(knobs, reader=None, root="/"):
+def plan(knobs: Mapping[str, object], reader: Callable[[str], str | None] | None = None,
+         root: str = "/") -> tuple[dict[str, str | None], Changes]:
     """``(before, changes)``: current values and the ``{path: (before, after)}`` that differ."""
     reader = reader or read_value
-    before, changes = {}, {}
+    before: dict[str, str | None] = {}
+    changes: Changes = {}
     for name in sorted(knobs):
         want = str(knobs[name]).strip()
         have = reader(host_path(root, name))
@@ -148,7 +160,8 @@ def plan(knobs, reader=None, root="/"):
     return before, changes
 
 
-def write_changes(changes, writer=None, reader=None, root="/"):
+def write_changes(changes: Changes, writer: Callable[[str, str], None] | None = None,
+                  reader: Callable[[str], str | None] | None = None, root: str = "/") -> None:
     """Write ``plan``'s changes (creating rdma_cm configfs groups) and read them back.
 
     Raises:
@@ -158,20 +171,20 @@ def write_changes(changes, writer=None, reader=None, root="/"):
     for name, (_old, new) in sorted(changes.items()):
         group = cm_group(name)
         try:
-            if group and not os.path.isdir(host_path(root, group)):
-                os.mkdir(host_path(root, group))
+            if group and not Path(host_path(root, group)).is_dir():
+                Path(host_path(root, group)).mkdir()
             writer(host_path(root, name), new)
-        except (IOError, OSError) as exc:
-            raise ApplyError("cannot write %r to %s: %s" % (new, name, exc))
-    wrong = dict((p, reader(host_path(root, p))) for p in changes)
-    wrong = dict((p, v) for p, v in wrong.items() if v != changes[p][1])
+        except OSError as exc:
+            raise ApplyError(f"cannot write {new!r} to {name}: {exc}") from exc
+    wrong = {p: reader(host_path(root, p)) for p in changes}
+    wrong = {p: v for p, v in wrong.items() if v != changes[p][1]}
     if wrong:
-        raise ApplyError("the kernel did not take the values: %s" % wrong)
+        raise ApplyError(f"the kernel did not take the values: {wrong}")
 
 
 # --- QoS (fabric_qos) --------------------------------------------------------------------------
 
-def pick_backend(which):
+def pick_backend(which: Which) -> str | None:
     """``mlnx_qos`` when installed, else ``dcb``, else None (``which(name)`` finds a command)."""
     for name in ("mlnx_qos", "dcb"):
         if which(name):
@@ -179,7 +192,8 @@ def pick_backend(which):
     return None
 
 
-def qos_apply(backend, interface, desired, run, check_mode=False):
+def qos_apply(backend: str, interface: str, desired: Mapping[str, Any], run: Run,
+              check_mode: bool = False) -> tuple[dict[str, Any], dict[str, tuple[Any, Any]], list[list[str]]]:
     """Read the port's QoS state, write what differs; ``(before, changes, commands)``.
 
     ``run(argv)`` runs a command and returns its stdout (raising on failure).
@@ -195,63 +209,73 @@ def qos_apply(backend, interface, desired, run, check_mode=False):
 
 # --- /etc/nccl.conf (nccl_env) -----------------------------------------------------------------
 
-def render_nccl_conf(nccl, header="#\n# Ansible managed\n#"):
+def render_nccl_conf(nccl: Mapping[str, object], header: str = "#\n# Ansible managed\n#") -> str:
     """The nccl_env role's file: the header, then sorted ``KEY=value`` lines."""
-    return header.rstrip("\n") + "\n" + "".join("%s=%s\n" % (k, nccl[k]) for k in sorted(nccl))
+    return header.rstrip("\n") + "\n" + "".join(f"{k}={nccl[k]}\n" for k in sorted(nccl))
 
 
-def write_file(name, content, mode=0o644):
+def write_file(name: str, content: str | None, mode: int = 0o644) -> None:
     """Replace a file atomically (``content`` None removes it)."""
     if content is None:
         with contextlib.suppress(OSError):
-            os.unlink(name)
+            Path(name).unlink()
         return
-    parent = os.path.dirname(name)
-    if parent and not os.path.isdir(parent):
-        os.makedirs(parent, 0o755)
-    tmp = "%s.fabtune-%d" % (name, os.getpid())
+    parent = Path(name).parent
+    if not parent.is_dir():
+        parent.mkdir(0o755, parents=True)
+    tmp = f"{name}.fabtune-{os.getpid()}"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     try:
         os.write(fd, content.encode("utf-8"))
     finally:
         os.close(fd)
-    os.chmod(tmp, mode)
-    os.rename(tmp, name)
+    Path(tmp).chmod(mode)
+    Path(tmp).rename(name)  # atomic: readers see the old file or the new one
 
 
-def read_file(name):
+def read_file(name: str) -> str | None:
     try:
-        with open(name) as handle:
-            return handle.read()
-    except (IOError, OSError):
+        return Path(name).read_text()
+    except OSError:
         return None
 
 
 # --- a whole snapshot --------------------------------------------------------------------------
 
-def command_runner(extra_path=TOOL_PATH, timeout_s=COMMAND_TIMEOUT_S):
-    """``run(argv) -> stdout`` over subprocess, raising ApplyError on a non-zero exit or past ``timeout_s``."""
-    search = os.pathsep.join(filter(None, [os.environ.get("PATH"), extra_path]))
+class CommandRunner:
+    """``run(argv) -> stdout`` over subprocess, raising ApplyError on a non-zero exit or past ``timeout_s``;
+    ``run.which(name)`` finds a command on the same search path."""
 
-    def run(argv):
-        exe = shutil.which(argv[0], path=search)
+    def __init__(self, extra_path: str = TOOL_PATH, timeout_s: int = COMMAND_TIMEOUT_S) -> None:
+        self.search = os.pathsep.join(filter(None, [os.environ.get("PATH"), extra_path]))
+        self.timeout_s = timeout_s
+
+    def which(self, name: str) -> str | None:
+        return shutil.which(name, path=self.search)
+
+    def __call__(self, argv: Sequence[str]) -> str:
+        exe = self.which(argv[0])
         if exe is None:
-            raise ApplyError("%s: command not found" % argv[0])
+            raise ApplyError(f"{argv[0]}: command not found")
         try:
-            proc = subprocess.run([exe] + list(argv[1:]), capture_output=True, text=True, check=False,
-                                  timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            raise ApplyError("%s did not finish within %d s" % (" ".join(argv), timeout_s))
+            proc = subprocess.run([exe, *argv[1:]], capture_output=True, text=True, check=False,
+                                  timeout=self.timeout_s)
+        except subprocess.TimeoutExpired as exc:
+            raise ApplyError(f"{' '.join(argv)} did not finish within {self.timeout_s:d} s") from exc
         if proc.returncode != 0:
-            raise ApplyError("%s failed (rc %d): %s" % (" ".join(argv), proc.returncode,
-                                                        (proc.stdout + proc.stderr).strip()[-500:]))
+            output = (proc.stdout + proc.stderr).strip()[-500:]
+            raise ApplyError(f"{' '.join(argv)} failed (rc {proc.returncode:d}): {output}")
         return proc.stdout
 
-    run.which = lambda name: shutil.which(name, path=search)
-    return run
+
+def command_runner(extra_path: str = TOOL_PATH, timeout_s: int = COMMAND_TIMEOUT_S) -> CommandRunner:
+    """A :class:`CommandRunner` (``run(argv) -> stdout`` with ``run.which``)."""
+    return CommandRunner(extra_path, timeout_s)
 
 
-def apply_snapshot(snapshot, run, which, root="/", files=None, log=None):
+def apply_snapshot(snapshot: object, run: Run, which: Which, *, root: str = "/",
+                   files: Mapping[str, str | None] | None = None,
+                   log: Log | None = None) -> tuple[Lines, Lines]:
     """Apply a snapshot (a ``fabric_desired`` tree, couplings not enforced) to this host.
 
     Same order as the apply playbook: per RoCE port QoS and MTU (roce_qos), ECN/CNP (roce_cc),
@@ -270,34 +294,16 @@ def apply_snapshot(snapshot, run, which, root="/", files=None, log=None):
     roce, other = netdev_split(root)
     problems, normal = validate(snapshot, roce, other, enforce_couplings=False)
     if problems:
-        return [], ["invalid snapshot: %s" % p for p in problems]
-    changes, failed = [], []
+        return [], [f"invalid snapshot: {p}" for p in problems]
+    changes: Lines = []
+    failed: Lines = []
     backend = pick_backend(which)
     for netdev in sorted(normal.get("nics", {})):
         nic = normal["nics"][netdev]
-        qos = dict((k, nic[k]) for k in QOS_KNOBS if k in nic)
-        try:
-            if qos and backend is None:
-                raise ApplyError("neither mlnx_qos nor dcb is installed: cannot set the QoS of %s" % netdev)
-            if qos:
-                _before, diff, commands = qos_apply(backend, netdev, qos, run)
-                for key, (old, new) in sorted(diff.items()):
-                    changes.append("%s.%s: %s -> %s" % (netdev, key, old, new))
-                for argv in commands:
-                    log("ran: %s" % " ".join(argv))
-        except (ApplyError, QosError, ValueError) as exc:  # an unreadable QoS state: this port only
-            failed.append("%s qos: %s" % (netdev, exc))
-        sysfs = dict((k, nic[k]) for k in SYSFS_KNOBS if k in nic)
-        knobs, problem = nic_knobs(root, netdev, sysfs)
-        if problem:
-            failed.append(problem)
-        _before, diff = plan(knobs, root=root)
-        try:
-            write_changes(diff, root=root)
-            for name, (old, new) in sorted(diff.items()):
-                changes.append("%s: %s -> %s" % (name, old, new))
-        except ApplyError as exc:
-            failed.append("%s sysfs: %s" % (netdev, exc))
+        qos_changes, qos_failed = _apply_qos(netdev, nic, backend, run, log)
+        sysfs_changes, sysfs_failed = _apply_sysfs(root, netdev, nic)
+        changes += qos_changes + sysfs_changes
+        failed += qos_failed + sysfs_failed
     if "nccl" in normal:
         _restore_nccl(normal["nccl"], files, root, changes, failed)
     if RDMA_CM_CONF in files:
@@ -309,7 +315,40 @@ def apply_snapshot(snapshot, run, which, root="/", files=None, log=None):
     return changes, failed
 
 
-def _restore_sm(content, run, root, changes, failed):
+def _apply_qos(netdev: str, nic: Mapping[str, Any], backend: str | None, run: Run,
+               log: Log) -> tuple[Lines, Lines]:
+    """The QoS knobs of one port: ``(changes, problems)``; an unreadable QoS state fails this port only."""
+    qos = {k: nic[k] for k in QOS_KNOBS if k in nic}
+    if not qos:
+        return [], []
+    changes: Lines = []
+    try:
+        if backend is None:
+            raise ApplyError(f"neither mlnx_qos nor dcb is installed: cannot set the QoS of {netdev}")
+        _before, diff, commands = qos_apply(backend, netdev, qos, run)
+        for key, (old, new) in sorted(diff.items()):
+            changes.append(f"{netdev}.{key}: {old} -> {new}")
+        for argv in commands:
+            log("ran: {}".format(" ".join(argv)))
+    except (ApplyError, QosError, ValueError) as exc:
+        return changes, [f"{netdev} qos: {exc}"]
+    return changes, []
+
+
+def _apply_sysfs(root: str, netdev: str, nic: Mapping[str, Any]) -> tuple[Lines, Lines]:
+    """The sysfs/configfs knobs of one port (MTU, ECN/CNP, rdma_cm ToS/mode): ``(changes, problems)``."""
+    sysfs = {k: nic[k] for k in SYSFS_KNOBS if k in nic}
+    knobs, problem = nic_knobs(root, netdev, sysfs)
+    failed = [problem] if problem else []
+    _before, diff = plan(knobs, root=root)
+    try:
+        write_changes(diff, root=root)
+    except ApplyError as exc:
+        return [], [*failed, f"{netdev} sysfs: {exc}"]
+    return [f"{name}: {old} -> {new}" for name, (old, new) in sorted(diff.items())], failed
+
+
+def _restore_sm(content: str | None, run: Run, root: str, changes: Lines, failed: Lines) -> None:
     """Put the subnet manager's configuration back as it was; restart opensm under systemd.
 
     Like the ``ib_sm`` role's handlers: where systemd does not run the host, nothing restarts
@@ -317,62 +356,64 @@ def _restore_sm(content, run, root, changes, failed):
     """
     before = len(changes)
     _restore_file(OPENSM_CONF, content, root, changes, failed)
-    if len(changes) == before or not os.path.isdir(host_path(root, "/run/systemd/system")):
+    if len(changes) == before or not Path(host_path(root, "/run/systemd/system")).is_dir():
         return
     try:
         run(["systemctl", "restart", OPENSM_SERVICE])
-        changes.append("%s: restarted" % OPENSM_SERVICE)
+        changes.append(f"{OPENSM_SERVICE}: restarted")
     except ApplyError as exc:
-        failed.append("%s: %s" % (OPENSM_SERVICE, exc))
+        failed.append(f"{OPENSM_SERVICE}: {exc}")
 
 
-def _restore_nccl(nccl, files, root, changes, failed):
-    saved = files.get(NCCL_CONF, False)
+def _restore_nccl(nccl: Mapping[str, object] | None, files: Mapping[str, str | None], root: str,
+                  changes: Lines, failed: Lines) -> None:
+    saved = files.get(NCCL_CONF)
+    content: str | None
     if nccl is None:
         content = None
-    elif saved not in (False, None) and validate({"nccl": parse_nccl_conf(saved)},
-                                                 enforce_couplings=False)[1].get("nccl") == nccl:
+    elif isinstance(saved, str) and validate({"nccl": parse_nccl_conf(saved)},
+                                             enforce_couplings=False)[1].get("nccl") == nccl:
         content = saved
     else:
         content = render_nccl_conf(nccl)
     _restore_file(NCCL_CONF, content, root, changes, failed)
 
 
-def _restore_file(name, content, root, changes, failed):
+def _restore_file(name: str, content: str | None, root: str, changes: Lines, failed: Lines) -> None:
     where = host_path(root, name)
     if read_file(where) == content:
         return
     try:
         write_file(where, content)
-        changes.append("%s: %s" % (name, "removed" if content is None else "restored"))
-    except (IOError, OSError) as exc:
-        failed.append("%s: %s" % (name, exc))
+        changes.append("{}: {}".format(name, "removed" if content is None else "restored"))
+    except OSError as exc:
+        failed.append(f"{name}: {exc}")
 
 
 # --- the revert record and its timer -----------------------------------------------------------
 
-def unit_name(run_id):
+def unit_name(run_id: str) -> str:
     """The transient unit name (``.timer`` and ``.service``) of a run's revert."""
-    return "fabtune-revert-%s" % run_id
+    return f"fabtune-revert-{run_id}"
 
 
-def arm_argv(systemd_run, run_id, deadline_s, script=SCRIPT):
-    return [systemd_run, "--unit=%s" % unit_name(run_id), "--on-active=%ds" % int(deadline_s),
+def arm_argv(systemd_run: str, run_id: str, deadline_s: float, script: str = SCRIPT) -> list[str]:
+    return [systemd_run, f"--unit={unit_name(run_id)}", f"--on-active={int(deadline_s):d}s",
             "--timer-property=AccuracySec=1s", script, run_id]
 
 
-def record_path(state_dir, run_id, kind="armed"):
+def record_path(state_dir: str, run_id: str, kind: str = "armed") -> str:
     suffix = {"armed": ".json", "reverted": ".reverted.json", "failed": ".revert-failed.json",
               "prerun": ".prerun.json"}[kind]
-    return os.path.join(state_dir, run_id + suffix)
+    return os.path.join(state_dir, run_id + suffix)  # noqa: PTH118 (a str path, as the callers keep it)
 
 
 @contextlib.contextmanager
-def locked(state_dir):
+def locked(state_dir: str) -> Iterator[None]:
     """The revert lock (arm, confirm and revert of every run take it)."""
-    if not os.path.isdir(state_dir):
-        os.makedirs(state_dir, 0o700)
-    fd = os.open(os.path.join(state_dir, ".lock"), os.O_WRONLY | os.O_CREAT, 0o600)
+    if not Path(state_dir).is_dir():
+        Path(state_dir).mkdir(0o700, parents=True)
+    fd = os.open(Path(state_dir) / ".lock", os.O_WRONLY | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
@@ -380,35 +421,36 @@ def locked(state_dir):
         os.close(fd)
 
 
-def write_record(state_dir, run_id, record):
+def write_record(state_dir: str, run_id: str, record: Mapping[str, Any]) -> None:
     """Write ``STATE_DIR/<run_id>.json`` (0600, atomically)."""
-    if not os.path.isdir(state_dir):
-        os.makedirs(state_dir, 0o700)
+    if not Path(state_dir).is_dir():
+        Path(state_dir).mkdir(0o700, parents=True)
     write_file(record_path(state_dir, run_id), json.dumps(record, indent=1, sort_keys=True) + "\n", 0o600)
 
 
-def keep_prerun(state_dir, run_id, record, kept=PRERUN_KEPT):
+def keep_prerun(state_dir: str, run_id: str, record: Mapping[str, Any], kept: int = PRERUN_KEPT) -> bool:
     """Write ``<run_id>.prerun.json`` from the run's first armed record (never replaced); keep the last runs.
 
     Returns whether it was written (False: the run already has its pre-run record).
     """
     path = record_path(state_dir, run_id, "prerun")
-    if os.path.exists(path):
+    if Path(path).exists():
         return False
     write_file(path, json.dumps(dict(record, prerun=True), indent=1, sort_keys=True) + "\n", 0o600)
-    records = [os.path.join(state_dir, n) for n in os.listdir(state_dir) if n.endswith(".prerun.json")]
-    for old in sorted(records, key=os.path.getmtime)[:-kept]:
-        os.unlink(old)
+    records = [entry for entry in Path(state_dir).iterdir() if entry.name.endswith(".prerun.json")]
+    for old in sorted(records, key=lambda entry: entry.stat().st_mtime)[:-kept]:
+        old.unlink()
     return True
 
 
-def kept_files(root="/", names=KEPT_FILES):
+def kept_files(root: str = "/", names: Sequence[str] = KEPT_FILES) -> dict[str, str | None]:
     """``{path: text or None}``: the managed files as they are now (for a byte-exact revert)."""
-    return dict((name, read_file(host_path(root, name))) for name in names)
+    return {name: read_file(host_path(root, name)) for name in names}
 
 
-def revert(run_id, state_dir=STATE_DIR, root="/", run=None, which=None, log=None,
-           why="deadline passed without confirmation"):
+def revert(run_id: str, *, state_dir: str = STATE_DIR, root: str = "/", run: Run | None = None,
+           which: Which | None = None, log: Log | None = None,
+           why: str = "deadline passed without confirmation") -> int:
     """Apply ``<run_id>.json``'s snapshot and mark it done; the exit status of fabtune-revert."""
     log = log or (lambda text: None)
     run = run or command_runner()
@@ -417,42 +459,43 @@ def revert(run_id, state_dir=STATE_DIR, root="/", run=None, which=None, log=None
         armed = record_path(state_dir, run_id)
         text = read_file(armed)
         if text is None:
-            log("run %s: nothing armed (confirmed, or already reverted): nothing to do" % run_id)
+            log(f"run {run_id}: nothing armed (confirmed, or already reverted): nothing to do")
             return 0
         try:
             record = json.loads(text)
         except ValueError as exc:
-            log("run %s: unreadable record %s: %s" % (run_id, armed, exc))
-            os.rename(armed, record_path(state_dir, run_id, "failed"))
+            log(f"run {run_id}: unreadable record {armed}: {exc}")
+            Path(armed).rename(record_path(state_dir, run_id, "failed"))
             return 1
-        log("run %s: %s: reverting to the snapshot" % (run_id, why))
+        log(f"run {run_id}: {why}: reverting to the snapshot")
         changes, failed = apply_snapshot(record.get("snapshot") or {}, run, which, root=root,
                                          files=record.get("files") or {}, log=log)
         for line in changes:
-            log("run %s: reverted %s" % (run_id, line))
+            log(f"run {run_id}: reverted {line}")
         for line in failed:
-            log("run %s: FAILED %s" % (run_id, line))
+            log(f"run {run_id}: FAILED {line}")
         record.update(reverted_at=time.time(), reverted_why=why, changes=changes, problems=failed)
         write_file(armed, json.dumps(record, indent=1, sort_keys=True) + "\n", 0o600)
         kind = "failed" if failed else "reverted"
-        os.rename(armed, record_path(state_dir, run_id, kind))
-        log("run %s: %s (%d changes, %d problems)" % (run_id, "revert incomplete" if failed else "reverted",
-                                                     len(changes), len(failed)))
+        Path(armed).rename(record_path(state_dir, run_id, kind))
+        outcome = "revert incomplete" if failed else "reverted"
+        log(f"run {run_id}: {outcome} ({len(changes)} changes, {len(failed)} problems)")
         return 1 if failed else 0
 
 
-def file_logger(name=LOG_FILE, tag="fabtune-revert"):
-    def log(text):
-        line = "%s %s[%d]: %s\n" % (time.strftime("%Y-%m-%dT%H:%M:%S%z"), tag, os.getpid(), text)
+def file_logger(name: str = LOG_FILE, tag: str = "fabtune-revert") -> Log:
+    def log(text: str) -> None:
+        line = f"{time.strftime('%Y-%m-%dT%H:%M:%S%z')} {tag}[{os.getpid()}]: {text}\n"
         try:
-            with open(name, "a") as handle:
+            with Path(name).open("a") as handle:
                 handle.write(line)
-        except (IOError, OSError):
+        except OSError:
             sys.stderr.write(line)
     return log
 
 
-def revert_main(argv, state_dir=STATE_DIR, log_file=LOG_FILE, root="/"):
+def revert_main(argv: Sequence[str], state_dir: str = STATE_DIR, log_file: str = LOG_FILE,
+                root: str = "/") -> int:
     """``fabtune-revert RUN_ID``: the command the revert timer runs."""
     log = file_logger(log_file)
     if len(argv) != 1 or not RUN_ID_RE.match(argv[0]):
@@ -461,7 +504,7 @@ def revert_main(argv, state_dir=STATE_DIR, log_file=LOG_FILE, root="/"):
     try:
         return revert(argv[0], state_dir=state_dir, root=root, log=log)
     except Exception as exc:  # the log must say why, whatever happened
-        log("run %s: revert crashed: %r" % (argv[0], exc))
+        log(f"run {argv[0]}: revert crashed: {exc!r}")
         return 1
 
 
@@ -479,7 +522,7 @@ def revert_main(argv, state_dir=STATE_DIR, log_file=LOG_FILE, root="/"):
 # fabtune-boot.service) first reverts every run still armed whose timer is gone (a reboot ends
 # transient timers), then applies PERSISTED with ``apply_snapshot``: the code of every revert.
 
-def _merge_knob(key, old, new):
+def _merge_knob(key: str, old: object, new: object) -> object:
     """A knob's persisted value after ``new`` is applied: a map (dscp2prio, ecn) is merged per key
     (the keys a desired state leaves out are not managed), any other value is replaced."""
     if key in ("dscp2prio", "ecn") and isinstance(old, dict) and isinstance(new, dict):
@@ -489,13 +532,13 @@ def _merge_knob(key, old, new):
     return new
 
 
-def canonical_nics(nics):
+def canonical_nics(nics: Mapping[str, Any] | None) -> dict[str, Any]:
     """``nics`` as JSON sees it (string map keys, sorted lists kept as given), empty entries dropped."""
     text = json.dumps(nics or {}, sort_keys=True)
-    return dict((dev, knobs) for dev, knobs in json.loads(text).items() if knobs)
+    return {dev: knobs for dev, knobs in json.loads(text).items() if knobs}
 
 
-def merge_persisted(persisted, nics):
+def merge_persisted(persisted: Mapping[str, Any] | None, nics: Mapping[str, Any] | None) -> dict[str, Any]:
     """The persisted ``{netdev: {knob: value}}`` with the knobs of ``nics`` applied over it.
 
     A port whose trust is not ``dscp`` keeps no DSCP map: it would not apply, and a desired state
@@ -512,12 +555,12 @@ def merge_persisted(persisted, nics):
     return out
 
 
-def persisted_text(nics):
+def persisted_text(nics: Mapping[str, Any] | None) -> str:
     """The PERSISTED file's text for ``nics`` (canonical: the same state gives the same bytes)."""
     return json.dumps({"nics": canonical_nics(nics)}, indent=1, sort_keys=True) + "\n"
 
 
-def read_persisted(root="/", name=PERSISTED):
+def read_persisted(root: str = "/", name: str = PERSISTED) -> tuple[dict[str, Any], str | None]:
     """``(nics, problem)``: the persisted NIC knobs (``{}`` when the file does not exist)."""
     text = read_file(host_path(root, name))
     if text is None:
@@ -525,36 +568,37 @@ def read_persisted(root="/", name=PERSISTED):
     try:
         doc = json.loads(text)
     except ValueError as exc:
-        return {}, "%s is not JSON: %s" % (name, exc)
+        return {}, f"{name} is not JSON: {exc}"
     if not isinstance(doc, dict) or not isinstance(doc.get("nics", {}), dict):
-        return {}, "%s must hold {\"nics\": {netdev: {knob: value}}}" % name
+        return {}, f"{name} must hold {{\"nics\": {{netdev: {{knob: value}}}}}}"
     return canonical_nics(doc.get("nics")), None
 
 
 DONE_SUFFIXES = (".reverted.json", ".revert-failed.json", ".prerun.json")
 
 
-def armed_runs(state_dir):
+def armed_runs(state_dir: str) -> list[tuple[float, str]]:
     """``[(armed_at, run_id)]`` of the runs with a revert armed (``<run_id>.json``), newest first."""
-    if not os.path.isdir(state_dir):
+    if not Path(state_dir).is_dir():
         return []
-    out = []
-    for name in os.listdir(state_dir):
+    out: list[tuple[float, str]] = []
+    for entry in Path(state_dir).iterdir():
+        name = entry.name
         if not name.endswith(".json") or name.endswith(DONE_SUFFIXES):
             continue
         run_id = name[:-len(".json")]
         if not RUN_ID_RE.match(run_id):
             continue
         try:
-            with open(os.path.join(state_dir, name)) as handle:
+            with entry.open() as handle:
                 armed_at = float(json.load(handle).get("armed_at") or 0)
-        except (IOError, OSError, ValueError, TypeError, AttributeError):
+        except (OSError, ValueError, TypeError, AttributeError):
             armed_at = 0.0
         out.append((armed_at, run_id))
     return sorted(out, reverse=True)
 
 
-def timer_loaded(run, run_id):
+def timer_loaded(run: Run, run_id: str) -> bool:
     """Whether the revert timer of ``run_id`` is loaded (``systemctl is-active`` says so)."""
     try:
         run(["systemctl", "is-active", "--quiet", unit_name(run_id) + ".timer"])
@@ -563,28 +607,30 @@ def timer_loaded(run, run_id):
     return True
 
 
-def stranded_runs(state_dir, run):
+def stranded_runs(state_dir: str, run: Run) -> list[str]:
     """The armed runs whose revert timer is gone (newest first): after a reboot, every armed run.
 
     Taken under the revert lock: arming writes the record and starts the timer under it, so a
     record seen here either has its timer or lost it. No revert directory: nothing was ever armed.
     """
-    if not os.path.isdir(state_dir):
+    if not Path(state_dir).is_dir():
         return []
     with locked(state_dir):
         return [run_id for _at, run_id in armed_runs(state_dir) if not timer_loaded(run, run_id)]
 
 
-def present_nics(nics, root="/"):
-    """``(nics of this host's RoCE ports, problems)``: entries of ports the host no longer has are left out."""
+def present_nics(nics: Mapping[str, Any], root: str = "/") -> tuple[dict[str, Any], Lines]:
+    """``(nics of this host's RoCE ports, problems)``: entries of ports the host no longer has are left
+    out."""
     roce, _other = netdev_split(root)
-    kept = dict((dev, knobs) for dev, knobs in nics.items() if dev in roce)
-    gone = ["%s: no such RoCE port on this host (its persisted settings are skipped)" % dev
+    kept = {dev: knobs for dev, knobs in nics.items() if dev in roce}
+    gone = [f"{dev}: no such RoCE port on this host (its persisted settings are skipped)"
             for dev in sorted(nics) if dev not in roce]
     return kept, gone
 
 
-def boot(state_dir=STATE_DIR, root="/", run=None, which=None, log=None):
+def boot(state_dir: str = STATE_DIR, root: str = "/", run: Run | None = None, which: Which | None = None,
+         log: Log | None = None) -> int:
     """What ``fabtune-boot`` does at boot; its exit status (1 when anything could not be done).
 
     1. Revert every run still armed whose timer is gone, newest first (so the oldest snapshot,
@@ -601,22 +647,23 @@ def boot(state_dir=STATE_DIR, root="/", run=None, which=None, log=None):
                          why="armed but never confirmed, and its timer is gone (the host rebooted)")
     nics, problem = read_persisted(root)
     if problem:
-        log("FAILED %s" % problem)
+        log(f"FAILED {problem}")
         return 1
     if not nics:
-        log("nothing persisted in %s: nothing to apply" % PERSISTED)
+        log(f"nothing persisted in {PERSISTED}: nothing to apply")
         return status
     nics, gone = present_nics(nics, root)
     changes, failed = apply_snapshot({"nics": nics}, run, which, root=root, log=log)
     for line in changes:
-        log("applied %s" % line)
+        log(f"applied {line}")
     for line in gone + failed:
-        log("FAILED %s" % line)
-    log("persisted settings applied (%d changes, %d problems)" % (len(changes), len(gone) + len(failed)))
+        log(f"FAILED {line}")
+    log(f"persisted settings applied ({len(changes)} changes, {len(gone) + len(failed)} problems)")
     return 1 if (failed or gone or status) else 0
 
 
-def boot_main(argv, state_dir=STATE_DIR, log_file=BOOT_LOG, root="/"):
+def boot_main(argv: Sequence[str], state_dir: str = STATE_DIR, log_file: str = BOOT_LOG,
+              root: str = "/") -> int:
     """``fabtune-boot``: the command of fabtune-boot.service."""
     log = file_logger(log_file, "fabtune-boot")
     if argv:
@@ -625,5 +672,5 @@ def boot_main(argv, state_dir=STATE_DIR, log_file=BOOT_LOG, root="/"):
     try:
         return boot(state_dir=state_dir, root=root, log=log)
     except Exception as exc:  # the log must say why, whatever happened
-        log("boot apply crashed: %r" % exc)
+        log(f"boot apply crashed: {exc!r}")
         return 1

@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 # Copyright: fabtune contributors
 # Apache License 2.0 (see LICENSE in this collection or https://www.apache.org/licenses/LICENSE-2.0)
 """The desired fabric state: its schema, its couplings, and how ``all`` expands per interface.
@@ -19,6 +18,8 @@ A knob that is absent is not managed. ``fabric_facts`` reports the same shape.
 """
 
 from __future__ import annotations
+
+from typing import Any, Callable, Collection, Iterable, Mapping, Sequence
 
 PRIORITIES = 8
 DSCP_COUNT = 64
@@ -97,7 +98,7 @@ cc_sw_cong_setting_marking_rate cc_ca_cong_setting_port_control cc_ca_cong_setti
 cc_ca_cong_setting_ccti_timer cc_ca_cong_setting_ccti_increase
 cc_ca_cong_setting_trigger_threshold cc_ca_cong_setting_ccti_min cc_cct prefix_routes_file
 consolidate_ipv6_snm_req log_prefix
-""".split())
+""".split())  # noqa: SIM905 (the keys as opensm --create-config writes them: easy to compare)
 
 # Keys only NVIDIA's MLNX OpenSM knows (written only when ``sm_flavor`` is ``mlnx``):
 # adaptive_timeout_sl_mask, new in MLNXSM 5.10 (release notes, formats.md 7.2). Adaptive routing
@@ -123,184 +124,206 @@ SM_BOOL_KEYS = ("qos", "reassign_lids", "force_heavy_sweep", "sweep_on_trap", "c
 SM_FLAVORS = ("upstream", "mlnx")
 
 
-class _Problems(object):
+class _Problems:
     """Collects every problem with the path of the field it concerns."""
 
-    def __init__(self):
-        self.items = []
+    def __init__(self) -> None:
+        self.items: list[str] = []
 
-    def add(self, path, value, why):
-        self.items.append("%s: %s %s" % (path, _show(value), why))
+    def add(self, path: str, value: object, why: str) -> None:
+        self.items.append(f"{path}: {_show(value)} {why}")
 
-    def note(self, text):
+    def note(self, text: str) -> None:
         self.items.append(text)
 
 
-def _show(value):
+def _show(value: object) -> str:
     return repr(value) if isinstance(value, str) else str(value)
 
 
-def _is_int(value):
+def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def as_int(value):
+def as_int(value: object) -> int | None:
     """An int from an int or a decimal string (extra vars arrive as JSON), else None."""
-    if _is_int(value):
+    if isinstance(value, int) and _is_int(value):
         return value
     if isinstance(value, str) and value.strip().lstrip("-").isdigit():
         return int(value.strip())
     return None
 
 
-def _int_in(p, path, value, low, high, what="must be an integer"):
+def _int_in(p: _Problems, path: str, value: object, low: int, high: int, *,
+            what: str = "must be an integer") -> int | None:
     number = as_int(value)
     if number is None or not low <= number <= high:
-        p.add(path, value, "%s in %d..%d" % (what, low, high))
+        p.add(path, value, f"{what} in {low:d}..{high:d}")
         return None
     return number
 
 
-def _prio_list(p, path, value):
+def _prio_list(p: _Problems, path: str, value: object) -> list[int] | None:
     if not isinstance(value, list):
         p.add(path, value, "must be a list of priorities (0..7)")
         return None
-    out = []
+    out: list[int] = []
     for i, item in enumerate(value):
-        prio = _int_in(p, "%s[%d]" % (path, i), item, 0, PRIORITIES - 1, "is not a priority: must be")
+        prio = _int_in(p, f"{path}[{i:d}]", item, 0, PRIORITIES - 1, what="is not a priority: must be")
         if prio is not None and prio not in out:
             out.append(prio)
     return sorted(out)
 
 
-def _eight(p, path, value, check):
+def _eight(p: _Problems, path: str, value: object,
+           check: Callable[[str, Any], Any]) -> list[Any] | None:
     if not isinstance(value, list) or len(value) != PRIORITIES:
         p.add(path, value, "must be a list of 8 values (one per priority or traffic class)")
         return None
-    out = [check("%s[%d]" % (path, i), item) for i, item in enumerate(value)]
+    out = [check(f"{path}[{i:d}]", item) for i, item in enumerate(value)]
     return None if any(v is None for v in out) else out
 
 
-def _dscp_map(p, path, value):
+def _dscp_map(p: _Problems, path: str, value: object) -> dict[int, int] | None:
     if not isinstance(value, dict):
         p.add(path, value, "must be a mapping of DSCP (0..63) to priority (0..7)")
         return None
-    out = {}
+    out: dict[int, int] = {}
     for key, prio in value.items():
-        dscp = _int_in(p, "%s key" % path, key, 0, DSCP_COUNT - 1, "is not a DSCP: must be")
-        number = _int_in(p, "%s.%s" % (path, key), prio, 0, PRIORITIES - 1, "is not a priority: must be")
+        dscp = _int_in(p, f"{path} key", key, 0, DSCP_COUNT - 1, what="is not a DSCP: must be")
+        number = _int_in(p, f"{path}.{key}", prio, 0, PRIORITIES - 1, what="is not a priority: must be")
         if dscp is not None and number is not None:
             out[dscp] = number
     return out
 
 
-def _ecn(p, path, value):
+def _ecn(p: _Problems, path: str, value: object) -> dict[str, list[int]] | None:
     if not isinstance(value, dict):
         p.add(path, value, "must be a mapping with np and/or rp (lists of priorities)")
         return None
-    out = {}
+    out: dict[str, list[int]] = {}
     for key, item in value.items():
         if key not in ("np", "rp"):
-            p.add("%s.%s" % (path, key), item, "is not a known key (np, rp)")
+            p.add(f"{path}.{key}", item, "is not a known key (np, rp)")
             continue
-        prios = _prio_list(p, "%s.%s" % (path, key), item)
+        prios = _prio_list(p, f"{path}.{key}", item)
         if prios is not None:
             out[key] = prios
     return out
 
 
-def _tos(p, path, value):
-    tos = _int_in(p, path, value, 0, 255, "is not a ToS byte: must be")
+def _tos(p: _Problems, path: str, value: object) -> int | None:
+    tos = _int_in(p, path, value, 0, 255, what="is not a ToS byte: must be")
     if tos is not None and tos & 3 == 3:
         p.add(path, value, "sets ECN bits 11 (CE, congestion experienced): use ECT (tos & 3 = 1 or 2) or 0")
         return None
     return tos
 
 
-def _nic_field(p, path, key, value):
+def _trust(p: _Problems, path: str, value: object) -> object:
+    if value not in TRUST_CHOICES:
+        p.add(path, value, "must be one of pcp, dscp")
+        return None
+    return value
+
+
+def _prio_tc(p: _Problems, path: str, value: object) -> list[Any] | None:
+    return _eight(p, path, value, lambda sub, v: _int_in(p, sub, v, 0, PRIORITIES - 1,
+                                                         what="is not a traffic class: must be"))
+
+
+def _tsa(p: _Problems, path: str, value: object) -> list[Any] | None:
+    def one(sub: str, v: object) -> object:
+        if v not in TSA_CHOICES:
+            p.add(sub, v, "must be one of strict, ets, vendor")
+            return None
+        return v
+    return _eight(p, path, value, one)
+
+
+def _tcbw(p: _Problems, path: str, value: object) -> list[Any] | None:
+    return _eight(p, path, value, lambda sub, v: _int_in(p, sub, v, 0, 100, what="must be a percentage"))
+
+
+def _mtu(p: _Problems, path: str, value: object) -> int | None:
+    mtu = as_int(value)
+    if mtu not in MTU_CHOICES:
+        p.add(path, value, f"must be one of {', '.join(str(m) for m in MTU_CHOICES)} "
+              "(each fits a RoCE MTU of 1024/2048/4096)")
+        return None
+    return mtu
+
+
+def _cnp_dscp(p: _Problems, path: str, value: object) -> int | None:
+    return _int_in(p, path, value, 0, DSCP_COUNT - 1, what="is not a DSCP: must be")
+
+
+def _cnp_prio(p: _Problems, path: str, value: object) -> int | None:
+    return _int_in(p, path, value, 0, PRIORITIES - 1, what="is not a priority: must be")
+
+
+def _roce_mode(p: _Problems, path: str, value: object) -> int | None:
+    mode = as_int(value)
+    if mode not in ROCE_MODES:
+        p.add(path, value, "must be 1 (RoCE v1) or 2 (RoCE v2)")
+        return None
+    return mode
+
+
+# Each NIC knob's check: its normal form, or None (the problem added).
+_NIC_FIELDS: dict[str, Callable[[_Problems, str, Any], Any]] = {
+    "trust": _trust, "dscp2prio": _dscp_map, "pfc": _prio_list, "prio_tc": _prio_tc, "tsa": _tsa,
+    "tcbw": _tcbw, "mtu": _mtu, "ecn": _ecn, "cnp_dscp": _cnp_dscp, "cnp_prio": _cnp_prio,
+    "roce_tos": _tos, "roce_mode": _roce_mode,
+}
+
+
+def _nic_field(p: _Problems, path: str, key: str, value: object) -> Any:
     """Check one NIC knob; return its normal form or None."""
-    if key == "trust":
-        if value not in TRUST_CHOICES:
-            p.add(path, value, "must be one of pcp, dscp")
-            return None
-        return value
-    if key == "dscp2prio":
-        return _dscp_map(p, path, value)
-    if key in ("pfc",):
-        return _prio_list(p, path, value)
-    if key == "prio_tc":
-        return _eight(p, path, value, lambda sub, v: _int_in(p, sub, v, 0, PRIORITIES - 1,
-                                                             "is not a traffic class: must be"))
-    if key == "tsa":
-        def one(sub, v):
-            if v not in TSA_CHOICES:
-                p.add(sub, v, "must be one of strict, ets, vendor")
-                return None
-            return v
-        return _eight(p, path, value, one)
-    if key == "tcbw":
-        return _eight(p, path, value, lambda sub, v: _int_in(p, sub, v, 0, 100, "must be a percentage"))
-    if key == "mtu":
-        mtu = as_int(value)
-        if mtu not in MTU_CHOICES:
-            p.add(path, value, "must be one of %s (each fits a RoCE MTU of 1024/2048/4096)"
-                  % ", ".join(str(m) for m in MTU_CHOICES))
-            return None
-        return mtu
-    if key == "ecn":
-        return _ecn(p, path, value)
-    if key == "cnp_dscp":
-        return _int_in(p, path, value, 0, DSCP_COUNT - 1, "is not a DSCP: must be")
-    if key == "cnp_prio":
-        return _int_in(p, path, value, 0, PRIORITIES - 1, "is not a priority: must be")
-    if key == "roce_tos":
-        return _tos(p, path, value)
-    if key == "roce_mode":
-        mode = as_int(value)
-        if mode not in ROCE_MODES:
-            p.add(path, value, "must be 1 (RoCE v1) or 2 (RoCE v2)")
-            return None
-        return mode
-    p.add(path, value, "is not a known NIC knob (%s)" % ", ".join(NIC_KNOBS))
-    return None
+    check = _NIC_FIELDS.get(key)
+    if check is None:
+        p.add(path, value, f"is not a known NIC knob ({', '.join(NIC_KNOBS)})")
+        return None
+    return check(p, path, value)
 
 
-def _nic_entry(p, path, value):
+def _nic_entry(p: _Problems, path: str, value: object) -> dict[str, Any]:
     if value is None:
         return {}
     if not isinstance(value, dict):
         p.add(path, value, "must be a mapping of NIC knobs")
         return {}
-    out = {}
+    out: dict[str, Any] = {}
     for key in sorted(value):
-        checked = _nic_field(p, "%s.%s" % (path, key), key, value[key])
+        checked = _nic_field(p, f"{path}.{key}", key, value[key])
         if checked is not None:
             out[key] = checked
     _check_ets(p, path, out)
     return out
 
 
-def _check_ets(p, path, nic):
+def _check_ets(p: _Problems, path: str, nic: Mapping[str, Any]) -> None:
     tsa, bw = nic.get("tsa"), nic.get("tcbw")
     if tsa is None or bw is None:
         return
     for tc in range(PRIORITIES):
         if tsa[tc] != "ets" and bw[tc] != 0:
-            p.add("%s.tcbw[%d]" % (path, tc), bw[tc], "must be 0: traffic class %d is %s, not ets" % (tc, tsa[tc]))
+            p.add(f"{path}.tcbw[{tc:d}]", bw[tc], f"must be 0: traffic class {tc:d} is {tsa[tc]}, not ets")
     total = sum(b for b, t in zip(bw, tsa) if t == "ets")
     if "ets" in tsa and total != 100:
-        p.add("%s.tcbw" % path, bw, "must sum to 100 over the ets traffic classes (sums to %d)" % total)
+        p.add(f"{path}.tcbw", bw, f"must sum to 100 over the ets traffic classes (sums to {total:d})")
 
 
-def roce_priority(nic):
+def roce_priority(nic: Mapping[str, Any]) -> int | None:
     """The priority RoCE data lands in: ``dscp2prio[roce_tos >> 2]`` under DSCP trust, else None."""
     tos, dmap = nic.get("roce_tos"), nic.get("dscp2prio") or {}
     if nic.get("trust") != "dscp" or tos is None:
         return None
-    return dmap.get(tos >> 2)
+    prio: int | None = dmap.get(tos >> 2)
+    return prio
 
 
-def couplings(path, nic, nccl_tc=None):
+def couplings(path: str, nic: Mapping[str, Any], nccl_tc: int | None = None) -> list[str]:
     """Problems between coupled knobs of one effective NIC entry (see the module docstring).
 
     Rules: under DSCP trust, the RoCE ToS's DSCP (``tos >> 2``) must be in dscp2prio; when any
@@ -311,50 +334,50 @@ def couplings(path, nic, nccl_tc=None):
     classify it.
     """
     out = []
-    tos, trust, dmap = nic.get("roce_tos"), nic.get("trust"), nic.get("dscp2prio")
+    tos: Any = nic.get("roce_tos")  # an int when prio is not None
+    trust, dmap = nic.get("trust"), nic.get("dscp2prio")
     prio = roce_priority(nic)
     if trust == "dscp" and tos is not None and dmap is not None and (tos >> 2) not in dmap:
-        out.append("%s: roce_tos %d is DSCP %d, which dscp2prio does not map: add %d: <priority>"
-                   % (path, tos, tos >> 2, tos >> 2))
+        out.append(f"{path}: roce_tos {tos:d} is DSCP {tos >> 2:d}, which dscp2prio does not map: "
+                   f"add {tos >> 2:d}: <priority>")
     pfc = nic.get("pfc")
-    if prio is not None and pfc:
-        if prio not in pfc:
-            out.append("%s: roce_tos %d (DSCP %d) maps to priority %d, but PFC is on only for "
-                       "priorities %s: RoCE traffic would miss the lossless class"
-                       % (path, tos, tos >> 2, prio, pfc))
+    if prio is not None and pfc and prio not in pfc:
+        out.append(f"{path}: roce_tos {tos:d} (DSCP {tos >> 2:d}) maps to priority {prio:d}, but PFC is on "
+                   f"only for priorities {pfc}: RoCE traffic would miss the lossless class")
     cnp = nic.get("cnp_prio")
     if cnp is not None and prio is not None and cnp == prio:
-        out.append("%s: cnp_prio %d is the RoCE data priority (roce_tos %d -> DSCP %d -> priority %d): "
-                   "CNPs would queue behind the traffic they throttle" % (path, cnp, tos, tos >> 2, prio))
+        out.append(f"{path}: cnp_prio {cnp:d} is the RoCE data priority (roce_tos {tos:d} -> "
+                   f"DSCP {tos >> 2:d} -> priority {prio:d}): "
+                   "CNPs would queue behind the traffic they throttle")
     cnp_dscp = nic.get("cnp_dscp")
     if trust == "dscp" and cnp is not None and cnp_dscp is not None and dmap and cnp_dscp in dmap \
             and dmap[cnp_dscp] != cnp:
-        out.append("%s: cnp_dscp %d maps to priority %d in dscp2prio, not to cnp_prio %d"
-                   % (path, cnp_dscp, dmap[cnp_dscp], cnp))
+        out.append(f"{path}: cnp_dscp {cnp_dscp:d} maps to priority {dmap[cnp_dscp]:d} in dscp2prio, "
+                   f"not to cnp_prio {cnp:d}")
     if tos is not None and cnp_dscp is not None and cnp_dscp == tos >> 2 and (pfc or cnp is not None):
-        out.append("%s: cnp_dscp %d is the RoCE data DSCP (roce_tos %d): CNPs and data would share one class"
-                   % (path, cnp_dscp, tos))
+        out.append(f"{path}: cnp_dscp {cnp_dscp:d} is the RoCE data DSCP (roce_tos {tos:d}): "
+                   "CNPs and data would share one class")
     if nccl_tc is not None and tos is not None and nccl_tc != tos:
-        out.append("%s: roce_tos %d differs from nccl.NCCL_IB_TC %d: NCCL and rdma_cm traffic would land in "
-                   "different classes" % (path, tos, nccl_tc))
+        out.append(f"{path}: roce_tos {tos:d} differs from nccl.NCCL_IB_TC {nccl_tc:d}: NCCL and rdma_cm "
+                   "traffic would land in different classes")
     if nic.get("roce_mode") == 1 and trust == "dscp":
-        out.append("%s: roce_mode 1 (RoCE v1) carries no IP header, so trust dscp cannot classify it: "
-                   "use roce_mode 2" % path)
+        out.append(f"{path}: roce_mode 1 (RoCE v1) carries no IP header, so trust dscp cannot classify it: "
+                   "use roce_mode 2")
     if trust == "dscp" and tos is not None and prio is None and dmap is None and pfc:
-        out.append("%s: trust dscp with PFC on %s and roce_tos %d needs dscp2prio to say where DSCP %d goes"
-                   % (path, pfc, tos, tos >> 2))
+        out.append(f"{path}: trust dscp with PFC on {pfc} and roce_tos {tos:d} needs dscp2prio to say where "
+                   f"DSCP {tos >> 2:d} goes")
     return out
 
 
-def _nccl(p, value):
+def _nccl(p: _Problems, value: object) -> dict[str, Any] | None:
     if value is None:
         return None
     if not isinstance(value, dict):
         p.add("nccl", value, "must be a mapping of NCCL_* variables (or null: no /etc/nccl.conf)")
         return None
-    out = {}
+    out: dict[str, Any] = {}
     for key in sorted(value):
-        item, path = value[key], "nccl.%s" % key
+        item, path = value[key], f"nccl.{key}"
         if not isinstance(key, str) or not key.startswith("NCCL_") or not key.replace("_", "").isalnum():
             p.add(path, key, "is not an NCCL_* variable name")
             continue
@@ -378,46 +401,63 @@ def _nccl(p, value):
     return out
 
 
-def _sm_value(p, key, value, flavor):
-    path = "sm.%s" % key
-    if key not in OPENSM_KEYS and not (flavor == "mlnx" and key in MLNX_AR_KEYS):
-        extra = " (an NVIDIA MLNX OpenSM key: set sm_flavor: mlnx)" if key in MLNX_AR_KEYS else ""
-        p.add(path, value, "is not a key opensm knows%s" % extra)
+def _routing_engine(p: _Problems, path: str, value: object, flavor: str) -> str | None:
+    engines = [e.strip() for e in str(value).split(",")]
+    for engine in engines:
+        if engine not in ROUTING_ENGINES:
+            p.add(path, value,
+                  f"names unknown routing engine {engine!r} (known: {', '.join(ROUTING_ENGINES)})")
+            return None
+        if engine in AR_ENGINES and flavor != "mlnx":
+            p.add(path, value, f"names {engine}, an NVIDIA MLNX OpenSM engine: set sm_flavor: mlnx")
+            return None
+    return ",".join(engines)
+
+
+def _sm_bool(p: _Problems, path: str, value: object) -> bool | None:
+    if isinstance(value, bool):
+        return value
+    text = str(value).upper()
+    if text not in ("TRUE", "FALSE"):
+        p.add(path, value, "must be true or false")
         return None
-    if key == "routing_engine":
-        engines = [e.strip() for e in str(value).split(",")]
-        for engine in engines:
-            if engine not in ROUTING_ENGINES:
-                p.add(path, value, "names unknown routing engine %r (known: %s)" % (engine, ", ".join(ROUTING_ENGINES)))
-                return None
-            if engine in AR_ENGINES and flavor != "mlnx":
-                p.add(path, value, "names %s, an NVIDIA MLNX OpenSM engine: set sm_flavor: mlnx" % engine)
-                return None
-        return ",".join(engines)
-    if key in SM_INT_RANGES:
-        low, high = SM_INT_RANGES[key]
-        return _int_in(p, path, value, low, high)
-    if key in SM_BOOL_KEYS:
-        if isinstance(value, bool):
-            return value
-        text = str(value).upper()
-        if text not in ("TRUE", "FALSE"):
-            p.add(path, value, "must be true or false")
-            return None
-        return text == "TRUE"
-    if key.endswith("sl2vl"):
-        parts = str(value).split(",")
-        if len(parts) != 16 or any(as_int(x) is None or not 0 <= int(x) <= 15 for x in parts):
-            p.add(path, value, "must be 16 comma-separated VLs (0..15), one per SL")
-            return None
-        return ",".join(str(int(x)) for x in parts)
+    return text == "TRUE"
+
+
+def _sl2vl(p: _Problems, path: str, value: object) -> str | None:
+    parts = str(value).split(",")
+    if len(parts) != 16 or any(as_int(x) is None or not 0 <= int(x) <= 15 for x in parts):
+        p.add(path, value, "must be 16 comma-separated VLs (0..15), one per SL")
+        return None
+    return ",".join(str(int(x)) for x in parts)
+
+
+def _sm_single(p: _Problems, path: str, value: object) -> object:
     if isinstance(value, (dict, list)) or "\n" in str(value):
         p.add(path, value, "must be a single value")
         return None
     return value
 
 
-def _sm(p, value):
+def _sm_value(p: _Problems, key: str, value: object, flavor: str) -> object:
+    path = f"sm.{key}"
+    if key not in OPENSM_KEYS and not (flavor == "mlnx" and key in MLNX_AR_KEYS):
+        extra = " (an NVIDIA MLNX OpenSM key: set sm_flavor: mlnx)" if key in MLNX_AR_KEYS else ""
+        p.add(path, value, f"is not a key opensm knows{extra}")
+        return None
+    if key == "routing_engine":
+        return _routing_engine(p, path, value, flavor)
+    if key in SM_INT_RANGES:
+        low, high = SM_INT_RANGES[key]
+        return _int_in(p, path, value, low, high)
+    if key in SM_BOOL_KEYS:
+        return _sm_bool(p, path, value)
+    if key.endswith("sl2vl"):
+        return _sl2vl(p, path, value)
+    return _sm_single(p, path, value)
+
+
+def _sm(p: _Problems, value: object) -> dict[str, Any]:
     if not isinstance(value, dict):
         p.add("sm", value, "must be a mapping of opensm.conf keys")
         return {}
@@ -425,7 +465,7 @@ def _sm(p, value):
     if flavor not in SM_FLAVORS:
         p.add("sm.sm_flavor", flavor, "must be upstream or mlnx")
         flavor = "upstream"
-    out = {"sm_flavor": flavor} if "sm_flavor" in value else {}
+    out: dict[str, Any] = {"sm_flavor": flavor} if "sm_flavor" in value else {}
     for key in sorted(value):
         if key == "sm_flavor":
             continue
@@ -434,18 +474,21 @@ def _sm(p, value):
             out[key] = checked
     qos_vls, op_vls = as_int(out.get("qos_max_vls")), as_int(out.get("max_op_vls"))
     if qos_vls and op_vls in OP_VLS_COUNT and qos_vls > OP_VLS_COUNT[op_vls]:
-        p.add("sm.qos_max_vls", qos_vls, "exceeds the %d VLs of max_op_vls %d (VL0-%d)"
-              % (OP_VLS_COUNT[op_vls], op_vls, OP_VLS_COUNT[op_vls] - 1))
+        p.add("sm.qos_max_vls", qos_vls, f"exceeds the {OP_VLS_COUNT[op_vls]:d} VLs of max_op_vls {op_vls:d} "
+              f"(VL0-{OP_VLS_COUNT[op_vls] - 1:d})")
     return out
 
 
-def effective_nics(nics, netdevs):
+def effective_nics(nics: Mapping[str, Mapping[str, Any]],
+                   netdevs: Iterable[str]) -> dict[str, dict[str, Any]]:
     """Per netdev, ``all`` merged with the netdev's own entry (its keys win)."""
     base = nics.get("all", {})
-    return dict((dev, dict(base, **nics.get(dev, {}))) for dev in netdevs)
+    return {dev: dict(base, **nics.get(dev, {})) for dev in netdevs}
 
 
-def validate(desired, roce_netdevs=None, other_netdevs=(), enforce_couplings=True):
+def validate(  # noqa: PLR0912 (one pass over the tree; split once the NCCL_IB_SL change has landed)
+        desired: object, roce_netdevs: Collection[str] | None = None, other_netdevs: Collection[str] = (),
+        enforce_couplings: bool = True) -> tuple[list[str], dict[str, Any]]:
     """Validate a desired state; return ``(problems, normal_form)``.
 
     Args:
@@ -467,35 +510,35 @@ def validate(desired, roce_netdevs=None, other_netdevs=(), enforce_couplings=Tru
     for key in desired:
         if key not in TOP_KEYS:
             p.add(str(key), desired[key], "is not a known section (nics, nccl, sm, hardware)")
-    out = {}
-    nics = {}
+    out: dict[str, Any] = {}
+    nics: dict[str, dict[str, Any]] = {}
     raw_nics = desired.get("nics") or {}
     if not isinstance(raw_nics, dict):
         p.add("nics", raw_nics, "must be a mapping of netdev (or all) to NIC knobs")
         raw_nics = {}
     for name in sorted(raw_nics, key=str):
-        nics[str(name)] = _nic_entry(p, "nics.%s" % name, raw_nics[name])
+        nics[str(name)] = _nic_entry(p, f"nics.{name}", raw_nics[name])
     nccl = _nccl(p, desired.get("nccl")) if "nccl" in desired else None
     nccl_tc = (nccl or {}).get("NCCL_IB_TC")
     if roce_netdevs is not None:
         _check_names(p, nics, roce_netdevs, other_netdevs)
         scope = effective_nics(nics, sorted(roce_netdevs))
     else:
-        scope = dict(("all" if n == "all" else n, dict(nics.get("all", {}), **nics[n])) for n in nics)
+        scope = {"all" if n == "all" else n: dict(nics.get("all", {}), **nics[n]) for n in nics}
     for name in sorted(scope):
         if "dscp2prio" in scope[name] and scope[name].get("trust") != "dscp":
-            p.note("nics.%s: dscp2prio is given but trust is %s: the map applies only with trust dscp "
-                   "(set trust: dscp, or drop dscp2prio)" % (name, scope[name].get("trust", "not set")))
+            p.note("nics.{}: dscp2prio is given but trust is {}: the map applies only with trust dscp "
+                   "(set trust: dscp, or drop dscp2prio)".format(name, scope[name].get("trust", "not set")))
     if enforce_couplings:
-        tos_values = set()
+        tos_values: set[int] = set()
         for name in sorted(scope):
-            for problem in couplings("nics.%s" % name, scope[name], nccl_tc):
+            for problem in couplings(f"nics.{name}", scope[name], nccl_tc):
                 p.note(problem)
             if "roce_tos" in scope[name]:
                 tos_values.add(scope[name]["roce_tos"])
         if nccl_tc is None and nccl and len(tos_values) > 1:
-            p.note("nics: roce_tos differs between ports (%s) but NCCL uses one NCCL_IB_TC"
-                   % sorted(tos_values))
+            p.note(f"nics: roce_tos differs between ports ({sorted(tos_values)}) but NCCL uses one "
+                   "NCCL_IB_TC")
     out["nics"] = scope if roce_netdevs is not None else nics
     if "nccl" in desired:
         out["nccl"] = nccl
@@ -504,13 +547,13 @@ def validate(desired, roce_netdevs=None, other_netdevs=(), enforce_couplings=Tru
     return p.items, out
 
 
-def _hca_items(value):
+def _hca_items(value: object) -> tuple[bool, bool, list[tuple[str, int | None]]]:
     """NCCL_IB_HCA parsed: ``(exclude, exact, [(dev, port or None)])`` (NCCL's list grammar)."""
     text = str(value).strip()
     exclude = text.startswith("^")
     body = text[1:] if exclude else text
     exact = body.startswith("=")
-    items = []
+    items: list[tuple[str, int | None]] = []
     for item in (body[1:] if exact else body).split(","):
         dev, _, port = item.strip().partition(":")
         if dev:
@@ -518,12 +561,12 @@ def _hca_items(value):
     return exclude, exact, items
 
 
-def _hca_hit(item, exact, dev, port):
+def _hca_hit(item: tuple[str, int | None], exact: bool, dev: str, port: int | None) -> bool:
     name, want = item
     return (dev == name if exact else dev.startswith(name)) and want in (None, port)
 
 
-def hca_check(value, ports):
+def hca_check(value: object, ports: Sequence[tuple[str, int]]) -> tuple[list[str], list[str]]:
     """NCCL_IB_HCA against this host's RDMA ports ``[(dev, port)]``: ``(problems, unmatched)``.
 
     A list that selects none of the host's ports leaves NCCL without RDMA (it falls back to TCP
@@ -535,24 +578,25 @@ def hca_check(value, ports):
     exclude, exact, items = _hca_items(value)
     selected = [(dev, port) for dev, port in ports
                 if any(_hca_hit(i, exact, dev, port) for i in items) != exclude]
-    names = ", ".join("%s:%d" % port for port in ports)
+    names = ", ".join(f"{dev}:{port:d}" for dev, port in ports)
     problems = []
     if not selected:
-        problems.append("nccl.NCCL_IB_HCA: %s selects none of this host's RDMA ports (%s): NCCL would "
-                        "fall back to TCP sockets" % (_show(value), names))
+        problems.append(f"nccl.NCCL_IB_HCA: {_show(value)} selects none of this host's RDMA ports ({names}): "
+                        "NCCL would fall back to TCP sockets")
     unmatched = [] if exclude else [
-        "%s%s" % (dev, "" if port is None else ":%d" % port) for dev, port in items
+        dev + ("" if port is None else f":{port:d}") for dev, port in items
         if not any(_hca_hit((dev, port), exact, d, q) for d, q in ports)]
     return problems, unmatched
 
 
-def _check_names(p, nics, roce_netdevs, other_netdevs):
+def _check_names(p: _Problems, nics: Mapping[str, Any], roce_netdevs: Collection[str],
+                 other_netdevs: Collection[str]) -> None:
     for name in nics:
         if name == "all" or name in roce_netdevs:
             continue
         if name in other_netdevs:
-            p.add("nics.%s" % name, name, "is not a RoCE port of this host (RoCE ports: %s)"
+            p.add(f"nics.{name}", name, "is not a RoCE port of this host (RoCE ports: %s)"
                   % (", ".join(sorted(roce_netdevs)) or "none"))
         else:
-            p.add("nics.%s" % name, name, "does not exist on this host (RoCE ports: %s)"
+            p.add(f"nics.{name}", name, "does not exist on this host (RoCE ports: %s)"
                   % (", ".join(sorted(roce_netdevs)) or "none"))

@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 # Copyright: fabtune contributors
 # Apache License 2.0 (see LICENSE in this collection or https://www.apache.org/licenses/LICENSE-2.0)
 """Read and change a port's QoS (trust, DSCP map, PFC, ETS) through ``mlnx_qos`` or iproute2 ``dcb``.
@@ -25,6 +24,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any, Mapping, Sequence
 
 PRIORITIES = 8
 BACKENDS = ("mlnx_qos", "dcb")
@@ -43,17 +43,17 @@ class QosError(Exception):
     """Tool output that does not say what the port's QoS state is."""
 
 
-def parse_mlnx_qos(text):
+def parse_mlnx_qos(text: str) -> dict[str, Any]:
     """The QoS state from ``mlnx_qos -i IF -a`` output (mlnx-tools ``pretty_print``).
 
     Raises:
         QosError: when the output lacks the trust state or the PFC table.
     """
-    state = {}
-    dscp = {}
-    prio_tc = [None] * PRIORITIES
+    state: dict[str, Any] = {}
+    dscp: dict[int, int] = {}
+    prio_tc: list[int | None] = [None] * PRIORITIES
     tsa, bw = ["strict"] * PRIORITIES, [0] * PRIORITIES
-    current_tc = None
+    current_tc: int | None = None
     lines = text.splitlines()
     for i, line in enumerate(lines):
         if line.startswith("Priority trust state:"):
@@ -82,7 +82,7 @@ def parse_mlnx_qos(text):
     return state
 
 
-def parse_dcb(pfc_json, ets_json, app_json):
+def parse_dcb(pfc_json: str, ets_json: str, app_json: str) -> dict[str, Any]:
     """The QoS state from ``dcb -j {pfc,ets} show dev IF`` and ``dcb -j app show dev IF dscp-prio``.
 
     Trust is ``dscp`` while the port has DSCP APP entries (the mlx5 driver's rule), and the DSCP
@@ -91,7 +91,7 @@ def parse_dcb(pfc_json, ets_json, app_json):
     pfc, ets = json.loads(pfc_json), json.loads(ets_json)
     pairs = json.loads(app_json).get("dscp_prio", []) if app_json.strip() else []
     trust = "dscp" if pairs else "pcp"
-    state = {
+    state: dict[str, Any] = {
         "trust": trust,
         "pfc": [p for p, on in enumerate(pfc.get("prio_pfc", [])) if on],
         "prio_tc": list(ets.get("prio_tc", [0] * PRIORITIES)),
@@ -99,11 +99,11 @@ def parse_dcb(pfc_json, ets_json, app_json):
         "tcbw": list(ets.get("tc_bw", [0] * PRIORITIES)),
     }
     if trust == "dscp":
-        state["dscp2prio"] = dict((int(d), int(p)) for d, p in pairs)
+        state["dscp2prio"] = {int(d): int(p) for d, p in pairs}
     return state
 
 
-def parse_dcb_version(text):
+def parse_dcb_version(text: str | None) -> tuple[int, int, int] | None:
     """``(major, minor, patch)`` from ``dcb -V`` (``dcb utility, iproute2-6.1.0``), or None."""
     match = _DCB_VERSION_RE.search(text or "")
     if not match:
@@ -111,17 +111,21 @@ def parse_dcb_version(text):
     return (int(match.group(1)), int(match.group(2)), int(match.group(3) or 0))
 
 
-def dcb_problem(version_text):
+def dcb_problem(version_text: str | None) -> str | None:
     """Why this ``dcb`` cannot manage QoS (None when it can), from its ``dcb -V`` output."""
     version = parse_dcb_version(version_text)
     if version is not None and version[:2] >= DCB_APP_SINCE:
         return None
-    shown = "iproute2 %d.%d.%d" % version if version else "version %r" % (version_text or "").strip()[:60]
-    return ("dcb (%s) cannot set the RoCE QoS: the dcb backend needs iproute2 %d.%d or later "
-            "(the 'dcb app' object), or install mlnx_qos (mlnx-tools)" % ((shown,) + DCB_APP_SINCE))
+    if version:
+        shown = f"iproute2 {version[0]}.{version[1]}.{version[2]}"
+    else:
+        shown = "version {!r}".format((version_text or "").strip()[:60])
+    return (f"dcb ({shown}) cannot set the RoCE QoS: the dcb backend needs iproute2 "
+            f"{DCB_APP_SINCE[0]}.{DCB_APP_SINCE[1]} or later "
+            "(the 'dcb app' object), or install mlnx_qos (mlnx-tools)")
 
 
-def read_argvs(backend, interface):
+def read_argvs(backend: str, interface: str) -> list[list[str]]:
     """The commands that read a port's QoS state, in the order the parser takes them."""
     if backend == "mlnx_qos":
         return [["mlnx_qos", "-i", interface, "-a"]]
@@ -130,59 +134,61 @@ def read_argvs(backend, interface):
             ["dcb", "-j", "app", "show", "dev", interface, "dscp-prio"]]
 
 
-def parse(backend, outputs):
+def parse(backend: str, outputs: Sequence[str]) -> dict[str, Any]:
     """Parse the outputs of :func:`read_argvs` commands."""
     if backend == "mlnx_qos":
         return parse_mlnx_qos(outputs[0])
     return parse_dcb(*outputs)
 
 
-def diff_state(current, desired):
+def diff_state(current: Mapping[str, Any], desired: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:
     """Per knob, ``(before, after)`` for each managed knob whose value differs.
 
     ``dscp2prio`` compares only the DSCPs the desired map names; under PCP trust the current map
     is not visible, so every desired entry counts as a change.
     """
-    changes = {}
+    changes: dict[str, tuple[Any, Any]] = {}
     for key in ("trust", "pfc", "prio_tc", "tsa", "tcbw"):
         if key in desired and desired[key] != current.get(key):
             changes[key] = (current.get(key), desired[key])
     if "dscp2prio" in desired:
         have = current.get("dscp2prio") or {}
-        wrong = dict((d, p) for d, p in desired["dscp2prio"].items() if have.get(d) != p)
+        wrong = {d: p for d, p in desired["dscp2prio"].items() if have.get(d) != p}
         if wrong:
-            before = dict((d, have.get(d)) for d in sorted(wrong))
+            before = {d: have.get(d) for d in sorted(wrong)}
             changes["dscp2prio"] = (before, dict(sorted(wrong.items())))
     return changes
 
 
-def _csv(values):
+def _csv(values: Sequence[object]) -> str:
     return ",".join(str(v) for v in values)
 
 
-def _pfc_flags(prios):
+def _pfc_flags(prios: Sequence[int]) -> list[int]:
     return [1 if p in prios else 0 for p in range(PRIORITIES)]
 
 
-def write_argvs(backend, interface, changes, desired):
+def write_argvs(backend: str, interface: str, changes: Mapping[str, tuple[Any, Any]],
+                desired: Mapping[str, Any]) -> list[list[str]]:
     """The commands that make the changes (``diff_state`` output), in a safe order.
 
     The DSCP map is set before trust moves to ``dscp`` so that no packet is classified by a
     half-written map; ETS is always given whole (prio_tc, tsa, tcbw together), as the tools want.
     """
     ets_keys = [k for k in ("prio_tc", "tsa", "tcbw") if k in changes]
-    ets = dict((k, desired.get(k)) for k in ("prio_tc", "tsa", "tcbw"))
+    ets = {k: desired.get(k) for k in ("prio_tc", "tsa", "tcbw")}
     if backend == "mlnx_qos":
         return _mlnx_argvs(interface, changes, ets if ets_keys else None)
     return _dcb_argvs(interface, changes, ets if ets_keys else None)
 
 
-def _mlnx_argvs(interface, changes, ets):
-    argvs = []
+def _mlnx_argvs(interface: str, changes: Mapping[str, tuple[Any, Any]],
+                ets: Mapping[str, Any] | None) -> list[list[str]]:
+    argvs: list[list[str]] = []
     if "dscp2prio" in changes:
         argv = ["mlnx_qos", "-i", interface]
         for dscp, prio in sorted(changes["dscp2prio"][1].items()):
-            argv += ["--dscp2prio", "set,%d,%d" % (dscp, prio)]
+            argv += ["--dscp2prio", f"set,{dscp:d},{prio:d}"]
         argvs.append(argv)
     argv = ["mlnx_qos", "-i", interface]
     if "trust" in changes:
@@ -201,27 +207,28 @@ def _mlnx_argvs(interface, changes, ets):
     return argvs
 
 
-def _dcb_argvs(interface, changes, ets):
-    argvs = []
+def _dcb_argvs(interface: str, changes: Mapping[str, tuple[Any, Any]],
+               ets: Mapping[str, Any] | None) -> list[list[str]]:
+    argvs: list[list[str]] = []
     trust = changes.get("trust", (None, None))[1]
-    entries = dict(changes["dscp2prio"][1]) if "dscp2prio" in changes else {}
+    entries: dict[int, int] = dict(changes["dscp2prio"][1]) if "dscp2prio" in changes else {}
     if trust == "dscp" and not entries:  # trust needs entries: the default map, as mlnx_qos does
-        entries = dict((d, d >> 3) for d in range(DSCP_COUNT))
+        entries = {d: d >> 3 for d in range(DSCP_COUNT)}
     if entries and trust != "pcp":
-        pairs = ["%d:%d" % (d, p) for d, p in sorted(entries.items())]
-        argvs.append(["dcb", "app", "add", "dev", interface, "dscp-prio"] + pairs)
+        pairs = [f"{d:d}:{p:d}" for d, p in sorted(entries.items())]
+        argvs.append(["dcb", "app", "add", "dev", interface, "dscp-prio", *pairs])
     if trust == "pcp":
         argvs.append(["dcb", "app", "flush", "dev", interface, "dscp-prio"])
     if "pfc" in changes:
-        flags = ["%d:%s" % (p, "on" if on else "off") for p, on in enumerate(_pfc_flags(changes["pfc"][1]))]
-        argvs.append(["dcb", "pfc", "set", "dev", interface, "prio-pfc"] + flags)
+        flags = [f"{p:d}:{'on' if on else 'off'}" for p, on in enumerate(_pfc_flags(changes["pfc"][1]))]
+        argvs.append(["dcb", "pfc", "set", "dev", interface, "prio-pfc", *flags])
     if ets:
         argv = ["dcb", "ets", "set", "dev", interface]
         if ets["tsa"] is not None:
-            argv += ["tc-tsa"] + ["%d:%s" % (tc, t) for tc, t in enumerate(ets["tsa"])]
+            argv += ["tc-tsa"] + [f"{tc:d}:{t}" for tc, t in enumerate(ets["tsa"])]
         if ets["tcbw"] is not None:
-            argv += ["tc-bw"] + ["%d:%d" % (tc, b) for tc, b in enumerate(ets["tcbw"])]
+            argv += ["tc-bw"] + [f"{tc:d}:{b:d}" for tc, b in enumerate(ets["tcbw"])]
         if ets["prio_tc"] is not None:
-            argv += ["prio-tc"] + ["%d:%d" % (p, tc) for p, tc in enumerate(ets["prio_tc"])]
+            argv += ["prio-tc"] + [f"{p:d}:{tc:d}" for p, tc in enumerate(ets["prio_tc"])]
         argvs.append(argv)
     return argvs

@@ -1,5 +1,4 @@
 #!/usr/bin/python
-# -*- coding: utf-8 -*-
 # Copyright: fabtune contributors
 # Apache License 2.0 (see LICENSE in this collection or https://www.apache.org/licenses/LICENSE-2.0)
 
@@ -72,8 +71,9 @@ ansible_facts:
                               "link_layer": "Ethernet", "roce_v2_gid_index": 3}]}
 """
 
-import os
 import re
+from pathlib import Path
+from typing import Any, Callable
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_desired import (
@@ -96,65 +96,69 @@ from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_qos_backend 
     read_argvs,
 )
 
-SM_FACT_KEYS = tuple(sorted(set(SM_INT_RANGES) | set(SM_BOOL_KEYS) | set((
-    "routing_engine", "qos_sl2vl", "qos_vlarb_high", "qos_vlarb_low", "adaptive_timeout_sl_mask"))))
+SM_FACT_KEYS = tuple(sorted(set(SM_INT_RANGES) | set(SM_BOOL_KEYS) | {
+    "routing_engine", "qos_sl2vl", "qos_vlarb_high", "qos_vlarb_low", "adaptive_timeout_sl_mask"}))
 
 
-def get_argument_spec():
-    return dict(
-        backend=dict(type="str", choices=["auto", "mlnx_qos", "dcb"], default="auto"),
-        nccl_conf=dict(type="path", default="/etc/nccl.conf"),
-        opensm_conf=dict(type="path", default="/etc/opensm/opensm.conf"),
-    )
+def get_argument_spec() -> dict[str, Any]:
+    return {
+        "backend": {"type": "str", "choices": ["auto", "mlnx_qos", "dcb"], "default": "auto"},
+        "nccl_conf": {"type": "path", "default": "/etc/nccl.conf"},
+        "opensm_conf": {"type": "path", "default": "/etc/opensm/opensm.conf"},
+    }
 
 
-def parse_topo(text):
+def parse_topo(text: str) -> dict[str, Any]:
     """``nvidia-smi topo -m``: ``{matrix: {row: {column: cell}}, nic_legend: {NIC0: mlx5_0}}``."""
     lines = text.splitlines()
-    matrix, legend = {}, {}
-    header = None
+    matrix: dict[str, dict[str, str]] = {}
+    legend: dict[str, str] = {}
+    header: list[str] | None = None
+    ended = False  # the blank line after the matrix's rows
     for line in lines:
         if not line.strip():
             if header is not None and matrix:
-                header = False
+                ended = True
             continue
         if header is None and line.startswith("\t"):
             header = [c.strip() for c in line.split("\t")[1:]]
             continue
-        if header:
+        if header and not ended:
             cells = [c.strip() for c in line.split("\t")]
-            matrix[cells[0]] = dict((h, c) for h, c in zip(header, cells[1:]) if h)
+            matrix[cells[0]] = {h: c for h, c in zip(header, cells[1:]) if h}
         match = re.match(r"^\s+(NIC\d+):\s+(\S+)", line)
         if match:
             legend[match.group(1)] = match.group(2)
     return {"matrix": matrix, "nic_legend": legend}
 
 
-def sm_subset(text):
+def sm_subset(text: str) -> dict[str, Any]:
     """The managed opensm.conf keys that have a value, in desired-state normal form."""
     raw = parse_opensm_conf(text)
-    chosen = dict((k, raw[k]) for k in SM_FACT_KEYS if k in raw and raw[k] not in ("(null)", ""))
+    chosen = {k: raw[k] for k in SM_FACT_KEYS if k in raw and raw[k] not in ("(null)", "")}
     flavor = "mlnx" if any(k.startswith("ar_") or "adaptive" in k for k in chosen) \
         or str(chosen.get("routing_engine", "")).startswith("ar_") else None
     if flavor:
         chosen["sm_flavor"] = flavor
     _problems, normal = validate({"sm": chosen}, enforce_couplings=False)
-    return normal.get("sm", {})
+    sm: dict[str, Any] = normal.get("sm", {})
+    return sm
 
 
-class Gatherer(object):
-    def __init__(self, module):
+class Gatherer:
+    def __init__(self, module: AnsibleModule) -> None:
         self.module = module
 
-    def run(self, argv):
+    def run(self, argv: list[str]) -> str | None:
         path = self.module.get_bin_path(argv[0])
         if path is None:
             return None
-        rc, out, _err = self.module.run_command([path] + argv[1:])
-        return out if rc == 0 else None
+        rc, out, _err = self.module.run_command([path, *argv[1:]])
+        text: str | None = out if rc == 0 else None
+        return text
 
-    def backend(self):
-        wanted = self.module.params["backend"]
+    def backend(self) -> str | None:
+        wanted: str = self.module.params["backend"]
         if wanted != "auto":
             return wanted
         for name in ("mlnx_qos", "dcb"):
@@ -162,20 +166,21 @@ class Gatherer(object):
                 return name
         return None
 
-    def qos(self, backend, netdev):
+    def qos(self, backend: str | None, netdev: str) -> dict[str, Any]:
         if backend is None:
             return {}
         outputs = [self.run(argv) for argv in read_argvs(backend, netdev)]
-        if any(o is None for o in outputs):
-            self.module.warn("cannot read the QoS state of %s with %s" % (netdev, backend))
+        texts = [o for o in outputs if o is not None]
+        if len(texts) != len(outputs):
+            self.module.warn(f"cannot read the QoS state of {netdev} with {backend}")
             return {}
         try:
-            return parse(backend, outputs)
+            return parse(backend, texts)
         except (QosError, ValueError) as exc:
-            self.module.warn("cannot parse the QoS state of %s: %s" % (netdev, exc))
+            self.module.warn(f"cannot parse the QoS state of {netdev}: {exc}")
             return {}
 
-    def hardware(self, backend):
+    def hardware(self, backend: str | None) -> dict[str, Any]:
         ports = []
         for item in rdma_ports("/"):
             table, v2 = gids("/", item["dev"], item["port"])
@@ -189,15 +194,15 @@ class Gatherer(object):
             "subnet_manager": parse_sminfo(sminfo) if sminfo else None,
         }
 
-    def gather(self):
+    def gather(self) -> dict[str, Any]:
         backend = self.backend()
         roce, _other = netdev_split("/")
-        nics = {}
+        nics: dict[str, dict[str, Any]] = {}
         for netdev in roce:
             nic = self.qos(backend, netdev)
             nic.update(read_nic_sysfs("/", netdev))
             nics[netdev] = nic
-        facts = {"nics": nics, "hardware": self.hardware(backend)}
+        facts: dict[str, Any] = {"nics": nics, "hardware": self.hardware(backend)}
         facts["nccl"] = _read_conf(self.module.params["nccl_conf"], parse_nccl_conf)
         sm_text = _read_text(self.module.params["opensm_conf"])
         if sm_text is not None:
@@ -205,19 +210,18 @@ class Gatherer(object):
         return facts
 
 
-def _read_text(path):
-    if not os.path.exists(path):
+def _read_text(path: str) -> str | None:
+    if not Path(path).exists():
         return None
-    with open(path) as handle:
-        return handle.read()
+    return Path(path).read_text()
 
 
-def _read_conf(path, parser):
+def _read_conf(path: str, parser: Callable[[str], dict[str, str]]) -> dict[str, str] | None:
     text = _read_text(path)
     return None if text is None else parser(text)
 
 
-def main():
+def main() -> None:
     module = AnsibleModule(argument_spec=get_argument_spec(), supports_check_mode=True)
     facts = Gatherer(module).gather()
     module.exit_json(changed=False, ansible_facts={"fabric_facts": facts})

@@ -1,5 +1,4 @@
 #!/usr/bin/python
-# -*- coding: utf-8 -*-
 # Copyright: fabtune contributors
 # Apache License 2.0 (see LICENSE in this collection or https://www.apache.org/licenses/LICENSE-2.0)
 
@@ -10,11 +9,11 @@ DOCUMENTATION = r"""
 module: fabric_files
 short_description: Install the files, directories and links a fabtune role puts on a host, in one call
 description:
-  - Makes each of O(directories), O(files) and O(links) be as given, in that order, in one module
+  - "Makes each of O(directories), O(files) and O(links) be as given, in that order, in one module
     call: one SSH round trip for what M(ansible.builtin.file), M(ansible.builtin.copy) and
     M(ansible.builtin.template) take several round trips each to do. The roles render the content
     on the controller (the C(ansible.builtin.template) and C(ansible.builtin.file) lookups) and
-    pass it here.
+    pass it here."
   - A file whose bytes, mode, owner and group already match is left alone; one that differs is
     written to a temporary file in its directory and moved over the old one (atomic).
   - Paths must be absolute and normalised (no C(..), no C(//)).
@@ -101,68 +100,70 @@ skipped:
 
 import os
 import tempfile
+from pathlib import Path
+from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 
 
-def get_argument_spec():
-    return dict(
-        directories=dict(type="list", elements="dict", default=[], options=dict(
-            path=dict(type="path", required=True), mode=dict(type="str", default="0755"))),
-        files=dict(type="list", elements="dict", default=[], options=dict(
-            path=dict(type="path", required=True), content=dict(type="str", required=True, no_log=False),
-            mode=dict(type="str", default="0644"), if_dir_exists=dict(type="bool", default=False))),
-        links=dict(type="list", elements="dict", default=[], options=dict(
-            path=dict(type="path", required=True), src=dict(type="path", required=True))),
-        owner=dict(type="str", default="root"),
-        group=dict(type="str", default="root"),
-    )
+def get_argument_spec() -> dict[str, Any]:
+    return {
+        "directories": {"type": "list", "elements": "dict", "default": [], "options": {
+            "path": {"type": "path", "required": True}, "mode": {"type": "str", "default": "0755"}}},
+        "files": {"type": "list", "elements": "dict", "default": [], "options": {
+            "path": {"type": "path", "required": True},
+            "content": {"type": "str", "required": True, "no_log": False},
+            "mode": {"type": "str", "default": "0644"}, "if_dir_exists": {"type": "bool", "default": False}}},
+        "links": {"type": "list", "elements": "dict", "default": [], "options": {
+            "path": {"type": "path", "required": True}, "src": {"type": "path", "required": True}}},
+        "owner": {"type": "str", "default": "root"},
+        "group": {"type": "str", "default": "root"},
+    }
 
 
-def bad_path(path):
+def bad_path(path: str) -> str | None:
     """Why ``path`` is refused, or None: absolute and normalised only."""
-    if not os.path.isabs(path) or os.path.normpath(path) != path:
-        return "must be an absolute, normalised path, not %r" % path
+    if not Path(path).is_absolute() or os.path.normpath(path) != path:
+        return f"must be an absolute, normalised path, not {path!r}"
     return None
 
 
-def read_bytes(path):
+def read_bytes(path: str) -> bytes | None:
     try:
-        with open(path, "rb") as handle:
-            return handle.read()
-    except (IOError, OSError):
+        return Path(path).read_bytes()
+    except OSError:
         return None
 
 
-class Installer(object):
-    def __init__(self, module):
+class Installer:
+    def __init__(self, module: AnsibleModule) -> None:
         self.module = module
-        self.changed = []
-        self.skipped = []
-        self.diffs = []
+        self.changed: list[str] = []
+        self.skipped: list[str] = []
+        self.diffs: list[dict[str, str]] = []
 
-    def attributes(self, path, mode):
+    def attributes(self, path: str, mode: str) -> bool:
         """Fix mode, owner and group; True when any differed (nothing changes in check mode)."""
         params, changed = self.module.params, False
         changed = self.module.set_mode_if_different(path, mode, changed)
         changed = self.module.set_owner_if_different(path, params["owner"], changed)
-        return self.module.set_group_if_different(path, params["group"], changed)
+        return bool(self.module.set_group_if_different(path, params["group"], changed))
 
-    def directory(self, path, mode):
-        if os.path.isdir(path):
+    def directory(self, path: str, mode: str) -> None:
+        if Path(path).is_dir():
             if self.attributes(path, mode):
                 self.changed.append(path)
             return
         self.changed.append(path)
-        self.diffs.append(dict(before_header=path, after_header=path, before="", after="directory\n"))
+        self.diffs.append({"before_header": path, "after_header": path, "before": "", "after": "directory\n"})
         if not self.module.check_mode:
             try:
-                os.makedirs(path)
-            except (IOError, OSError) as exc:
-                self.module.fail_json(msg="cannot create %s: %s" % (path, exc), changed_paths=self.changed)
+                Path(path).mkdir(parents=True)
+            except OSError as exc:
+                self.module.fail_json(msg=f"cannot create {path}: {exc}", changed_paths=self.changed)
             self.attributes(path, mode)
 
-    def write(self, path, text, mode):
+    def write(self, path: str, text: str, mode: str) -> None:
         data = text.encode("utf-8")
         old = read_bytes(path)
         if old == data:
@@ -170,69 +171,72 @@ class Installer(object):
                 self.changed.append(path)
             return
         self.changed.append(path)
-        self.diffs.append(dict(before_header=path, after_header=path,
-                               before=(old or b"").decode("utf-8", "replace"), after=text))
+        self.diffs.append({"before_header": path, "after_header": path,
+                           "before": (old or b"").decode("utf-8", "replace"), "after": text})
         if self.module.check_mode:
             return
-        parent = os.path.dirname(path)
-        if not os.path.isdir(parent):
+        parent = str(Path(path).parent)
+        if not Path(parent).is_dir():
             self.directory(parent, "0755")
         fd, tmp = tempfile.mkstemp(prefix=".fabtune-", dir=parent)
         try:
             with os.fdopen(fd, "wb") as handle:
                 handle.write(data)
             self.attributes(tmp, mode)
-            os.rename(tmp, path)
-        except (IOError, OSError) as exc:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            self.module.fail_json(msg="cannot write %s: %s" % (path, exc), changed_paths=self.changed)
+            Path(tmp).rename(path)  # atomic: readers see the old file or the new one
+        except OSError as exc:
+            if Path(tmp).exists():
+                Path(tmp).unlink()
+            self.module.fail_json(msg=f"cannot write {path}: {exc}", changed_paths=self.changed)
 
-    def link(self, path, src):
-        if os.path.islink(path) and os.readlink(path) == src:
+    def link(self, path: str, src: str) -> None:
+        link = Path(path)
+        if link.is_symlink() and os.readlink(path) == src:
             return
-        if os.path.exists(path) and not os.path.islink(path):
-            self.module.fail_json(msg="%s exists and is not a link (fabtune will not replace it)" % path,
+        if link.exists() and not link.is_symlink():
+            self.module.fail_json(msg=f"{path} exists and is not a link (fabtune will not replace it)",
                                   changed_paths=self.changed)
         self.changed.append(path)
-        self.diffs.append(dict(before_header=path, after_header=path,
-                               before=os.readlink(path) if os.path.islink(path) else "", after="-> %s\n" % src))
+        self.diffs.append({"before_header": path, "after_header": path,
+                           "before": os.readlink(path) if link.is_symlink() else "", "after": f"-> {src}\n"})
         if self.module.check_mode:
             return
-        if os.path.islink(path):
-            os.unlink(path)
-        os.symlink(src, path)
+        if link.is_symlink():
+            link.unlink()
+        link.symlink_to(src)
         os.lchown(path, *self.ids())
 
-    def ids(self):
+    def ids(self) -> tuple[int, int]:
         import grp
         import pwd
 
-        return pwd.getpwnam(self.module.params["owner"]).pw_uid, grp.getgrnam(self.module.params["group"]).gr_gid
+        params = self.module.params
+        return pwd.getpwnam(params["owner"]).pw_uid, grp.getgrnam(params["group"]).gr_gid
 
 
-def check_paths(module):
+def check_paths(module: AnsibleModule) -> None:
     for kind in ("directories", "files", "links"):
         for entry in module.params[kind]:
             problem = bad_path(entry["path"])
             if problem:
-                module.fail_json(msg="argument '%s' path %s" % (kind, problem))
+                module.fail_json(msg=f"argument '{kind}' path {problem}")
 
 
-def main():
+def main() -> None:
     module = AnsibleModule(argument_spec=get_argument_spec(), supports_check_mode=True)
     check_paths(module)
     installer = Installer(module)
     for entry in module.params["directories"]:
         installer.directory(entry["path"], entry["mode"])
     for entry in module.params["files"]:
-        if entry["if_dir_exists"] and not os.path.isdir(os.path.dirname(entry["path"])):
+        if entry["if_dir_exists"] and not Path(entry["path"]).parent.is_dir():
             installer.skipped.append(entry["path"])
             continue
         installer.write(entry["path"], entry["content"], entry["mode"])
     for entry in module.params["links"]:
         installer.link(entry["path"], entry["src"])
-    result = dict(changed=bool(installer.changed), changed_paths=installer.changed, skipped=installer.skipped)
+    result: dict[str, Any] = {"changed": bool(installer.changed), "changed_paths": installer.changed,
+                              "skipped": installer.skipped}
     if module._diff:
         result["diff"] = installer.diffs
     module.exit_json(**result)

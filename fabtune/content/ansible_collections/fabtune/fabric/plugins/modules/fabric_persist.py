@@ -1,5 +1,4 @@
 #!/usr/bin/python
-# -*- coding: utf-8 -*-
 # Copyright: fabtune contributors
 # Apache License 2.0 (see LICENSE in this collection or https://www.apache.org/licenses/LICENSE-2.0)
 
@@ -10,15 +9,15 @@ DOCUMENTATION = r"""
 module: fabric_persist
 short_description: Record the NIC knobs a role set, for fabtune-boot to re-apply at boot
 description:
-  - The NIC knobs (trust, DSCP map, PFC, ETS, MTU, ECN, CNP, rdma_cm ToS and mode) live in the
+  - 'The NIC knobs (trust, DSCP map, PFC, ETS, MTU, ECN, CNP, rdma_cm ToS and mode) live in the
     kernel and the NIC and are back at their defaults after a reboot or a driver reload. Each role
     that sets them records them with this module in O(path) (C({"nics": {netdev: {knob: value}}}),
     mode 0644), and C(fabtune-boot.service) (role C(fabric_boot)) applies that file at boot with the
-    same code as the host-side revert (module_utils C(fabric_apply)).
+    same code as the host-side revert (module_utils C(fabric_apply)).'
   - The given knobs are merged over what the file holds (a knob left out keeps its recorded value,
     as it keeps its value on the host; C(dscp2prio) and C(ecn) merge per key).
-  - O(nics) is validated against this host's RoCE ports (couplings not enforced: a role records
-    its own knobs); C(nics.all) is expanded to every RoCE port.
+  - "O(nics) is validated against this host's RoCE ports (couplings not enforced: a role records
+    its own knobs); C(nics.all) is expanded to every RoCE port."
   - The file is one of those an armed revert (M(fabtune.fabric.fabric_revert)) saves and puts back,
     so a move that is not confirmed is not re-applied at the next boot.
 version_added: "1.0.0"
@@ -28,7 +27,8 @@ options:
     type: dict
     required: true
   knobs:
-    description: The knobs of O(nics) to record (the calling role's own); others are ignored. All when omitted.
+    description: The knobs of O(nics) to record (the calling role's own); others are ignored. All when
+      omitted.
     type: list
     elements: str
   path:
@@ -75,7 +75,7 @@ nics:
   type: dict
 """
 
-import os
+from typing import Any, Mapping
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_apply import (
@@ -90,31 +90,31 @@ from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_desired impo
 from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_host import netdev_split
 
 
-def get_argument_spec():
-    return dict(
-        nics=dict(type="dict", required=True),
-        knobs=dict(type="list", elements="str"),
-        path=dict(type="path", default=PERSISTED),
-    )
+def get_argument_spec() -> dict[str, Any]:
+    return {
+        "nics": {"type": "dict", "required": True},
+        "knobs": {"type": "list", "elements": "str"},
+        "path": {"type": "path", "default": PERSISTED},
+    }
 
 
-def knob_changes(before, after):
+def knob_changes(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[dict[str, Any]]:
     """``{knob, before, after}`` per netdev knob whose persisted value differs."""
-    out = []
+    out: list[dict[str, Any]] = []
     for dev in sorted(set(before) | set(after)):
         old, new = before.get(dev, {}), after.get(dev, {})
         for key in sorted(set(old) | set(new)):
             if old.get(key) != new.get(key):
-                out.append({"knob": "persisted:%s.%s" % (dev, key), "before": old.get(key),
+                out.append({"knob": f"persisted:{dev}.{key}", "before": old.get(key),
                             "after": new.get(key)})
     return out
 
 
-def main():
+def main() -> None:
     module = AnsibleModule(argument_spec=get_argument_spec(), supports_check_mode=True)
     path, wanted = module.params["path"], module.params["knobs"]
-    nics = dict((dev, dict((k, v) for k, v in (knobs or {}).items() if wanted is None or k in wanted))
-                for dev, knobs in module.params["nics"].items())
+    nics = {dev: {k: v for k, v in (knobs or {}).items() if wanted is None or k in wanted}
+            for dev, knobs in module.params["nics"].items()}
     roce, other = netdev_split("/")
     problems, normal = validate({"nics": nics}, roce, other, enforce_couplings=False)
     if problems:
@@ -122,22 +122,23 @@ def main():
                          problems=problems, path=path)
     before, problem = read_persisted("/", path)
     if problem:
-        module.fail_json(msg="%s (fix or remove the file; the roles write it again)" % problem, path=path)
+        module.fail_json(msg=f"{problem} (fix or remove the file; the roles write it again)", path=path)
     after = merge_persisted(before, normal.get("nics"))
     problems, _merged = validate({"nics": after}, roce, other, enforce_couplings=False)
     if problems:  # what fabtune-boot would refuse at boot is refused now, with the file unchanged
-        module.fail_json(msg="%s would not apply at boot with these knobs: %s" % (path, "; ".join(problems)),
+        module.fail_json(msg=f"{path} would not apply at boot with these knobs: {'; '.join(problems)}",
                          problems=problems, path=path)
     current, text = read_file(path), persisted_text(after)
     changed = current != text
     if changed and not module.check_mode:
         try:
             write_file(path, text, 0o644)
-        except (IOError, OSError) as exc:
-            module.fail_json(msg="cannot write %s: %s" % (path, exc), path=path)
-    result = dict(changed=changed, path=path, nics=after, changes=knob_changes(before, after))
+        except OSError as exc:
+            module.fail_json(msg=f"cannot write {path}: {exc}", path=path)
+    result: dict[str, Any] = {"changed": changed, "path": path, "nics": after,
+                              "changes": knob_changes(before, after)}
     if module._diff:
-        result["diff"] = dict(before=current or "", after=text, before_header=path, after_header=path)
+        result["diff"] = {"before": current or "", "after": text, "before_header": path, "after_header": path}
     module.exit_json(**result)
 
 

@@ -1,5 +1,4 @@
 #!/usr/bin/python
-# -*- coding: utf-8 -*-
 # Copyright: fabtune contributors
 # Apache License 2.0 (see LICENSE in this collection or https://www.apache.org/licenses/LICENSE-2.0)
 
@@ -14,11 +13,11 @@ description:
     changes only what differs.
   - Backend C(mlnx_qos) (NVIDIA mlnx-tools) or C(dcb) (iproute2 5.12 or later, upstream kernels);
     C(auto) takes C(mlnx_qos) when it is installed, else C(dcb).
-  - With C(dcb) the DSCP APP entries carry the trust state, as the mlx5 driver keeps it (the first
+  - "With C(dcb) the DSCP APP entries carry the trust state, as the mlx5 driver keeps it (the first
     DSCP entry switches the port to DSCP trust, deleting the last switches it back to PCP): trust
     C(dscp) is written as the DSCP map's entries (C(dcb app add)), trust C(pcp) by deleting them
     (C(dcb app flush)). C(dcb apptrust) is not used (iproute2 6.1 has none; mlx5 does not
-    implement it).
+    implement it)."
   - Knobs left out are not managed. C(dscp2prio) manages only the DSCPs it names.
 version_added: "1.0.0"
 options:
@@ -103,6 +102,8 @@ backend:
   type: str
 """
 
+from typing import Any, Mapping, Sequence
+
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_apply import qos_apply
 from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_desired import as_int
@@ -111,41 +112,42 @@ from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_qos_backend 
 QOS_KEYS = ("trust", "dscp2prio", "pfc", "prio_tc", "tsa", "tcbw")
 
 
-def get_argument_spec():
-    return dict(
-        interface=dict(type="str", required=True),
-        backend=dict(type="str", choices=["auto", "mlnx_qos", "dcb"], default="auto"),
-        trust=dict(type="str", choices=["pcp", "dscp"]),
-        dscp2prio=dict(type="dict"),
-        pfc=dict(type="list", elements="int"),
-        prio_tc=dict(type="list", elements="int"),
-        tsa=dict(type="list", elements="str"),
-        tcbw=dict(type="list", elements="int"),
-    )
+def get_argument_spec() -> dict[str, Any]:
+    return {
+        "interface": {"type": "str", "required": True},
+        "backend": {"type": "str", "choices": ["auto", "mlnx_qos", "dcb"], "default": "auto"},
+        "trust": {"type": "str", "choices": ["pcp", "dscp"]},
+        "dscp2prio": {"type": "dict"},
+        "pfc": {"type": "list", "elements": "int"},
+        "prio_tc": {"type": "list", "elements": "int"},
+        "tsa": {"type": "list", "elements": "str"},
+        "tcbw": {"type": "list", "elements": "int"},
+    }
 
 
-def desired_from_params(params):
+def desired_from_params(params: Mapping[str, Any]) -> dict[str, Any]:
     """The managed knobs in normal form (DSCP map keys as ints, PFC sorted); raises ValueError."""
-    out = {}
+    out: dict[str, Any] = {}
     for key in QOS_KEYS:
         value = params.get(key)
         if value is None:
             continue
         if key == "dscp2prio":
-            value = dict((as_int(d), as_int(p)) for d, p in value.items())
+            value = {as_int(d): as_int(p) for d, p in value.items()}
             if any(d is None or not 0 <= d <= 63 or p is None or not 0 <= p <= 7 for d, p in value.items()):
-                raise ValueError("argument 'dscp2prio' must map DSCP 0..63 to priority 0..7, not %s" % params[key])
+                raise ValueError(
+                    f"argument 'dscp2prio' must map DSCP 0..63 to priority 0..7, not {params[key]}")
         elif key == "pfc":
             value = sorted(set(value))
             if any(not 0 <= p <= 7 for p in value):
-                raise ValueError("argument 'pfc' must list priorities 0..7, not %s" % params[key])
+                raise ValueError(f"argument 'pfc' must list priorities 0..7, not {params[key]}")
         elif key in ("prio_tc", "tsa", "tcbw") and len(value) != 8:
-            raise ValueError("argument '%s' must have 8 values, not %s" % (key, value))
+            raise ValueError(f"argument '{key}' must have 8 values, not {value}")
         out[key] = value
     return out
 
 
-def predict(before, changes):
+def predict(before: Mapping[str, Any], changes: Mapping[str, tuple[Any, Any]]) -> dict[str, Any]:
     """The state after ``changes``."""
     after = dict(before)
     for key, (_old, new) in changes.items():
@@ -160,64 +162,68 @@ def predict(before, changes):
     return after
 
 
-def change_list(interface, changes):
-    return [{"knob": "%s.%s" % (interface, key), "before": old, "after": new}
+def change_list(interface: str, changes: Mapping[str, tuple[Any, Any]]) -> list[dict[str, Any]]:
+    return [{"knob": f"{interface}.{key}", "before": old, "after": new}
             for key, (old, new) in sorted(changes.items())]
 
 
-class QosManager(object):
-    def __init__(self, module):
+class QosManager:
+    def __init__(self, module: AnsibleModule) -> None:
         self.module = module
-        self.interface = module.params["interface"]
+        self.interface: str = module.params["interface"]
         self.backend = self._backend(module.params["backend"])
 
-    def _backend(self, wanted):
+    def _backend(self, wanted: str) -> str:
         if wanted != "auto":
             if not self.module.get_bin_path(wanted):
-                self.module.fail_json(msg="backend %s: command %s not found" % (wanted, wanted))
+                self.module.fail_json(msg=f"backend {wanted}: command {wanted} not found")
             return wanted
         if self.module.get_bin_path("mlnx_qos"):
             return "mlnx_qos"
         if self.module.get_bin_path("dcb"):
             return "dcb"
         self.module.fail_json(msg="neither mlnx_qos nor dcb is installed: cannot manage QoS")
+        raise AssertionError("unreachable: fail_json exits the module")
 
-    def _run(self, argv):
-        argv = [self.module.get_bin_path(argv[0], required=True)] + argv[1:]
+    def _run(self, argv: Sequence[str]) -> str:
+        argv = [self.module.get_bin_path(argv[0], required=True), *argv[1:]]
         rc, out, err = self.module.run_command(argv)
         if rc != 0:
-            self.module.fail_json(msg="%s failed (rc %d): %s" % (" ".join(argv), rc, (out + err).strip()[-500:]),
+            self.module.fail_json(msg=f"{' '.join(argv)} failed (rc {rc:d}): {(out + err).strip()[-500:]}",
                                   rc=rc, stdout=out, stderr=err)
-        return out
+        text: str = out
+        return text
 
-    def apply(self, desired):
+    def apply(self, desired: Mapping[str, Any]) -> dict[str, Any]:
         # The same read/diff/write as the host-side revert (module_utils fabric_apply); a command
         # that fails ends the module in _run. Only the parse of the read raises QosError/ValueError.
         try:
             before, changes, commands = qos_apply(self.backend, self.interface, desired, self._run,
                                                   check_mode=self.module.check_mode)
         except (QosError, ValueError) as exc:
-            self.module.fail_json(msg="cannot read the QoS state of %s: %s" % (self.interface, exc))
+            self.module.fail_json(msg=f"cannot read the QoS state of {self.interface}: {exc}")
         after = predict(before, changes)
-        result = dict(changed=bool(changes), before=before, after=after, backend=self.backend,
-                      changes=change_list(self.interface, changes), commands=commands)
+        result: dict[str, Any] = {"changed": bool(changes), "before": before, "after": after,
+                                  "backend": self.backend, "changes": change_list(self.interface, changes),
+                                  "commands": commands}
         if self.module._diff:
-            result["diff"] = dict(before=_text(before), after=_text(after),
-                                  before_header="%s qos" % self.interface, after_header="%s qos" % self.interface)
+            header = f"{self.interface} qos"
+            result["diff"] = {"before": _text(before), "after": _text(after),
+                              "before_header": header, "after_header": header}
         return result
 
 
-def _text(state):
+def _text(state: Mapping[str, Any]) -> str:
     lines = []
     for key in sorted(state):
         value = state[key]
         if key == "dscp2prio":
-            value = ",".join("%s:%s" % (d, p) for d, p in sorted(value.items()))
-        lines.append("%s: %s" % (key, value))
+            value = ",".join(f"{d}:{p}" for d, p in sorted(value.items()))
+        lines.append(f"{key}: {value}")
     return "\n".join(lines) + "\n"
 
 
-def main():
+def main() -> None:
     module = AnsibleModule(argument_spec=get_argument_spec(), supports_check_mode=True)
     try:
         desired = desired_from_params(module.params)

@@ -1,5 +1,4 @@
 #!/usr/bin/python
-# -*- coding: utf-8 -*-
 # Copyright: fabtune contributors
 # Apache License 2.0 (see LICENSE in this collection or https://www.apache.org/licenses/LICENSE-2.0)
 
@@ -119,9 +118,12 @@ reverted:
   type: bool
 """
 
+import contextlib
 import json
 import os
 import time
+from pathlib import Path
+from typing import Any, ContextManager
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_apply import (
@@ -139,52 +141,66 @@ from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_desired impo
 from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_host import netdev_split
 
 
-def get_argument_spec():
-    return dict(
-        run_id=dict(type="str", required=True),
-        state=dict(type="str", choices=["armed", "extended", "confirmed", "absent"], default="armed"),
-        snapshot=dict(type="dict"),
-        deadline_s=dict(type="int", default=300),
-        state_dir=dict(type="path", default="/var/lib/fabtune/revert"),
-        script=dict(type="path", default="/usr/local/sbin/fabtune-revert"),
-    )
+def get_argument_spec() -> dict[str, Any]:
+    return {
+        "run_id": {"type": "str", "required": True},
+        "state": {"type": "str", "choices": ["armed", "extended", "confirmed", "absent"], "default": "armed"},
+        "snapshot": {"type": "dict"},
+        "deadline_s": {"type": "int", "default": 300},
+        "state_dir": {"type": "path", "default": "/var/lib/fabtune/revert"},
+        "script": {"type": "path", "default": "/usr/local/sbin/fabtune-revert"},
+    }
 
 
-class Revert(object):
-    def __init__(self, module):
+class Revert:
+    def __init__(self, module: AnsibleModule) -> None:
         self.module = module
-        self.run_id = module.params["run_id"]
-        self.state_dir = module.params["state_dir"]
+        self.run_id: str = module.params["run_id"]
+        self.state_dir: str = module.params["state_dir"]
         self.unit = unit_name(self.run_id)
         self.timer = self.unit + ".timer"
         self.path = record_path(self.state_dir, self.run_id)
 
-    def result(self, **kwargs):
-        return dict(dict(unit=self.timer, path=self.path, armed=False, deadline=None), **kwargs)
+    def result(self, **kwargs: Any) -> dict[str, Any]:
+        return dict({"unit": self.timer, "path": self.path, "armed": False, "deadline": None}, **kwargs)
 
-    def systemctl(self, *args):
-        argv = [self.module.get_bin_path("systemctl", required=True)] + list(args)
-        return self.module.run_command(argv)
+    def systemctl(self, *args: str) -> tuple[int, str, str]:
+        argv = [self.module.get_bin_path("systemctl", required=True), *args]
+        rc, out, err = self.module.run_command(argv)
+        return rc, out, err
 
-    def active(self):
+    def active(self) -> bool:
         rc, out, _err = self.systemctl("is-active", self.timer)
         return rc == 0 and out.strip() in ("active", "activating")
 
-    def stop(self):
+    def stop(self) -> None:
         """Stop the timer; not loaded (rc 5) is fine."""
         rc, out, err = self.systemctl("stop", self.timer)
         if rc not in (0, 5):
-            self.module.fail_json(msg="systemctl stop %s failed (rc %d): %s" % (self.timer, rc, (out + err).strip()),
+            output = (out + err).strip()
+            self.module.fail_json(msg=f"systemctl stop {self.timer} failed (rc {rc:d}): {output}",
                                   **self.result())
         self.systemctl("reset-failed", self.unit + ".service", self.timer)
 
-    def arm(self):
+    def _lock(self) -> ContextManager[None]:
+        """The revert lock; none in check mode (nothing is written then)."""
+        return locked(self.state_dir) if not self.module.check_mode else contextlib.nullcontext()
+
+    def _deadline_checked(self, deadline_s: int) -> None:
+        if deadline_s < MIN_DEADLINE_S:
+            self.module.fail_json(msg=f"argument 'deadline_s' must be at least {MIN_DEADLINE_S:d} seconds, "
+                                  f"not {deadline_s:d}", **self.result())
+
+    def _reverted(self) -> list[str]:
+        """The kinds of done record the host has for the run (``reverted``, ``failed``)."""
+        return [k for k in ("reverted", "failed")
+                if Path(record_path(self.state_dir, self.run_id, k)).exists()]
+
+    def arm(self) -> dict[str, Any]:
         params = self.module.params
         if params["snapshot"] is None:
             self.module.fail_json(msg="state=armed needs a snapshot", **self.result())
-        if params["deadline_s"] < MIN_DEADLINE_S:
-            self.module.fail_json(msg="argument 'deadline_s' must be at least %d seconds, not %d"
-                                  % (MIN_DEADLINE_S, params["deadline_s"]), **self.result())
+        self._deadline_checked(params["deadline_s"])
         roce, other = netdev_split("/")
         problems, _normal = validate(params["snapshot"], roce, other, enforce_couplings=False)
         if problems:
@@ -196,16 +212,16 @@ class Revert(object):
         argv = arm_argv(systemd_run, self.run_id, params["deadline_s"], params["script"])
         if self.module.check_mode:
             return self.result(changed=True, commands=[argv],
-                               msg="check mode: would arm %s for %d s" % (self.timer, params["deadline_s"]))
+                               msg=f"check mode: would arm {self.timer} for {params['deadline_s']:d} s")
         if not os.access(params["script"], os.X_OK):
-            self.module.fail_json(msg="%s is not installed (role fabric_revert installs it)" % params["script"],
+            self.module.fail_json(msg=f"{params['script']} is not installed (role fabric_revert installs it)",
                                   **self.result())
         with locked(self.state_dir):
             self.stop()
             for kind in ("reverted", "failed"):
-                stale = record_path(self.state_dir, self.run_id, kind)
-                if os.path.exists(stale):
-                    os.unlink(stale)
+                stale = Path(record_path(self.state_dir, self.run_id, kind))
+                if stale.exists():
+                    stale.unlink()
             deadline = time.time() + params["deadline_s"]
             record = {
                 "run_id": self.run_id, "unit": self.timer, "armed_at": time.time(),
@@ -216,36 +232,36 @@ class Revert(object):
             prerun = keep_prerun(self.state_dir, self.run_id, record)
             rc, out, err = self.module.run_command(argv)
             if rc != 0:
-                os.unlink(self.path)
-                self.module.fail_json(msg="cannot arm the revert timer (rc %d): %s" % (rc, (out + err).strip()),
+                Path(self.path).unlink()
+                self.module.fail_json(msg=f"cannot arm the revert timer (rc {rc:d}): {(out + err).strip()}",
                                       rc=rc, stdout=out, stderr=err, **self.result())
         return self.result(changed=True, armed=True, deadline=deadline, commands=[argv], prerun=prerun)
 
-    def gone(self):
-        """Fail when the host already reverted the run (its record renamed by the revert)."""
-        reverted = [k for k in ("reverted", "failed")
-                    if os.path.exists(record_path(self.state_dir, self.run_id, k))]
-        if reverted and not os.path.exists(self.path):
-            done = record_path(self.state_dir, self.run_id, reverted[0])
-            self.module.fail_json(msg="run %s was already reverted on this host (%s): the change is gone"
-                                  % (self.run_id, _when(done)), reverted=True, **self.result())
+    def _fail_reverted(self, kind: str) -> None:
+        done = record_path(self.state_dir, self.run_id, kind)
+        self.module.fail_json(msg=f"run {self.run_id} was already reverted on this host ({_when(done)}): "
+                              "the change is gone", reverted=True, **self.result())
 
-    def extend(self):
-        deadline_s = self.module.params["deadline_s"]
-        if deadline_s < MIN_DEADLINE_S:
-            self.module.fail_json(msg="argument 'deadline_s' must be at least %d seconds, not %d"
-                                  % (MIN_DEADLINE_S, deadline_s), **self.result())
-        with locked(self.state_dir) if not self.module.check_mode else _nothing():
+    def gone(self) -> None:
+        """Fail when the host already reverted the run (its record renamed by the revert)."""
+        reverted = self._reverted()
+        if reverted and not Path(self.path).exists():
+            self._fail_reverted(reverted[0])
+
+    def extend(self) -> dict[str, Any]:
+        deadline_s: int = self.module.params["deadline_s"]
+        self._deadline_checked(deadline_s)
+        with self._lock():
             self.gone()
-            if self.module.check_mode and not os.path.exists(self.path):
+            if self.module.check_mode and not Path(self.path).exists():
                 # An apply in check mode armed nothing: its extension would move that deadline.
                 return self.result(changed=True, armed=False, reverted=False,
                                    msg="check mode: would extend the revert armed by this apply")
             try:
-                with open(self.path) as handle:
+                with Path(self.path).open() as handle:
                     record = json.load(handle)
-            except (IOError, OSError, ValueError) as exc:
-                self.module.fail_json(msg="run %s is not armed on this host (%s)" % (self.run_id, exc),
+            except (OSError, ValueError) as exc:
+                self.module.fail_json(msg=f"run {self.run_id} is not armed on this host ({exc})",
                                       reverted=False, **self.result())
             argv = arm_argv(self.module.get_bin_path("systemd-run", required=True), self.run_id, deadline_s,
                             record.get("script") or self.module.params["script"])
@@ -257,52 +273,44 @@ class Revert(object):
             write_record(self.state_dir, self.run_id, record)
             rc, out, err = self.module.run_command(argv)
             if rc != 0:
-                self.module.fail_json(msg="cannot re-arm the revert timer (rc %d): %s" % (rc, (out + err).strip()),
+                output = (out + err).strip()
+                self.module.fail_json(msg=f"cannot re-arm the revert timer (rc {rc:d}): {output}",
                                       rc=rc, reverted=False, **self.result())
-        return self.result(changed=True, armed=True, deadline=record["deadline"], reverted=False, commands=[argv])
+        return self.result(changed=True, armed=True, deadline=record["deadline"], reverted=False,
+                           commands=[argv])
 
-    def confirm(self):
-        with locked(self.state_dir) if not self.module.check_mode else _nothing():
-            saved = os.path.exists(self.path)
+    def confirm(self) -> dict[str, Any]:
+        with self._lock():
+            saved = Path(self.path).exists()
             active = self.active()
-            reverted = [k for k in ("reverted", "failed")
-                        if os.path.exists(record_path(self.state_dir, self.run_id, k))]
+            reverted = self._reverted()
             if reverted and not saved:
-                done = record_path(self.state_dir, self.run_id, reverted[0])
-                self.module.fail_json(msg="run %s was already reverted on this host (%s): the change is gone"
-                                      % (self.run_id, _when(done)), reverted=True, **self.result())
+                self._fail_reverted(reverted[0])
             changed = saved or active
             if changed and not self.module.check_mode:
                 self.stop()
                 if saved:
-                    os.unlink(self.path)
+                    Path(self.path).unlink()
         return self.result(changed=changed, reverted=False)
 
 
-class _nothing(object):
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-
-def _when(path):
+def _when(path: str) -> str:
     try:
-        with open(path) as handle:
+        with Path(path).open() as handle:
             record = json.load(handle)
         stamp, why = record.get("reverted_at"), record.get("reverted_why")
-        when = "at %s" % time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(stamp)) if stamp else path
-        return "%s: %s" % (when, why) if why else when
-    except (IOError, OSError, ValueError):
+        when = f"at {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(stamp))}" if stamp else path
+        return f"{when}: {why}" if why else when
+    except (OSError, ValueError):
         return path
 
 
-def main():
+def main() -> None:
     module = AnsibleModule(argument_spec=get_argument_spec(), supports_check_mode=True,
                            required_if=[("state", "armed", ("snapshot",))])
     if not RUN_ID_RE.match(module.params["run_id"]):
-        module.fail_json(msg="argument 'run_id' must match ^[A-Za-z0-9_.-]+$, not %r" % module.params["run_id"])
+        module.fail_json(
+            msg=f"argument 'run_id' must match ^[A-Za-z0-9_.-]+$, not {module.params['run_id']!r}")
     revert = Revert(module)
     if module.params["state"] == "armed":
         module.exit_json(**revert.arm())

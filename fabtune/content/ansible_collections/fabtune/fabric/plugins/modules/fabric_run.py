@@ -1,5 +1,4 @@
 #!/usr/bin/python
-# -*- coding: utf-8 -*-
 # Copyright: fabtune contributors
 # Apache License 2.0 (see LICENSE in this collection or https://www.apache.org/licenses/LICENSE-2.0)
 
@@ -14,8 +13,8 @@ description:
     them and returns each one's exit status and output.
   - A command still running at O(deadline_s) gets SIGTERM, and SIGKILL 10 s later; it is reported
     with C(timed_out=true).
-  - For benchmark clients that must start together (perftest pairs of one round): one module call
-    instead of one async job per command, and no polling.
+  - "For benchmark clients that must start together (perftest pairs of one round): one module call
+    instead of one async job per command, and no polling."
   - Runs nothing in check mode (like M(ansible.builtin.command)).
 version_added: "1.0.0"
 options:
@@ -60,31 +59,35 @@ runs:
   sample: [{"id": "h02->h01/mlx5_0:18515", "rc": 0, "stdout": "...", "stderr": "", "timed_out": false}]
 """
 
+import contextlib
 import os
 import signal
 import subprocess
 import tempfile
 import time
+from pathlib import Path
+from typing import IO, Any, Mapping, Sequence, Tuple
 
 from ansible.module_utils.basic import AnsibleModule
 
 KILL_AFTER_S = 10
 
+# A started command: (command, process or None, stdout file, stderr file, why it did not start or None).
+Started = Tuple[Mapping[str, Any], "subprocess.Popen[bytes] | None", IO[bytes], IO[bytes], "str | None"]
 
-def _start(argv, out, err):
+
+def _start(argv: Sequence[object], out: IO[bytes], err: IO[bytes]) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [str(a) for a in argv], stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True
     )
 
 
-def _signal(proc, sig):
-    try:
+def _signal(proc: subprocess.Popen[bytes], sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, sig)  # the command's own session: whatever it started goes too
-    except ProcessLookupError:
-        pass
 
 
-def _stop(proc):
+def _stop(proc: subprocess.Popen[bytes]) -> None:
     """SIGTERM, then SIGKILL after KILL_AFTER_S: the command missed its deadline."""
     _signal(proc, signal.SIGTERM)
     try:
@@ -94,55 +97,66 @@ def _stop(proc):
         proc.wait()
 
 
-def _read(handle):
+def _read(handle: IO[bytes]) -> str:
     handle.seek(0)
     return handle.read().decode("utf-8", errors="replace")
 
 
-def run_all(commands, deadline_s, prefix=()):
-    """Start every command, wait for each until the shared deadline, return what each did."""
-    started = []
-    for command in commands:
-        out, err = tempfile.TemporaryFile(), tempfile.TemporaryFile()
+def _start_all(commands: Sequence[Mapping[str, Any]], files: Sequence[tuple[IO[bytes], IO[bytes]]],
+               prefix: Sequence[str]) -> list[Started]:
+    """Start every command, its stdout and stderr into its ``files``."""
+    started: list[Started] = []
+    for command, (out, err) in zip(commands, files):
         try:
             proc = _start(list(prefix) + list(command["argv"]), out, err)
         except OSError as exc:
             started.append((command, None, out, err, str(exc)))
             continue
         started.append((command, proc, out, err, None))
-    end = time.monotonic() + deadline_s
-    runs = []
-    for command, proc, out, err, problem in started:
-        timed_out = False
-        if proc is not None:
-            try:
-                proc.wait(timeout=max(0.0, end - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                timed_out = True
-                _stop(proc)
-        stderr = problem if problem is not None else _read(err)
-        runs.append({
-            "id": command["id"],
-            "rc": proc.returncode if proc is not None else 127,
-            "stdout": _read(out),
-            "stderr": stderr,
-            "timed_out": timed_out,
-        })
-        out.close()
-        err.close()
-    return runs
+    return started
 
 
-def _valid(module, commands):
+def run_all(commands: Sequence[Mapping[str, Any]], deadline_s: float,
+            prefix: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """Start every command, wait for each until the shared deadline, return what each did."""
+    with contextlib.ExitStack() as stack:
+        files = [
+            (stack.enter_context(tempfile.TemporaryFile()), stack.enter_context(tempfile.TemporaryFile()))
+            for _command in commands
+        ]
+        started = _start_all(commands, files, prefix)
+        end = time.monotonic() + deadline_s
+        runs = []
+        for command, proc, out, err, problem in started:
+            timed_out = False
+            if proc is not None:
+                try:
+                    proc.wait(timeout=max(0.0, end - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    timed_out = True
+                    _stop(proc)
+            stderr = problem if problem is not None else _read(err)
+            runs.append({
+                "id": command["id"],
+                "rc": proc.returncode if proc is not None else 127,
+                "stdout": _read(out),
+                "stderr": stderr,
+                "timed_out": timed_out,
+            })
+        return runs
+
+
+def _valid(module: AnsibleModule, commands: Sequence[Mapping[str, Any]]) -> None:
     for index, command in enumerate(commands):
-        argv = command.get("argv")
+        argv: Any = command.get("argv")
         if "id" not in command or not isinstance(argv, list) or not argv:
             module.fail_json(msg=f"commands[{index}]: needs an id and a non-empty argv list, got {command!r}")
-        if os.sep in str(argv[0]) and not os.path.isabs(str(argv[0])):
-            module.fail_json(msg=f"commands[{index}].argv[0]: {argv[0]!r} must be a program name or an absolute path")
+        if os.sep in str(argv[0]) and not Path(str(argv[0])).is_absolute():
+            module.fail_json(
+                msg=f"commands[{index}].argv[0]: {argv[0]!r} must be a program name or an absolute path")
 
 
-def main():
+def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "commands": {"type": "list", "elements": "dict", "required": True},

@@ -1,5 +1,4 @@
 #!/usr/bin/python
-# -*- coding: utf-8 -*-
 # Copyright: fabtune contributors
 # Apache License 2.0 (see LICENSE in this collection or https://www.apache.org/licenses/LICENSE-2.0)
 
@@ -80,6 +79,8 @@ changes:
             "before": "46", "after": "48"}]
 """
 
+from typing import Any, Mapping
+
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_apply import (
     ApplyError,
@@ -90,50 +91,48 @@ from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_apply import
 from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_host import read_nic_sysfs
 
 
-def get_argument_spec():
-    return dict(
-        knobs=dict(type="dict"),
-        interface=dict(type="str"),
-        nic=dict(type="dict"),
-    )
+def get_argument_spec() -> dict[str, Any]:
+    return {
+        "knobs": {"type": "dict"},
+        "interface": {"type": "str"},
+        "nic": {"type": "dict"},
+    }
 
 
 NIC_KEYS = ("mtu", "ecn", "cnp_dscp", "cnp_prio", "roce_tos", "roce_mode")
 
 
-
-def nic_changes(interface, before_state, nic):
+def nic_changes(interface: str, before_state: Mapping[str, Any],
+                nic: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Per desired-state knob of ``nic`` that differs, ``{knob, before, after}``."""
-    out = []
+    out: list[dict[str, Any]] = []
     for key in NIC_KEYS:
         if key not in nic:
             continue
         want, have = nic[key], before_state.get(key)
         if key == "ecn":
-            want = dict((p, sorted(v)) for p, v in want.items())
-            have = dict((p, v) for p, v in (have or {}).items() if p in want) or None
+            want = {p: sorted(v) for p, v in want.items()}
+            have = {p: v for p, v in (have or {}).items() if p in want} or None
         if have != want:
-            out.append({"knob": "%s.%s" % (interface, key), "before": have, "after": want})
+            out.append({"knob": f"{interface}.{key}", "before": have, "after": want})
     return out
 
 
-
-
-def bad_paths(knobs):
+def bad_paths(knobs: Mapping[str, object]) -> list[str]:
     """Paths that are not absolute sysfs paths (or that climb out with ``..``)."""
     return [p for p in knobs if not p.startswith("/sys/") or ".." in p.split("/")]
 
 
-
-
-def main():
+def main() -> None:
     module = AnsibleModule(argument_spec=get_argument_spec(), supports_check_mode=True,
-                           required_one_of=[("knobs", "interface")], mutually_exclusive=[("knobs", "interface")],
+                           required_one_of=[("knobs", "interface")],
+                           mutually_exclusive=[("knobs", "interface")],
                            required_together=[("interface", "nic")])
     interface, nic = module.params["interface"], module.params["nic"]
     before_state = None
+    knobs: Mapping[str, object]
     if interface:
-        nic = dict((k, v) for k, v in nic.items() if k in NIC_KEYS and v is not None)
+        nic = {k: v for k, v in nic.items() if k in NIC_KEYS and v is not None}
         knobs, problem = nic_knobs("/", interface, nic)
         if problem:
             module.fail_json(msg=problem)
@@ -142,26 +141,26 @@ def main():
         knobs = module.params["knobs"]
     bad = bad_paths(knobs)
     if bad:
-        module.fail_json(msg="argument 'knobs' must name paths under /sys/, not %s" % ", ".join(sorted(bad)))
+        module.fail_json(msg=f"argument 'knobs' must name paths under /sys/, not {', '.join(sorted(bad))}")
     before, changes = plan(knobs)
     if changes and not module.check_mode:
         try:
             write_changes(changes)  # the same code the host-side revert runs (module_utils fabric_apply)
         except ApplyError as exc:
             module.fail_json(msg=str(exc), before=before)
-    after = dict(before)
-    after.update(dict((p, new) for p, (_old, new) in changes.items()))
+    after: dict[str, str | None] = dict(before)
+    after.update({p: new for p, (_old, new) in changes.items()})
     if before_state is not None:
         knob_changes = nic_changes(interface, before_state, nic) if changes else []
     else:
         knob_changes = [{"knob": p, "before": old, "after": new} for p, (old, new) in sorted(changes.items())]
-    result = dict(changed=bool(changes), before=before, after=after, changes=knob_changes,
-                  paths_changed=sorted(changes))
+    result: dict[str, Any] = {"changed": bool(changes), "before": before, "after": after,
+                              "changes": knob_changes, "paths_changed": sorted(changes)}
     if module._diff:
-        result["diff"] = dict(
-            before="".join("%s = %s\n" % (p, before[p]) for p in sorted(changes)),
-            after="".join("%s = %s\n" % (p, changes[p][1]) for p in sorted(changes)),
-        )
+        result["diff"] = {
+            "before": "".join(f"{p} = {before[p]}\n" for p in sorted(changes)),
+            "after": "".join(f"{p} = {changes[p][1]}\n" for p in sorted(changes)),
+        }
     module.exit_json(**result)
 
 

@@ -1,5 +1,4 @@
 #!/usr/bin/python
-# -*- coding: utf-8 -*-
 # Copyright: fabtune contributors
 # Apache License 2.0 (see LICENSE in this collection or https://www.apache.org/licenses/LICENSE-2.0)
 
@@ -84,59 +83,68 @@ problems:
 """
 
 import subprocess
+from typing import Any, Mapping
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_desired import QOS_KNOBS, hca_check, validate
+from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_desired import (
+    QOS_KNOBS,
+    hca_check,
+    validate,
+)
 from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_host import netdev_split, rdma_ports
-from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_qos_backend import DCB_VERSION_ARGV, dcb_problem
+from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_qos_backend import (
+    DCB_VERSION_ARGV,
+    dcb_problem,
+)
 
 TOOL_DEADLINE_S = 10
 
 
-def get_argument_spec():
-    return dict(
-        desired=dict(type="dict", required=True),
-        enforce_couplings=dict(type="bool", default=True),
-        qos_backend=dict(type="str", choices=["auto", "mlnx_qos", "dcb"], default="auto"),
-    )
+def get_argument_spec() -> dict[str, Any]:
+    return {
+        "desired": {"type": "dict", "required": True},
+        "enforce_couplings": {"type": "bool", "default": True},
+        "qos_backend": {"type": "str", "choices": ["auto", "mlnx_qos", "dcb"], "default": "auto"},
+    }
 
 
-def qos_tool_problems(module, nics):
+def qos_tool_problems(module: AnsibleModule, nics: Mapping[str, Mapping[str, Any]]) -> list[str]:
     """The QoS tool problems of this host when a desired NIC entry sets QoS knobs."""
     if not any(k in nic for nic in nics.values() for k in QOS_KNOBS):
         return []
-    wanted = module.params["qos_backend"]
+    wanted: str = module.params["qos_backend"]
     names = [wanted] if wanted != "auto" else ["mlnx_qos", "dcb"]
-    found = [(n, module.get_bin_path(n)) for n in names]
-    found = [(n, path) for n, path in found if path]
+    paths: list[tuple[str, str | None]] = [(n, module.get_bin_path(n)) for n in names]
+    found = [(n, path) for n, path in paths if path]
     if not found:
-        missing = "neither mlnx_qos nor dcb is" if len(names) > 1 else "%s is not" % names[0]
-        return ["QoS (trust, DSCP map, PFC, ETS): %s installed (install mlnx-tools or iproute2 5.12 or later)"
-                % missing]
+        missing = "neither mlnx_qos nor dcb is" if len(names) > 1 else f"{names[0]} is not"
+        return [f"QoS (trust, DSCP map, PFC, ETS): {missing} installed "
+                "(install mlnx-tools or iproute2 5.12 or later)"]
     name, path = found[0]
     if name != "dcb":
         return []
     try:
-        proc = subprocess.run([path] + DCB_VERSION_ARGV[1:], capture_output=True, text=True,
+        proc = subprocess.run([path, *DCB_VERSION_ARGV[1:]], capture_output=True, text=True,
                               timeout=TOOL_DEADLINE_S, check=False)
         text = proc.stdout
     except (OSError, subprocess.TimeoutExpired) as exc:
-        text = "unknown (%s)" % exc
+        text = f"unknown ({exc})"
     problem = dcb_problem(text)
     return [problem] if problem else []
 
 
-def main():
+def main() -> None:
     module = AnsibleModule(argument_spec=get_argument_spec(), supports_check_mode=True)
     roce, other = netdev_split("/")
-    ports = dict((p["netdev"], {"dev": p["dev"], "port": p["port"]}) for p in rdma_ports("/") if p["netdev"] in roce)
+    ports = {p["netdev"]: {"dev": p["dev"], "port": p["port"]}
+             for p in rdma_ports("/") if p["netdev"] in roce}
     problems, normal = validate(module.params["desired"], roce, other, module.params["enforce_couplings"])
     hca = (normal.get("nccl") or {}).get("NCCL_IB_HCA")
     if hca is not None and module.params["enforce_couplings"]:  # a snapshot is restored as it was
         hca_problems, unmatched = hca_check(hca, [(p["dev"], p["port"]) for p in rdma_ports("/")])
         problems = problems + hca_problems
         for item in unmatched:
-            module.warn("nccl.NCCL_IB_HCA: %s matches no RDMA port of this host" % item)
+            module.warn(f"nccl.NCCL_IB_HCA: {item} matches no RDMA port of this host")
     if problems:
         module.fail_json(msg="invalid desired fabric state: " + "; ".join(problems),
                          problems=problems, roce_netdevs=roce, ports=ports)
