@@ -486,7 +486,39 @@ def effective_nics(nics: Mapping[str, Mapping[str, Any]],
     return {dev: dict(base, **nics.get(dev, {})) for dev in netdevs}
 
 
-def validate(  # noqa: PLR0912 (one pass over the tree; split once the NCCL_IB_SL change has landed)
+def _raw_nics(p: _Problems, desired: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The ``nics`` section, each entry checked (``all`` or a netdev name to NIC knobs)."""
+    raw_nics = desired.get("nics") or {}
+    if not isinstance(raw_nics, dict):
+        p.add("nics", raw_nics, "must be a mapping of netdev (or all) to NIC knobs")
+        raw_nics = {}
+    return {str(name): _nic_entry(p, f"nics.{name}", raw_nics[name]) for name in sorted(raw_nics, key=str)}
+
+
+def _check_scope(
+    p: _Problems, scope: dict[str, dict[str, Any]], nccl: dict[str, Any] | None, enforce_couplings: bool
+) -> None:
+    """What each port's knobs say together: a DSCP map without DSCP trust; the couplings (PFC, ToS,
+    NCCL_IB_TC) unless a snapshot is restored exactly; one RoCE ToS where NCCL uses one NCCL_IB_TC."""
+    nccl_tc = (nccl or {}).get("NCCL_IB_TC")
+    for name in sorted(scope):
+        if "dscp2prio" in scope[name] and scope[name].get("trust") != "dscp":
+            p.note("nics.{}: dscp2prio is given but trust is {}: the map applies only with trust dscp "
+                   "(set trust: dscp, or drop dscp2prio)".format(name, scope[name].get("trust", "not set")))
+    if not enforce_couplings:
+        return
+    tos_values: set[int] = set()
+    for name in sorted(scope):
+        for problem in couplings(f"nics.{name}", scope[name], nccl_tc):
+            p.note(problem)
+        if "roce_tos" in scope[name]:
+            tos_values.add(scope[name]["roce_tos"])
+    if nccl_tc is None and nccl and len(tos_values) > 1:
+        p.note(f"nics: roce_tos differs between ports ({sorted(tos_values)}) but NCCL uses one "
+               "NCCL_IB_TC")
+
+
+def validate(
         desired: object, roce_netdevs: Collection[str] | None = None, other_netdevs: Collection[str] = (),
         enforce_couplings: bool = True) -> tuple[list[str], dict[str, Any]]:
     """Validate a desired state; return ``(problems, normal_form)``.
@@ -510,36 +542,15 @@ def validate(  # noqa: PLR0912 (one pass over the tree; split once the NCCL_IB_S
     for key in desired:
         if key not in TOP_KEYS:
             p.add(str(key), desired[key], "is not a known section (nics, nccl, sm, hardware)")
-    out: dict[str, Any] = {}
-    nics: dict[str, dict[str, Any]] = {}
-    raw_nics = desired.get("nics") or {}
-    if not isinstance(raw_nics, dict):
-        p.add("nics", raw_nics, "must be a mapping of netdev (or all) to NIC knobs")
-        raw_nics = {}
-    for name in sorted(raw_nics, key=str):
-        nics[str(name)] = _nic_entry(p, f"nics.{name}", raw_nics[name])
+    nics = _raw_nics(p, desired)
     nccl = _nccl(p, desired.get("nccl")) if "nccl" in desired else None
-    nccl_tc = (nccl or {}).get("NCCL_IB_TC")
     if roce_netdevs is not None:
         _check_names(p, nics, roce_netdevs, other_netdevs)
         scope = effective_nics(nics, sorted(roce_netdevs))
     else:
         scope = {"all" if n == "all" else n: dict(nics.get("all", {}), **nics[n]) for n in nics}
-    for name in sorted(scope):
-        if "dscp2prio" in scope[name] and scope[name].get("trust") != "dscp":
-            p.note("nics.{}: dscp2prio is given but trust is {}: the map applies only with trust dscp "
-                   "(set trust: dscp, or drop dscp2prio)".format(name, scope[name].get("trust", "not set")))
-    if enforce_couplings:
-        tos_values: set[int] = set()
-        for name in sorted(scope):
-            for problem in couplings(f"nics.{name}", scope[name], nccl_tc):
-                p.note(problem)
-            if "roce_tos" in scope[name]:
-                tos_values.add(scope[name]["roce_tos"])
-        if nccl_tc is None and nccl and len(tos_values) > 1:
-            p.note(f"nics: roce_tos differs between ports ({sorted(tos_values)}) but NCCL uses one "
-                   "NCCL_IB_TC")
-    out["nics"] = scope if roce_netdevs is not None else nics
+    _check_scope(p, scope, nccl, enforce_couplings)
+    out: dict[str, Any] = {"nics": scope if roce_netdevs is not None else nics}
     if "nccl" in desired:
         out["nccl"] = nccl
     if "sm" in desired and desired["sm"] is not None:
