@@ -21,6 +21,7 @@ import pytest
 from fabtune import report
 from fabtune.journal import Journal
 from tests.unit.test_report import make
+from tests.unit.test_report_job import _gated_bootstrap
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
 CHROMIUM = next(
@@ -138,3 +139,22 @@ def test_headless_chromium_renders_the_report(
         missing = [f for f in figures(doc) if f not in dom]
         assert not missing, missing
         print(f"screenshot of the {kind} report at {width} px: {ARTIFACTS}/report-{kind}{suffix}.png")
+
+
+@pytest.mark.skipif(
+    CHROMIUM is None, reason="no chromium on PATH: apt-get install chromium (packages/debian.txt)"
+)
+def test_headless_chromium_renders_a_bootstrap_stopped_by_the_job_gate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The job section (``--model``, a failed ``--min-mfu`` gate) as a person sees it: its heading,
+    the prediction's MFU and the threshold, at both widths, nothing sticking out."""
+    home = tmp_path / "home"
+    monkeypatch.setenv("FABTUNE_HOME", str(home))
+    journal = Journal(home / "journal.sqlite")
+    written = report.write_all(journal, _gated_bootstrap(journal, 0.95))
+    (found,) = json.loads(written["json"].read_text())["job"]["predictions"]
+    for suffix, width in WIDTHS.items():
+        dom = render(written["html"], f"report-job-gate{suffix}.png", tmp_path, width)
+        shown = ['<h2 id="job">Training job at 16 nodes</h2>', f"{found['mfu']:.1%}", "95%"]
+        assert not [s for s in shown if s not in dom], dom.split('<h2 id="job">', 1)[-1][:800]
