@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from fabtune.testbed import build
 from fabtune.testbed.spec import TestbedSpec, build_spec
@@ -33,6 +34,18 @@ def make_testbed(doc: dict[str, object]) -> Iterator[TestbedSpec]:
     finally:
         build.down(spec.name)
     assert build.leftovers(spec.name) == []
+
+
+SPECS = Path(__file__).resolve().parents[2] / "fabtune" / "testbed" / "specs"
+SMALL = {"hosts": 2, "nics_per_host": 2, "gpus_per_host": 2}
+
+
+def example_testbed(example: str, name: str, subnet_base: str) -> Iterator[TestbedSpec]:
+    """A small (2 hosts x 2 NICs x 2 GPUs) rack from one of the shipped example specs
+    (``fabtune/testbed/specs/EXAMPLE.yml``), under the test module's own name and subnet."""
+    doc = yaml.safe_load((SPECS / f"{example}.yml").read_text())
+    doc.update({"name": name, "subnet_base": subnet_base, **SMALL})
+    yield from make_testbed(doc)
 
 
 # Each test module that uses roce3 gets its own rack (name and subnet): test modules run on

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-import yaml
 
 from fabtune.inventory import read_inventory
 from fabtune.testbed import oracle as testbed_model
@@ -14,19 +12,15 @@ from fabtune.testbed.spec import TestbedSpec
 from fabtune.tune import run as tune_run
 from fabtune.tune.backend import AnsibleBackend
 from fabtune.tune.hosts import host_groups, plan_rack
-from tests.integration.conftest import make_testbed
+from tests.integration.conftest import example_testbed
 from tests.integration.tunerack import inventory
 
 pytestmark = pytest.mark.testbed
-EXAMPLE = Path(__file__).resolve().parents[2] / "fabtune" / "testbed" / "specs" / "roce-tuned.yml"
 
 
 @pytest.fixture(scope="module")
 def rack() -> Iterator[TestbedSpec]:
-    doc = yaml.safe_load(EXAMPLE.read_text())
-    doc.update({"name": "ktund", "subnet_base": "10.190", "hosts": 2, "nics_per_host": 2,
-                "gpus_per_host": 2})
-    yield from make_testbed(doc)
+    yield from example_testbed("roce-tuned", "ktund", "10.190")
 
 
 def test_an_already_tuned_rack_has_nothing_to_plan(rack: TestbedSpec) -> None:

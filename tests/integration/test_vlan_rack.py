@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-import yaml
 
 from fabtune.inventory import read_inventory
 from fabtune.sim.model import expected_busbw
@@ -17,19 +15,15 @@ from fabtune.testbed import oracle as testbed_model
 from fabtune.testbed.spec import TestbedSpec
 from fabtune.tune.backend import AnsibleBackend
 from fabtune.tune.hosts import host_groups, plan_rack
-from tests.integration.conftest import make_testbed
+from tests.integration.conftest import example_testbed
 from tests.integration.tunerack import inventory
 
 pytestmark = pytest.mark.testbed
-EXAMPLE = Path(__file__).resolve().parents[2] / "fabtune" / "testbed" / "specs" / "roce-vlan-pcp.yml"
 
 
 @pytest.fixture(scope="module")
 def rack() -> Iterator[TestbedSpec]:
-    doc = yaml.safe_load(EXAMPLE.read_text())
-    doc.update({"name": "vavlan", "subnet_base": "10.196", "hosts": 2, "nics_per_host": 2,
-                "gpus_per_host": 2})
-    yield from make_testbed(doc)
+    yield from example_testbed("roce-vlan-pcp", "vavlan", "10.196")
 
 
 def test_the_plan_sets_nccl_ib_sl_with_the_lossless_class(rack: TestbedSpec) -> None:
