@@ -56,7 +56,7 @@ def fabtune(*args: str) -> subprocess.CompletedProcess[str]:
         env=os.environ.copy(),
         capture_output=True,
         text=True,
-        timeout=900,
+        timeout=1400,  # a whole tune (the repair, then the loop) took 590 s in a loaded suite run
         check=False,
     )
 
