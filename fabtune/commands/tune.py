@@ -210,13 +210,24 @@ def rollback(run_id: str, inventory: Path | None, from_hosts: bool, output: Resu
     "--jsonl", is_flag=True,
     help="Progress events as JSON lines on stdout, as they happen (the result: --json / -o FILE).",
 )
+@MODEL_OPTION
+@NODES_OPTION
 @result_output()
-def resume(run_id: str, profile: Path | None, jsonl: bool, output: ResultOutput) -> None:
+def resume(
+    run_id: str, profile: Path | None, jsonl: bool, job_spec: Path | None, target_nodes: int | None,
+    output: ResultOutput,
+) -> None:
     """Continue an interrupted run: undo its unfinished move, then try the moves not yet decided.
 
-    The run keeps the tuning options it started with, unless --profile gives others.
+    The run keeps the tuning options it started with, unless --profile gives others. With --model,
+    the job's predicted MFU at --nodes is reported for the baseline and the tuned rack, as by tune.
     """
     _jsonl_alone(jsonl, output)
     loaded = _tune_profile(profile)
-    result, report = tune_run.resume(run_id, Progress(jsonl), loaded.tune if loaded else None, profile=loaded)
+    goal = job_goal(job_spec, target_nodes)
+    result, report = tune_run.resume(
+        run_id, Progress(jsonl), loaded.tune if loaded else None, profile=loaded, goal=goal
+    )
     print_result(result, report, output)
+    if goal is not None:
+        _print_job(report, output)

@@ -138,16 +138,19 @@ def resume(
     on_event: Event | None = None,
     raw_options: Mapping[str, Any] | None = None,
     profile: Profile | None = None,
+    *,
+    goal: Goal | None = None,
 ) -> tuple[TuneResult, Path]:
     """Continue an interrupted run: undo its unfinished move (verified), then try the moves not decided.
 
-    The run keeps the options it started with (journaled first) unless ``raw_options`` is given.
+    The run keeps the options it started with (journaled first) unless ``raw_options`` is given;
+    ``goal`` (``--model``) is checked against the rack first and its prediction journaled at the end.
     Whatever stops it (a host unreachable, an interrupt) is journaled: the run is closed ``failed``
     (``interrupted`` for Ctrl-C or SIGTERM).
     """
     journal = Journal()
     try:
-        return _resume(journal, run_id, on_event, raw_options, profile)
+        return _resume(journal, run_id, on_event, raw_options, profile, goal=goal)
     finally:
         journal.close()
 
@@ -158,6 +161,8 @@ def _resume(
     on_event: Event | None,
     raw_options: Mapping[str, Any] | None,
     profile: Profile | None,
+    *,
+    goal: Goal | None = None,
 ) -> tuple[TuneResult, Path]:
     run = journal.run(run_id)
     if run.kind != "tune" or run.state not in ("running", "interrupted", "failed"):
@@ -168,6 +173,8 @@ def _resume(
     info = read_inventory(Path(run.inventory))
     if profile is not None:
         check_against_rack(profile, info)
+    if goal is not None:
+        goal.check(len(info.hosts))
     steps = journal.steps(run_id)
     if raw_options is None:
         raw_options = next((s.payload for s in steps if s.kind == "options"), None)
@@ -180,6 +187,8 @@ def _resume(
                       revert_deadline_s=deadline)
         _undo_open_moves(journal, run_id, backend, steps)
         result = _tuned(tuner, decided)
+        if goal is not None:
+            predict_job(ctx, info, goal)
         tuned = save_tuned(info.name, tuned_tree(result), run_id)
         finish(ctx, result, tuned, summary={"resumed": True})
     return result, ctx.report_path

@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 
 from fabtune import rollback as rollbacks
+from fabtune.advise.gate import Goal
+from fabtune.advise.job import parse_job
 from fabtune.errors import ConfigError
 from fabtune.journal import Journal
 from fabtune.testbed.spec import TestbedSpec
@@ -28,6 +30,9 @@ pytestmark = pytest.mark.testbed
 DEADLINE_S = 60  # short, so the test waits little for the hosts to revert by themselves
 OPTIONS = {**FAST, "skip_groups": [*FAST["skip_groups"], "mtu"], "revert_deadline_s": DEADLINE_S}
 CLEAN = {"h01": [], "h02": []}
+# A data-parallel job (``--model``): the resumed run journals its predicted MFU at 16 nodes.
+JOB = {"name": "dp8b", "params": 8e9, "layers": 32, "hidden": 4096, "seq_len": 4096,
+       "global_batch": 256, "micro_batch": 2, "peak_tflops": 989}
 
 
 @pytest.fixture(scope="module")
@@ -83,8 +88,12 @@ def test_kill_9_mid_move_hosts_revert_resume_finishes_then_rollback_restores(
         time.sleep(5)
     assert drift_from(snapshot, rack) == CLEAN  # the hosts reverted the move by themselves
 
-    result, _ = tune_run.resume(run_id, raw_options={**OPTIONS, "revert_deadline_s": 300})
+    goal = Goal(parse_job(JOB, "job"), nodes=16)
+    result, _ = tune_run.resume(run_id, raw_options={**OPTIONS, "revert_deadline_s": 300}, goal=goal)
     steps = Journal().steps(run_id)
+    (job,) = [s for s in steps if (s.kind, s.name) == ("job", "job prediction")]
+    assert job.payload["nodes"] == 16 and job.payload["job"]["name"] == "dp8b"
+    assert all(job.payload["predictions"][p]["mfu"] > 0 for p in ("baseline", "final")), job.payload
     interrupted = next(s for s in steps if s.seq == seq)
     assert interrupted.name == "lossless priority 3"
     assert interrupted.state == "rolled_back" and interrupted.payload["reason"].startswith("interrupted")

@@ -144,3 +144,27 @@ def test_tune_job_is_checked_before_anything_runs(tmp_path: Path, monkeypatch: p
         assert journal.runs(10) == []
     finally:
         journal.close()
+
+
+def test_resume_job_is_checked_before_anything_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """``fabtune resume RUN --model --nodes`` checks the job against the run's rack before it claims
+    the run: a job that cannot fill N is refused with the arithmetic, and the run is left as it was."""
+    monkeypatch.setenv("FABTUNE_HOME", str(tmp_path / "home"))
+    inv = tmp_path / "rack.yml"
+    inv.write_text("roce:\n  hosts:\n" + "".join(f"    {h}: {{ansible_host: 10.197.0.{i}}}\n"
+                                                   for i, h in enumerate(HOSTS, 1)))
+    spec = tmp_path / "job.yml"
+    spec.write_text(SPEC)
+    journal = Journal(tmp_path / "home" / "journal.sqlite")
+    try:
+        run_id = journal.open_run("tune", "roce", str(inv), None)
+        journal.close_run(run_id, "interrupted", {"error": "interrupted"})
+        before = (journal.run(run_id), journal.steps(run_id))
+        assert main(["resume", run_id, "--model", str(spec), "--nodes", "3"]) == ExitStatus.CONFIG
+        assert "tp 8 x pp 4 = 32 GPUs" in capsys.readouterr().err  # the arithmetic
+        assert main(["resume", run_id, "--nodes", "64"]) == ExitStatus.USAGE
+        assert "--nodes needs --model" in capsys.readouterr().err
+        assert (journal.run(run_id), journal.steps(run_id)) == before
+    finally:
+        journal.close()
