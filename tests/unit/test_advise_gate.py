@@ -123,14 +123,20 @@ def test_bad_gate_input_is_refused_before_the_bootstrap_runs(tmp_path: Path, rac
         journal.close()
 
 
-def test_tune_job_is_checked_before_anything_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                  capsys: pytest.CaptureFixture[str]) -> None:
+def _cli_rack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+    """A 4-host RoCE inventory and the job spec, for the verbs' option checks (FABTUNE_HOME set)."""
     monkeypatch.setenv("FABTUNE_HOME", str(tmp_path / "home"))
     inv = tmp_path / "rack.yml"
     inv.write_text("roce:\n  hosts:\n" + "".join(f"    {h}: {{ansible_host: 10.197.0.{i}}}\n"
                                                    for i, h in enumerate(HOSTS, 1)))
     spec = tmp_path / "job.yml"
     spec.write_text(SPEC)
+    return inv, spec
+
+
+def test_tune_job_is_checked_before_anything_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    inv, spec = _cli_rack(tmp_path, monkeypatch)
     assert main(["tune", "-i", str(inv), "--model", str(spec), "--nodes", "3"]) == ExitStatus.CONFIG
     assert "tp 8 x pp 4 = 32 GPUs" in capsys.readouterr().err  # the arithmetic
     assert main(["tune", "-i", str(inv), "--nodes", "64"]) == ExitStatus.USAGE
@@ -150,12 +156,7 @@ def test_resume_job_is_checked_before_anything_runs(tmp_path: Path, monkeypatch:
                                                     capsys: pytest.CaptureFixture[str]) -> None:
     """``fabtune resume RUN --model --nodes`` checks the job against the run's rack before it claims
     the run: a job that cannot fill N is refused with the arithmetic, and the run is left as it was."""
-    monkeypatch.setenv("FABTUNE_HOME", str(tmp_path / "home"))
-    inv = tmp_path / "rack.yml"
-    inv.write_text("roce:\n  hosts:\n" + "".join(f"    {h}: {{ansible_host: 10.197.0.{i}}}\n"
-                                                   for i, h in enumerate(HOSTS, 1)))
-    spec = tmp_path / "job.yml"
-    spec.write_text(SPEC)
+    inv, spec = _cli_rack(tmp_path, monkeypatch)
     journal = Journal(tmp_path / "home" / "journal.sqlite")
     try:
         run_id = journal.open_run("tune", "roce", str(inv), None)
