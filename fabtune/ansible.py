@@ -137,6 +137,20 @@ class RunOutcome:
         raise PlaybookFailed(f"{what} failed: {detail} (artifacts: {self.artifact_dir})")
 
 
+def combine(outcomes: Sequence[RunOutcome]) -> RunOutcome:
+    """Several runs over disjoint hosts as one outcome: the first unsuccessful status (else
+    ``successful``), the highest rc, every host's stats and tasks, the last run's artifacts."""
+    status = next((o.status for o in outcomes if o.status != "successful"), "successful")
+    stats: dict[str, dict[str, int]] = {}
+    for outcome in outcomes:
+        for key, per_host in outcome.stats.items():
+            stats.setdefault(key, {}).update(per_host)
+    return RunOutcome(
+        status=status, rc=max(o.rc for o in outcomes), stats=stats,
+        tasks=tuple(t for o in outcomes for t in o.tasks), artifact_dir=outcomes[-1].artifact_dir,
+    )
+
+
 class Observer(Protocol):
     """Something that watches Ansible runs: ``kind`` is the playbook's stem or the module's name."""
 

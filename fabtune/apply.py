@@ -11,12 +11,14 @@ nothing: it is journaled as a run in state ``checked`` with what would change, a
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from fabtune import ansible
 from fabtune.changes import KnobChange, knob_changes
+from fabtune.desired import TunedState
 from fabtune.errors import ConfigError
 from fabtune.inventory import read_inventory
 from fabtune.lifecycle import RunContext, journaled_run
@@ -83,27 +85,47 @@ def apply(inventory: Path, profile: Profile, *, check: bool = False, limit: str 
     check_against_rack(profile, info)
     purpose = "apply (check)" if check else "apply"
     with journaled_run("apply", info.name, inventory, profile=str(profile.path), purpose=purpose) as run:
+        targets: list[str] | None = None
         if not check:
             seq = run.step("snapshot", "pre-apply state", {"limit": limit})
             states = read_state(inventory, limit)
             run.snapshot(seq, states)
             run.finish_step(seq, "done", {"limit": limit, "hosts": sorted(states)})
-        return _apply(run, inventory, profile, check=check, limit=limit)
+            targets = sorted(states)
+        if profile.hosts and targets is None:
+            targets = sorted(read_state(inventory, limit))
+        return _apply(run, inventory, profile, check=check, limit=limit, targets=targets)
+
+
+def _groups(
+    profile: Profile, limit: str | None, targets: list[str] | None
+) -> list[tuple[Mapping[str, Any], str | None]]:
+    """Each desired state with the hosts it goes to: the whole ``limit`` when no host has a state
+    of its own, else one run per state over the targeted hosts that take it."""
+    if not profile.hosts or targets is None:
+        return [(profile.desired, limit)]
+    groups = TunedState(profile.desired, profile.hosts).groups(targets)
+    return [(tree, ",".join(hosts)) for tree, hosts in groups]
 
 
 def _apply(
-    run: RunContext, inventory: Path, profile: Profile, *, check: bool, limit: str | None
+    run: RunContext, inventory: Path, profile: Profile, *, check: bool, limit: str | None,
+    targets: list[str] | None = None,
 ) -> ApplyResult:
     intent = {"profile": str(profile.path), "limit": limit, "check": check}
     seq = run.step("apply", "would change" if check else "apply the profile", intent)
-    outcome = ansible.run_playbook(
-        "drift.yml" if check else "apply.yml",
-        inventory,
-        extravars={"fabric_desired": profile.desired},
-        check=check,
-        diff=True,
-        limit=limit,
-    )
+    outcomes = [
+        ansible.run_playbook(
+            "drift.yml" if check else "apply.yml",
+            inventory,
+            extravars={"fabric_desired": dict(tree)},
+            check=check,
+            diff=True,
+            limit=hosts,
+        )
+        for tree, hosts in _groups(profile, limit, targets)
+    ]
+    outcome = ansible.combine(outcomes)
     changes = knob_changes(outcome.tasks)
     done = {
         **intent,

@@ -1,19 +1,67 @@
-"""The tuned desired state of a fabric: what a tuning run leaves, and what drift checks against."""
+"""The tuned desired state of a fabric: what a tuning run leaves, and what drift checks against.
+
+A tuning run may leave hosts in different states (a repair that set one host's
+``NCCL_IB_GID_INDEX``, a GDR level moved on a host whose NIC sits on the far socket). The file
+keeps the state most hosts share as ``fabric_desired`` and, under ``fabric_desired_hosts``, the
+whole state of each host that differs from it, so that drift checks every host against its own.
+"""
 
 from __future__ import annotations
 
+import json
 import time
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from fabtune.errors import ConfigError
 from fabtune.paths import check_name, private_dir, under_home, write_private
+from fabtune.profile import HOSTS_SECTION
+
+Tree = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class TunedState:
+    """A desired state per host: ``desired`` for every host not named in ``hosts``."""
+
+    desired: Tree
+    hosts: Mapping[str, Tree] = field(default_factory=dict)
+
+    def for_host(self, host: str) -> Tree:
+        return self.hosts.get(host, self.desired)
+
+    def groups(self, hosts: Sequence[str]) -> list[tuple[Tree, list[str]]]:
+        """``hosts`` grouped by the state each is to have: the shared state's group first (when
+        any host takes it), then one group per host-specific state, in host order."""
+        shared = [h for h in hosts if h not in self.hosts]
+        own = [(self.hosts[h], [h]) for h in hosts if h in self.hosts]
+        return ([(self.desired, shared)] if shared else []) + own
+
+
+def _key(tree: Tree) -> str:
+    return json.dumps(tree, sort_keys=True, default=str)
+
+
+def split_by_host(trees: Mapping[str, Tree]) -> TunedState:
+    """The state most hosts share (on a tie, the first host's) and each other host's own."""
+    if not trees:
+        return TunedState({})
+    hosts = sorted(trees)
+    counts = Counter(_key(trees[h]) for h in hosts)
+    top = max(counts.values())
+    shared = next(h for h in hosts if counts[_key(trees[h])] == top)
+    common = _key(trees[shared])
+    return TunedState(dict(trees[shared]), {h: dict(trees[h]) for h in hosts if _key(trees[h]) != common})
 
 
 def tuned_path(fabric: str) -> Path:
-    """``$FABTUNE_HOME/desired/<fabric>.yml`` (a profile file: one key, ``fabric_desired``).
+    """``$FABTUNE_HOME/desired/<fabric>.yml`` (a profile file: ``fabric_desired``, and
+    ``fabric_desired_hosts`` when hosts differ).
 
     Raises:
         ConfigError: when ``fabric`` is not a valid name.
@@ -21,19 +69,33 @@ def tuned_path(fabric: str) -> Path:
     return under_home("desired", f"{check_name('fabric name', fabric)}.yml")
 
 
-def save_tuned(fabric: str, desired: Mapping[str, Any], run_id: str) -> Path:
-    """Write the tuned desired state as a profile usable with ``fabtune apply`` and ansible-playbook."""
+def save_tuned(fabric: str, desired: Tree | TunedState, run_id: str) -> Path:
+    """Write the tuned desired state as a profile usable with ``fabtune apply`` and ``fabtune drift``."""
+    state = desired if isinstance(desired, TunedState) else TunedState(dict(desired))
     path = tuned_path(fabric)
     private_dir(path.parent)
     header = f"# Tuned desired state of fabric {fabric!r}, written by run {run_id} at {time.ctime()}\n"
-    return write_private(path, header + yaml.safe_dump({"fabric_desired": dict(desired)}, sort_keys=True))
+    doc: dict[str, Any] = {"fabric_desired": dict(state.desired)}
+    if state.hosts:
+        doc[HOSTS_SECTION] = {h: dict(t) for h, t in state.hosts.items()}
+    return write_private(path, header + yaml.safe_dump(doc, sort_keys=True))
 
 
-def load_tuned(fabric: str) -> dict[str, Any] | None:
-    """The tuned desired state, or None when no tuning run has written one."""
+def load_tuned(fabric: str) -> TunedState | None:
+    """The tuned desired state, or None when no tuning run has written one.
+
+    Raises:
+        ConfigError: the file's sections are not mappings (edited by hand).
+    """
     path = tuned_path(fabric)
     if not path.exists():
         return None
     doc = yaml.safe_load(path.read_text()) or {}
-    desired: dict[str, Any] = doc.get("fabric_desired", {})
-    return desired
+    desired, hosts = doc.get("fabric_desired") or {}, doc.get(HOSTS_SECTION) or {}
+    sections = (("fabric_desired", desired), (HOSTS_SECTION, hosts))
+    problems = [f"{name}: must be a mapping" for name, value in sections if not isinstance(value, dict)]
+    problems += [f"{HOSTS_SECTION}.{h}: must be a mapping (that host's desired state)"
+                 for h, t in (hosts.items() if isinstance(hosts, dict) else ()) if not isinstance(t, dict)]
+    if problems:
+        raise ConfigError(f"tuned desired state {path}", problems)
+    return TunedState(desired, {str(h): t for h, t in hosts.items()})

@@ -29,12 +29,12 @@ from fabtune.bench.argv import NcclOptions, PerftestOptions
 from fabtune.bench.fabric import HostView, read_hosts
 from fabtune.bench.schedule import Pair, covering_rounds, rail_pairs
 from fabtune.changes import knob_changes
-from fabtune.desired import load_tuned, tuned_path
+from fabtune.desired import TunedState, load_tuned, tuned_path
 from fabtune.errors import ConfigError, ExitStatus, FabtuneError, PlaybookFailed
 from fabtune.inventory import InventoryInfo
 from fabtune.journal import Journal
 from fabtune.lifecycle import RunContext, journaled_run
-from fabtune.profile import check_against_rack, load_profile, validate_desired
+from fabtune.profile import HOSTS_SECTION, check_against_rack, load_profile, validate_desired
 
 VALIDATE_TASK = "Validate the desired fabric state"
 FACTS_TASK = "Gather the fabric state"
@@ -145,10 +145,19 @@ def _message(task: ansible.TaskResult) -> str:
 
 @dataclass(frozen=True)
 class DesiredSource:
-    """The desired state drift checks against, and where it came from."""
+    """The desired state drift checks against, and where it came from.
+
+    ``hosts``: the hosts whose tuned state differs from ``desired``, each with its own (a tuned
+    desired state's ``fabric_desired_hosts``); every other host is checked against ``desired``.
+    """
 
     desired: Mapping[str, Any]
     source: str
+    hosts: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    def groups(self, hosts: Sequence[str]) -> list[tuple[Mapping[str, Any], list[str]]]:
+        """``hosts`` by the state each is checked against (one group when no host has its own)."""
+        return TunedState(self.desired, self.hosts).groups(hosts)
 
 
 def desired_for(info: InventoryInfo, profile: Path | None) -> DesiredSource:
@@ -164,7 +173,7 @@ def desired_for(info: InventoryInfo, profile: Path | None) -> DesiredSource:
     if profile is not None:
         loaded = load_profile(profile, need="fabric_desired")
         check_against_rack(loaded, info)
-        return DesiredSource(loaded.desired, f"profile {profile}")
+        return DesiredSource(loaded.desired, f"profile {profile}", loaded.hosts)
     tuned = load_tuned(info.name)
     if tuned is None:
         raise ConfigError(
@@ -174,20 +183,50 @@ def desired_for(info: InventoryInfo, profile: Path | None) -> DesiredSource:
                 "no tuning run has finished on it); give one with --profile PROFILE"
             ],
         )
-    problems, _ = validate_desired(tuned)
+    problems = [f"fabric_desired.{p}" for p in validate_desired(tuned.desired)[0]]
+    for host, tree in sorted(tuned.hosts.items()):
+        problems += [f"{HOSTS_SECTION}.{host}.{p}" for p in validate_desired(tree)[0]]
     if problems:
         raise ConfigError(f"tuned desired state {tuned_path(info.name)}", problems)
-    return DesiredSource(tuned, f"tuned desired state {tuned_path(info.name)}")
+    return DesiredSource(tuned.desired, f"tuned desired state {tuned_path(info.name)}", tuned.hosts)
 
 
-def detect(inventory: Path, desired: Mapping[str, Any], hosts: Sequence[str] = ()) -> DriftReport:
+def detect(
+    inventory: Path, desired: Mapping[str, Any], hosts: Sequence[str] = (),
+    own: Mapping[str, Mapping[str, Any]] | None = None,
+) -> DriftReport:
     """Run ``drift.yml`` in check mode with diff and build the report.
+
+    ``own``: hosts with a desired state of their own (checked in their own run, ``--limit``ed to
+    them); every other host of ``hosts`` is checked against ``desired``.
 
     Raises:
         ConfigError: the desired state does not fit a host (the validation task failed there).
     """
+    if own:
+        groups = DesiredSource(desired, "", own).groups(hosts)
+        return merge_reports([_detect(inventory, tree, group, ",".join(group)) for tree, group in groups])
+    return _detect(inventory, desired, hosts, None)
+
+
+def merge_reports(reports: Sequence[DriftReport]) -> DriftReport:
+    """One report of several check runs over disjoint hosts."""
+    failed: dict[str, str] = {}
+    for report in reports:
+        failed.update(report.failed)
+    return DriftReport(
+        tuple(sorted({h for r in reports for h in r.hosts})),
+        tuple(i for r in reports for i in r.items),
+        failed,
+    )
+
+
+def _detect(
+    inventory: Path, desired: Mapping[str, Any], hosts: Sequence[str], limit: str | None
+) -> DriftReport:
     outcome = ansible.run_playbook(
-        "drift.yml", inventory, extravars={"fabric_desired": dict(desired)}, check=True, diff=True
+        "drift.yml", inventory, extravars={"fabric_desired": dict(desired)}, check=True, diff=True,
+        limit=limit,
     )
     invalid = [
         f"{t.host}: {p}"
@@ -362,8 +401,10 @@ def remediate(
     run_id: str,
     tolerance: float = DEFAULT_TOLERANCE,
     progress: Progress | None = None,
+    own: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> Remediation:
-    """Apply the desired state, verify bandwidth did not drop, roll back if it did.
+    """Apply the desired state to the drifted hosts (``own``: hosts with a state of their own),
+    verify bandwidth did not drop, roll back if it did.
 
     Every step is journaled before it is made; the pre-remediation facts are the snapshot.
     """
@@ -383,16 +424,16 @@ def remediate(
 
     say("applying the desired state")
     seq = journal.step(run_id, "apply", "remediate", {"hosts": hosts, "knobs": len(report.items)})
-    outcome = ansible.run_playbook(
-        "apply.yml", inventory, extravars={"fabric_desired": dict(desired)}, diff=True
-    )
-    applied = {h: [dataclasses.asdict(k) for k in c] for h, c in knob_changes(outcome.tasks).items()}
-    done = {"hosts": hosts, "knobs": len(report.items), "applied": applied}
-    if not outcome.ok:
+    outcomes = _apply_groups(inventory, DesiredSource(desired, "", own or {}).groups(hosts))
+    applied = {h: [dataclasses.asdict(k) for o in outcomes for k in knob_changes(o.tasks).get(h, [])]
+               for h in hosts}
+    done = {"hosts": hosts, "knobs": len(report.items), "applied": {h: c for h, c in applied.items() if c}}
+    failed = next((o for o in outcomes if not o.ok), None)
+    if failed is not None:
         journal.finish_step(run_id, seq, "failed", done)
         say("apply failed: rolling back")
         restore(inventory, snaps)
-        outcome.raise_for_failure("remediation")
+        failed.raise_for_failure("remediation")
     journal.finish_step(run_id, seq, "done", done)
 
     say("measuring bandwidth after remediation")
@@ -410,9 +451,25 @@ def remediate(
         return Remediation(True, before, after, True, tuple(reasons))
     say("checking nothing drifted is left")
     seq = journal.step(run_id, "check", "remaining drift", {})
-    remaining = detect(inventory, desired, report.hosts)
+    remaining = detect(inventory, desired, report.hosts, own)
     journal.finish_step(run_id, seq, "done", drift_payload(remaining))
     return Remediation(True, before, after, False, (), remaining)
+
+
+Groups = Sequence[tuple[Mapping[str, Any], list[str]]]
+
+
+def _apply_groups(inventory: Path, groups: Groups) -> list[ansible.RunOutcome]:
+    """Apply each group's desired state to its hosts alone; stops at the first group that fails."""
+    outcomes = []
+    for tree, group in groups:
+        outcome = ansible.run_playbook(
+            "apply.yml", inventory, extravars={"fabric_desired": dict(tree)}, diff=True, limit=",".join(group)
+        )
+        outcomes.append(outcome)
+        if not outcome.ok:
+            break
+    return outcomes
 
 
 def _bw_payload(bw: Bandwidth) -> dict[str, Any]:
@@ -518,13 +575,14 @@ class DriftRun:
 
     def _check(self, run: RunContext, say: Progress) -> None:
         seq = run.step("check", "drift check", {"source": self.source.source})
-        report = detect(self.inventory, self.source.desired, self.info.hosts)
+        report = detect(self.inventory, self.source.desired, self.info.hosts, self.source.hosts)
         run.finish_step(seq, "done", drift_payload(report, self.source.source))
         self.result = DriftResult(self.info.name, self.source.source, report)
         if self.remediate and report.drifted:
             rem = remediate(
                 self.inventory, self.info, self.source.desired, report,
                 journal=run.journal, run_id=run.run_id, tolerance=self.tolerance, progress=say,
+                own=self.source.hosts,
             )
             self.result = DriftResult(self.info.name, self.source.source, report, rem)
 

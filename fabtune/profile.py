@@ -39,7 +39,11 @@ from fabtune.knobs import GROUP_NAMES, fabrics_of
 from fabtune.tune.loop import TuneOptions
 from fabtune.tune.stats import DecisionPolicy
 
-SECTIONS = ("fabric_desired", "fabtune_tune")
+SECTIONS = ("fabric_desired", "fabtune_tune", "fabric_desired_hosts")
+HOSTS_SECTION = "fabric_desired_hosts"
+"""Hosts whose desired state differs from ``fabric_desired`` (a tuning run's per-host results),
+each with its whole state; written by ``fabtune tune`` (:mod:`fabtune.desired`)."""
+HOST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,252}")
 PROFILE_KEYS = SECTIONS
 MAX_BYTES = 1 << 20
 """A profile is a few kilobytes; anything over 1 MiB (``/dev/zero``, a log) is not one."""
@@ -109,6 +113,7 @@ class Profile:
     normal: Mapping[str, Any] = field(repr=False)
     tune: Mapping[str, Any] | None = field(default=None, repr=False)
     sections: tuple[str, ...] = ("fabric_desired",)
+    hosts: Mapping[str, Mapping[str, Any]] = field(default_factory=dict, repr=False)
 
 
 def validate_desired(desired: object, enforce_couplings: bool = True) -> tuple[list[str], dict[str, Any]]:
@@ -322,6 +327,7 @@ def load_profile(path: Path, need: str = "fabric_desired") -> Profile:
         problems += [f"fabric_desired.{p}" for p in desired_problems]
     if "fabtune_tune" in doc:
         problems += check_tune(doc["fabtune_tune"])[0]
+    problems += host_state_problems(doc.get(HOSTS_SECTION), "fabric_desired" in doc)
     if problems:
         raise ConfigError(source, problems)
     return Profile(
@@ -330,7 +336,25 @@ def load_profile(path: Path, need: str = "fabric_desired") -> Profile:
         normal,
         (doc["fabtune_tune"] or {}) if "fabtune_tune" in doc else None,
         tuple(str(k) for k in doc),
+        dict(doc.get(HOSTS_SECTION) or {}),
     )
+
+
+def host_state_problems(hosts: object, shared: bool) -> list[str]:
+    """Problems of a ``fabric_desired_hosts`` section: a mapping of host names to desired states,
+    beside a ``fabric_desired`` (the state of every other host)."""
+    if hosts is None:
+        return []
+    if not isinstance(hosts, dict):
+        return [f"{HOSTS_SECTION}: {show(hosts)} must be a mapping of host names to desired states"]
+    alone = f"{HOSTS_SECTION}: needs fabric_desired beside it (every other host's state)"
+    problems = [] if shared else [alone]
+    for host, tree in hosts.items():
+        if not isinstance(host, str) or not HOST_NAME.fullmatch(host):
+            problems.append(f"{HOSTS_SECTION}: {show(host)} is not a host name")
+            continue
+        problems += [f"{HOSTS_SECTION}.{host}.{p}" for p in validate_desired(tree)[0]]
+    return problems
 
 
 # --------------------------------------------------------------------------- against the rack
@@ -375,5 +399,9 @@ def check_against_rack(profile: Profile, info: InventoryInfo) -> None:
         ConfigError: every misfit, each naming the field, its value and the inventory.
     """
     problems = rack_problems(profile.desired, info)
+    for host, tree in sorted(profile.hosts.items()):
+        if host not in info.hosts:
+            problems.append(f"{HOSTS_SECTION}.{host}: is not a host of the inventory {info.path}")
+        problems += [f"{HOSTS_SECTION}.{host}: {p}" for p in rack_problems(tree, info)]
     if problems:
         raise ConfigError(f"profile {profile.path} on fabric {info.name}", problems)

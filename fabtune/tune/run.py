@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from fabtune.advise.gate import Goal, at_phase
-from fabtune.desired import save_tuned
+from fabtune.desired import TunedState, save_tuned, split_by_host
 from fabtune.errors import ConfigError
 from fabtune.inventory import InventoryInfo, read_inventory
 from fabtune.journal import Journal, Step
@@ -38,15 +38,20 @@ def runs_dir(run_id: str) -> Path:
     return under_home("runs", check_name("run id", run_id))
 
 
-def tuned_tree(result: TuneResult) -> dict[str, Any]:
-    """The tuned desired state as one profile tree (NIC knobs for every port, NCCL, SM)."""
-    first = result.desired[sorted(result.desired)[0]]
-    nics = first.get("nics") or {}
+def host_tree(desired: Mapping[str, Any]) -> dict[str, Any]:
+    """One host's tuned state as a profile tree (its first port's NIC knobs for every port, NCCL, SM)."""
+    nics = desired.get("nics") or {}
     tree: dict[str, Any] = {"nics": {"all": nics[sorted(nics)[0]]}} if nics else {}
     for key in ("nccl", "sm"):
-        if first.get(key) is not None:
-            tree[key] = first[key]
+        if desired.get(key) is not None:
+            tree[key] = desired[key]
     return tree
+
+
+def tuned_state(result: TuneResult) -> TunedState:
+    """The tuned desired state: the tree most hosts share, and each other host's own (a repaired
+    GID index, a per-host GDR level), so that drift does not undo a per-host move."""
+    return split_by_host({host: host_tree(state) for host, state in result.desired.items()})
 
 
 def finish(
@@ -96,7 +101,7 @@ def tune(
         result = _tuned(tuner)
         if goal is not None:
             predict_job(run, info, goal)
-        tuned = save_tuned(info.name, tuned_tree(result), run.run_id)
+        tuned = save_tuned(info.name, tuned_state(result), run.run_id)
         finish(run, result, tuned, oracle=oracle(info) if oracle else None)
     return result, run.report_path
 
@@ -189,7 +194,7 @@ def _resume(
         result = _tuned(tuner, decided)
         if goal is not None:
             predict_job(ctx, info, goal)
-        tuned = save_tuned(info.name, tuned_tree(result), run_id)
+        tuned = save_tuned(info.name, tuned_state(result), run_id)
         finish(ctx, result, tuned, summary={"resumed": True})
     return result, ctx.report_path
 

@@ -17,8 +17,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
+from fabtune.desired import tuned_path
 from fabtune.errors import ExitStatus
+from fabtune.inventory import read_inventory
 from fabtune.journal import Journal
 from fabtune.testbed.spec import TestbedSpec
 from fabtune.tune.state import differences
@@ -111,6 +114,14 @@ def test_tune_repairs_the_bad_hosts_gid_index_on_it_alone_and_tunes_on(
     for host in ("h01", "h03"):
         assert (after[host]["nccl"] or {}).get("NCCL_IB_GID_INDEX") == (before[host]["nccl"] or {}).get(
             "NCCL_IB_GID_INDEX")
+    # The tuned desired state keeps h02's own index (the rack's shared state has none), so drift
+    # checks h02 against it and finds nothing to undo.
+    tuned = yaml.safe_load(tuned_path(read_inventory(inventory(rack)).name).read_text())
+    assert list(tuned["fabric_desired_hosts"]) == ["h02"], tuned
+    assert tuned["fabric_desired_hosts"]["h02"]["nccl"]["NCCL_IB_GID_INDEX"] == str(V2_INDEX)
+    assert "NCCL_IB_GID_INDEX" not in (tuned["fabric_desired"].get("nccl") or {})
+    checked = fabtune("drift", "-i", str(inventory(rack)))
+    assert checked.returncode == 0, " ".join((checked.stdout + checked.stderr).split())[-2000:]
 
 
 @pytest.fixture

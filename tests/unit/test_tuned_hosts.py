@@ -1,0 +1,136 @@
+"""A tuned desired state per host: the state most hosts share, and each other host's own.
+
+A tuning run can leave one host different from the rest (the repair of its NCCL_IB_GID_INDEX, a
+GDR level moved on a host whose NIC is on the far socket). Before, the tuned file held the first
+host's state for every host, so drift flagged the repaired host's index and ``--remediate``
+removed it. These tests fail on that code.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from fabtune import apply as apply_lib
+from fabtune import desired, drift
+from fabtune.ansible import RunOutcome
+from fabtune.errors import ConfigError
+from fabtune.inventory import InventoryInfo
+from fabtune.profile import Profile, check_against_rack, load_profile
+from fabtune.tune.loop import TuneResult
+from fabtune.tune.run import tuned_state
+
+SHARED = {"nics": {"all": {"mtu": 4200}}, "nccl": {"NCCL_IB_TC": "106"}}
+OWN = {"nics": {"all": {"mtu": 4200}}, "nccl": {"NCCL_IB_TC": "106", "NCCL_IB_GID_INDEX": "3"}}
+
+
+def _info(tmp_path: Path, hosts: tuple[str, ...] = ("h01", "h02", "h03")) -> InventoryInfo:
+    return InventoryInfo(tmp_path / "inv.yml", "rackx", "roce", hosts, (), "mpirun", None)
+
+
+def test_the_state_most_hosts_share_is_the_rack_s_and_the_odd_host_keeps_its_own() -> None:
+    state = desired.split_by_host({"h01": SHARED, "h02": OWN, "h03": SHARED})
+    assert state.desired == SHARED and state.hosts == {"h02": OWN}
+    assert state.for_host("h02") == OWN and state.for_host("h03") == SHARED
+    assert state.groups(["h01", "h02", "h03"]) == [(SHARED, ["h01", "h03"]), (OWN, ["h02"])]
+    tie = desired.split_by_host({"h01": OWN, "h02": SHARED})  # a tie: the first host's state
+    assert tie.desired == OWN and tie.hosts == {"h02": SHARED}
+    assert desired.split_by_host({"h01": SHARED, "h02": SHARED}).hosts == {}
+
+
+def test_a_tune_result_writes_the_repaired_host_s_index_under_its_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FABTUNE_HOME", str(tmp_path))
+    nic = {"enp1s0": {"mtu": 4200}}
+    per_host = {h: {"nics": nic, "nccl": dict(SHARED["nccl"])} for h in ("h01", "h02", "h03")}
+    per_host["h02"]["nccl"]["NCCL_IB_GID_INDEX"] = "3"
+    result = TuneResult("r1", [1.0], [1.0], 0.01, [], per_host, [])
+    path = desired.save_tuned("rackx", tuned_state(result), "r1")
+    doc = yaml.safe_load(path.read_text())
+    assert doc["fabric_desired"] == SHARED
+    assert doc["fabric_desired_hosts"] == {"h02": OWN}
+    loaded = desired.load_tuned("rackx")
+    assert loaded is not None and loaded.hosts == {"h02": OWN}
+    uniform = desired.save_tuned("racky", SHARED, "r2")
+    assert "fabric_desired_hosts" not in yaml.safe_load(uniform.read_text())
+
+
+def test_a_hand_broken_host_section_is_one_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FABTUNE_HOME", str(tmp_path))
+    path = desired.save_tuned("rackx", SHARED, "r1")
+    path.write_text(yaml.safe_dump({"fabric_desired": SHARED, "fabric_desired_hosts": {"h02": [1]}}))
+    with pytest.raises(ConfigError) as err:
+        desired.load_tuned("rackx")
+    assert err.value.problems == ["fabric_desired_hosts.h02: must be a mapping (that host's desired state)"]
+    path.write_text(yaml.safe_dump({"fabric_desired": SHARED, "fabric_desired_hosts": {"h02": {"nccl": 5}}}))
+    with pytest.raises(ConfigError) as err:
+        drift.desired_for(_info(tmp_path), None)
+    assert all(p.startswith("fabric_desired_hosts.h02.nccl") for p in err.value.problems), err.value.problems
+
+
+def test_a_profile_with_host_states_loads_and_names_each_bad_field(tmp_path: Path) -> None:
+    good = tmp_path / "good.yml"
+    good.write_text(yaml.safe_dump({"fabric_desired": SHARED, "fabric_desired_hosts": {"h02": OWN}}))
+    profile = load_profile(good)
+    assert profile.hosts == {"h02": OWN}
+    check_against_rack(profile, _info(tmp_path))
+    with pytest.raises(ConfigError) as err:
+        check_against_rack(profile, _info(tmp_path, ("h01", "h03")))
+    inv = tmp_path / "inv.yml"
+    assert err.value.problems == [f"fabric_desired_hosts.h02: is not a host of the inventory {inv}"]
+    bad = tmp_path / "bad.yml"
+    bad.write_text(yaml.safe_dump({
+        "fabric_desired": SHARED, "fabric_desired_hosts": {"h02": {"nics": {"all": {"mtu": 12}}}, "../x": {}},
+    }))
+    with pytest.raises(ConfigError) as err:
+        load_profile(bad)
+    problems = err.value.problems
+    mtu = "fabric_desired_hosts.h02.nics.all.mtu"
+    assert any(p.startswith(mtu) and "12" in p for p in problems), problems
+    assert "fabric_desired_hosts: '../x' is not a host name" in problems
+    alone = tmp_path / "alone.yml"
+    alone.write_text(yaml.safe_dump({"fabtune_tune": {}, "fabric_desired_hosts": {"h02": OWN}}))
+    with pytest.raises(ConfigError) as err:
+        load_profile(alone, need="fabtune_tune")
+    assert err.value.problems == [
+        "fabric_desired_hosts: needs fabric_desired beside it (every other host's state)"]
+
+
+class Playbooks:
+    """Records each playbook run (its desired state and --limit); every run succeeds, changing nothing."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, Any, str | None]] = []
+
+    def __call__(self, playbook: str, _inventory: Path, **kwargs: Any) -> RunOutcome:
+        self.calls.append((playbook, kwargs["extravars"]["fabric_desired"], kwargs.get("limit")))
+        hosts = (kwargs.get("limit") or "h01,h02,h03").split(",")
+        return RunOutcome("successful", 0, {"ok": dict.fromkeys(hosts, 1)}, (), Path("/nonexistent"))
+
+
+def test_drift_checks_each_host_against_its_own_state(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runs = Playbooks()
+    monkeypatch.setattr(drift.ansible, "run_playbook", runs)
+    report = drift.detect(tmp_path / "inv.yml", SHARED, ("h01", "h02", "h03"), {"h02": OWN})
+    assert runs.calls == [("drift.yml", SHARED, "h01,h03"), ("drift.yml", OWN, "h02")]
+    assert report.hosts == ("h01", "h02", "h03") and not report.drifted
+    runs.calls.clear()
+    drift.detect(tmp_path / "inv.yml", SHARED, ("h01", "h02", "h03"))
+    assert runs.calls == [("drift.yml", SHARED, None)]  # one run, as before, when no host has its own
+
+
+def test_apply_of_a_tuned_file_runs_each_state_on_its_hosts_alone(tmp_path: Path) -> None:
+    profile = Profile(tmp_path / "p.yml", SHARED, SHARED, hosts={"h02": OWN})
+    groups = apply_lib._groups(profile, None, ["h01", "h02", "h03"])
+    assert groups == [(SHARED, "h01,h03"), (OWN, "h02")]
+    assert apply_lib._groups(profile, "h02", ["h02"]) == [(OWN, "h02")]  # --limit h02: its own state only
+    plain = Profile(tmp_path / "p.yml", SHARED, SHARED)
+    assert apply_lib._groups(plain, "h0[1:2]", None) == [(SHARED, "h0[1:2]")]
