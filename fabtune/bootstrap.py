@@ -36,7 +36,7 @@ import contextlib
 import dataclasses
 import re
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,6 +54,7 @@ from fabtune.bench.parsers.ibstat import IbStat
 from fabtune.bench.schedule import Pair, pair_rounds
 from fabtune.changes import knob_changes
 from fabtune.errors import ExitStatus, FabtuneError
+from fabtune.events import Event, quiet
 from fabtune.hostpackages import check_tools
 from fabtune.inventory import InventoryInfo, read_inventory
 from fabtune.journal import Journal
@@ -70,7 +71,6 @@ class BootstrapFailed(FabtuneError):
 VALIDATE_TASK = "Validate the desired fabric state"
 PAIR_SIZE = 1 << 20
 BUSBW_SIZE = "8G"
-Progress = Callable[[str], None]
 
 
 # --------------------------------------------------------------------------- pure checks
@@ -377,14 +377,14 @@ def _step(
 
 
 def preflight(
-    inventory: Path, info: InventoryInfo, report: BootstrapReport, say: Progress
+    inventory: Path, info: InventoryInfo, report: BootstrapReport, emit: Event
 ) -> dict[str, HostView] | None:
     """Reachability, tools, links, firmware, affinity, GID index, subnet manager. Changes nothing.
 
     Returns:
         The host views when every host answered (checks may still have failed), else None.
     """
-    say("preflight: reachability")
+    emit("phase", "preflight: reachability", {})
     ping = ansible.run_module("ansible.builtin.ping", "", inventory)
     for host in info.hosts:
         if host in ping.unreachable_hosts or host in ping.failed_hosts:
@@ -394,9 +394,9 @@ def preflight(
     if any(c.check == "reachable" for c in report.checks):
         return None
     report.checks.append(CheckResult("reachable", "*", "pass", f"{len(info.hosts)} hosts answer"))
-    say("preflight: tools")
+    emit("phase", "preflight: tools", {})
     report.checks += check_tools(inventory, info)  # a missing tool named with its package
-    say("preflight: links, firmware, affinity, GIDs, subnet manager")
+    emit("phase", "preflight: links, firmware, affinity, GIDs, subnet manager", {})
     views = read_hosts(inventory)
     static = [r for r in static_checks(views) if r.check != "mtu"]  # the profile sets the MTU
     report.checks += with_evidence(static, views)
@@ -411,9 +411,9 @@ def _first_failure(outcome: ansible.RunOutcome, host: str) -> str:
     return ""
 
 
-def apply_profile(inventory: Path, profile: Profile, report: BootstrapReport, say: Progress) -> bool:
+def apply_profile(inventory: Path, profile: Profile, report: BootstrapReport, emit: Event) -> bool:
     """Apply the baseline profile; per-host failures become check results."""
-    say("applying the baseline profile")
+    emit("phase", "applying the baseline profile", {})
     outcome = ansible.run_playbook(
         "apply.yml", inventory, extravars={"fabric_desired": dict(profile.desired)}, diff=True
     )
@@ -438,13 +438,13 @@ def apply_profile(inventory: Path, profile: Profile, report: BootstrapReport, sa
 
 def _retest(
     inventory: Path, info: InventoryInfo, report: BootstrapReport, views: Mapping[str, HostView],
-    say: Progress, *, opts: PerftestOptions,
+    emit: Event, *, opts: PerftestOptions,
 ) -> None:
     """Re-test each suspect pair's hosts against known-good partners, then blame (or clear) them."""
     tests = plan_retests(report.pairs)
     measured: dict[tuple[str, int], PairVerdict] = {}
     for index, rnd in enumerate(retest_rounds(tests), start=1):
-        say(f"re-testing suspect hosts against known-good partners ({index})")
+        emit("phase", f"re-testing suspect hosts against known-good partners ({index})", {})
         todo = [p for _t, p in rnd]
         results = pairs.run_round(inventory, todo, views, opts, deadline_s=info.bench_timeout_s)
         for (test, _pair), res in zip(rnd, results, strict=True):
@@ -458,18 +458,18 @@ def _retest(
 
 def _pair_acceptance(
     inventory: Path, info: InventoryInfo, report: BootstrapReport, views: Mapping[str, HostView],
-    say: Progress,
+    emit: Event,
 ) -> None:
     """ib_write_bw over every pair, rail by rail; suspects re-tested before one is blamed."""
     hosts = sorted(views)
     rails = min(len(v.rails) for v in views.values())
     opts = PerftestOptions(size=PAIR_SIZE, duration_s=2)
     done = pairs.run_rounds(
-        inventory, pair_rounds(hosts, rails), views, opts, lambda m: say(f"pair matrix: {m}"),
+        inventory, pair_rounds(hosts, rails), views, opts, emit,
         deadline_s=info.bench_timeout_s,
     )
     report.pairs = [judge_pair(r, report.pair_threshold) for rnd in done for r in rnd]
-    _retest(inventory, info, report, views, say, opts=opts)
+    _retest(inventory, info, report, views, emit, opts=opts)
     if not any(p.verdict == "fail" for p in report.pairs):
         low = min((p.share or 0.0 for p in report.pairs), default=0.0)
         summary = (
@@ -518,13 +518,13 @@ def _yardsticks(report: BootstrapReport, views: Mapping[str, HostView], rails: i
     return ceiling, reference
 
 
-def acceptance(inventory: Path, info: InventoryInfo, report: BootstrapReport, say: Progress) -> None:
+def acceptance(inventory: Path, info: InventoryInfo, report: BootstrapReport, emit: Event) -> None:
     """Static checks again, the pair matrix with re-tests, all_reduce busbw and the transport."""
     views = read_hosts(inventory)
     report.checks += with_evidence(static_checks(views), views)
     if len(views) >= 2:
-        _pair_acceptance(inventory, info, report, views, say)
-    say("all_reduce_perf bus bandwidth and NCCL transport")
+        _pair_acceptance(inventory, info, report, views, emit)
+    emit("phase", "all_reduce_perf bus bandwidth and NCCL transport", {})
     _busbw_acceptance(inventory, info, report, views)
 
 
@@ -534,7 +534,7 @@ def bootstrap(
     *,
     pair_threshold: float = 0.9,
     busbw_threshold: float = 0.8,
-    progress: Progress | None = None,
+    on_event: Event | None = None,
     goal: Goal | None = None,
 ) -> tuple[BootstrapReport, RunContext]:
     """``fabtune bootstrap``: the profile (and ``goal``, the job) checked against the rack, then
@@ -557,7 +557,7 @@ def bootstrap(
             busbw_threshold=busbw_threshold,
             journal=run.journal,
             run_id=run.run_id,
-            progress=progress,
+            on_event=on_event,
         )
         if goal is not None and report.passed:
             job_gate(run, info, report, goal)
@@ -595,13 +595,13 @@ def run_bootstrap(
     busbw_threshold: float = 0.8,
     journal: Journal | None = None,
     run_id: str | None = None,
-    progress: Progress | None = None,
+    on_event: Event | None = None,
 ) -> BootstrapReport:
     """Preflight, apply the baseline profile, acceptance; stops at the first failed phase."""
-    say = progress or (lambda _m: None)
+    emit = on_event or quiet
     report = BootstrapReport(info.name, str(profile.path), pair_threshold, busbw_threshold)
     with _step(journal, run_id, "preflight", {"hosts": list(info.hosts)}) as step:
-        views = preflight(inventory, info, report, say)
+        views = preflight(inventory, info, report, emit)
         failed = views is None or bool(report.failures())
         step["state"] = "failed" if failed else "done"
         step["payload"] = {"failures": [c.__dict__ for c in report.failures()], "checks": _checks(report, 0)}
@@ -610,7 +610,7 @@ def run_bootstrap(
     report.phase = "apply"
     with _step(journal, run_id, "apply", {"profile": str(profile.path)}) as step:
         first = len(report.checks)
-        ok = apply_profile(inventory, profile, report, say)
+        ok = apply_profile(inventory, profile, report, emit)
         step["state"] = "done" if ok else "failed"
         step["payload"] = {
             "changes": report.changes,
@@ -624,7 +624,7 @@ def run_bootstrap(
         journal, run_id, "acceptance", {"pair_threshold": pair_threshold, "busbw_threshold": busbw_threshold}
     ) as step:
         first = len(report.checks)
-        acceptance(inventory, info, report, say)
+        acceptance(inventory, info, report, emit)
         step["state"] = (
             "failed" if report.failures() or any(p.verdict == "fail" for p in report.pairs) else "done"
         )

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,7 @@ from fabtune.bench.schedule import Pair, covering_rounds, rail_pairs
 from fabtune.changes import knob_changes
 from fabtune.desired import TunedState, load_tuned, tuned_path
 from fabtune.errors import ConfigError, ExitStatus, FabtuneError, PlaybookFailed
+from fabtune.events import Event, quiet
 from fabtune.inventory import InventoryInfo
 from fabtune.journal import Journal
 from fabtune.lifecycle import RunContext, journaled_run
@@ -41,7 +42,6 @@ FACTS_TASK = "Gather the fabric state"
 DEFAULT_TOLERANCE = 0.05
 """Remediation is rolled back when a bandwidth figure drops by more than this share (noise: the
 perftest CV is about 0.5 %, nccl-tests busbw about 2 %)."""
-Progress = Callable[[str], None]
 
 
 class DriftFound(FabtuneError):
@@ -400,7 +400,7 @@ def remediate(
     journal: Journal,
     run_id: str,
     tolerance: float = DEFAULT_TOLERANCE,
-    progress: Progress | None = None,
+    on_event: Event | None = None,
     own: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> Remediation:
     """Apply the desired state to the drifted hosts (``own``: hosts with a state of their own),
@@ -408,21 +408,21 @@ def remediate(
 
     Every step is journaled before it is made; the pre-remediation facts are the snapshot.
     """
-    say = progress or (lambda _m: None)
+    emit = on_event or quiet
     hosts = report.drifted_hosts
-    say("reading the drifted hosts' state")
+    emit("phase", "reading the drifted hosts' state", {})
     seq = journal.step(run_id, "snapshot", "pre-remediation facts", {"hosts": hosts})
     snaps = snapshot_facts(inventory, hosts)
     journal.snapshot(run_id, seq, snaps)
     journal.finish_step(run_id, seq, "done")
 
-    say("measuring bandwidth before remediation")
+    emit("phase", "measuring bandwidth before remediation", {})
     views = read_hosts(inventory)
     seq = journal.step(run_id, "measure", "before", {})
     before = measure(inventory, views, info)
     journal.finish_step(run_id, seq, "done", _bw_payload(before))
 
-    say("applying the desired state")
+    emit("phase", "applying the desired state", {})
     seq = journal.step(run_id, "apply", "remediate", {"hosts": hosts, "knobs": len(report.items)})
     outcomes = _apply_groups(inventory, DesiredSource(desired, "", own or {}).groups(hosts))
     applied = {h: [dataclasses.asdict(k) for o in outcomes for k in knob_changes(o.tasks).get(h, [])]
@@ -431,12 +431,12 @@ def remediate(
     failed = next((o for o in outcomes if not o.ok), None)
     if failed is not None:
         journal.finish_step(run_id, seq, "failed", done)
-        say("apply failed: rolling back")
+        emit("phase", "apply failed: rolling back", {})
         restore(inventory, snaps)
         failed.raise_for_failure("remediation")
     journal.finish_step(run_id, seq, "done", done)
 
-    say("measuring bandwidth after remediation")
+    emit("phase", "measuring bandwidth after remediation", {})
     views = read_hosts(inventory)  # MTUs and ceilings may have changed
     seq = journal.step(run_id, "measure", "after", {})
     after = measure(inventory, views, info)
@@ -444,12 +444,12 @@ def remediate(
 
     reasons = got_worse(before, after, tolerance)
     if reasons:
-        say("bandwidth got worse: rolling back")
+        emit("phase", "bandwidth got worse: rolling back", {})
         seq = journal.step(run_id, "rollback", "restore pre-remediation facts", {"reasons": reasons})
         restore(inventory, snaps)
         journal.finish_step(run_id, seq, "rolled_back")
         return Remediation(True, before, after, True, tuple(reasons))
-    say("checking nothing drifted is left")
+    emit("phase", "checking nothing drifted is left", {})
     seq = journal.step(run_id, "check", "remaining drift", {})
     remaining = detect(inventory, desired, report.hosts, own)
     journal.finish_step(run_id, seq, "done", drift_payload(remaining))
@@ -539,7 +539,7 @@ class DriftRun:
     def __post_init__(self) -> None:
         self.result = DriftResult(self.info.name, self.source.source, DriftReport(self.info.hosts, ()))
 
-    def execute(self, progress: Progress | None = None) -> DriftResult:
+    def execute(self, on_event: Event | None = None) -> DriftResult:
         """Check (and remediate); the run is closed with :func:`run_state` or as failed/interrupted.
 
         Raises:
@@ -552,7 +552,7 @@ class DriftRun:
             with journaled_run("drift", self.info.name, self.inventory, profile=profile,
                                purpose=purpose) as run:
                 self.run = run
-                self._journaled(run, progress or (lambda _m: None))
+                self._journaled(run, on_event or quiet)
         except BaseException as err:  # an interrupt or SIGTERM (a timeout) too
             if self.result.error is None:
                 self.result = dataclasses.replace(self.result, error=describe_error(err))
@@ -562,9 +562,9 @@ class DriftRun:
                 write_textfile(self.textfile, prometheus_text(self.result))
         return self.result
 
-    def _journaled(self, run: RunContext, say: Progress) -> None:
+    def _journaled(self, run: RunContext, emit: Event) -> None:
         try:
-            self._check(run, say)
+            self._check(run, emit)
         except BaseException as err:
             self.result = dataclasses.replace(self.result, error=describe_error(err))
             raise
@@ -573,7 +573,7 @@ class DriftRun:
             summary = {"knobs": len(report.items), "hosts": report.drifted_hosts, "error": result.error}
             run.end(run_state(result), {**summary, "exit": int(result.exit_status)})
 
-    def _check(self, run: RunContext, say: Progress) -> None:
+    def _check(self, run: RunContext, emit: Event) -> None:
         seq = run.step("check", "drift check", {"source": self.source.source})
         report = detect(self.inventory, self.source.desired, self.info.hosts, self.source.hosts)
         run.finish_step(seq, "done", drift_payload(report, self.source.source))
@@ -581,7 +581,7 @@ class DriftRun:
         if self.remediate and report.drifted:
             rem = remediate(
                 self.inventory, self.info, self.source.desired, report,
-                journal=run.journal, run_id=run.run_id, tolerance=self.tolerance, progress=say,
+                journal=run.journal, run_id=run.run_id, tolerance=self.tolerance, on_event=emit,
                 own=self.source.hosts,
             )
             self.result = DriftResult(self.info.name, self.source.source, report, rem)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,9 +18,9 @@ from fabtune.bench.fabric import HostView, Rail
 from fabtune.bench.parsers import ethtool, perftest
 from fabtune.bench.schedule import Pair
 from fabtune.errors import BenchmarkError, ParseError
+from fabtune.events import Event, round_event
 
 COUNTERS = ("rx_prio{}_pause", "tx_prio{}_pause")
-Progress = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -205,16 +205,17 @@ def run_rounds(
     rounds: Sequence[Sequence[Pair]],
     views: Mapping[str, HostView],
     opts: PerftestOptions,
-    progress: Progress | None = None,
+    on_event: Event | None = None,
     *,
     deadline_s: int | None = None,
+    phase: str = "pair matrix",
 ) -> list[list[PairResult]]:
-    """Run rounds one after another, reporting progress with an ETA."""
+    """Run rounds one after another, each announced as a ``round`` event with an ETA."""
     done: list[list[PairResult]] = []
     start = time.monotonic()
     for index, pairs in enumerate(rounds, start=1):
-        if progress is not None:
+        if on_event is not None:
             eta = (time.monotonic() - start) / (index - 1) * (len(rounds) - index + 1) if index > 1 else None
-            progress(f"round {index}/{len(rounds)}" + (f", about {eta:.0f} s left" if eta else ""))
+            on_event(*round_event(phase, index, len(rounds), eta))
         done.append(run_round(inventory, pairs, views, opts, deadline_s=deadline_s))
     return done

@@ -1,29 +1,28 @@
 """Live progress for long runs: rich on a terminal, plain lines or JSON lines otherwise.
 
-Events are ``(kind, message, data)``: the tuning loop's (``run``, ``phase``, ``baseline``, ``move``,
-``measure``, ``decision``, ``rollback``) and, through :meth:`Progress.text`, the one-line messages of
-bootstrap, drift and the benchmark rounds, which become ``phase`` events, or ``round`` events with
-``round``, ``rounds`` and ``eta_s`` (``fabtune.bench.pairs.run_rounds`` says "round 3/7, about 12 s
-left"). On a terminal: a line per event, a spinner with the current phase, a bar and the ETA for
-rounds. Not on a terminal: ``[  12s] kind: message`` lines on stderr. With ``jsonl``: one JSON object
-per event on stdout (``t``, ``kind``, ``message`` and the event's data), for automation.
+Events are ``(kind, message, data)`` (:mod:`fabtune.events`), the one type every library emits: the
+tuning loop's (``run``, ``phase``, ``baseline``, ``move``, ``measure``, ``decision``, ``rollback``),
+bootstrap's and drift's ``phase`` events, and the pair rounds' ``round`` events with ``round``,
+``rounds`` and ``eta_s`` (``fabtune.bench.pairs.run_rounds``). On a terminal: a line per event, a
+spinner with the current phase, a bar and the ETA for rounds. Not on a terminal: ``[  12s] kind:
+message`` lines on stderr. With ``jsonl``: one JSON object per event on stdout (``t``, ``kind``,
+``message`` and the event's data), for automation.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
 from rich.console import Console
 
 from fabtune.commands import _console
+from fabtune.events import Event
 
-ROUND = re.compile(r"round (\d+)/(\d+)(?:, about (\d+) s left)?")
 STYLE = {
     "decision": "bold",
     "move": "cyan",
@@ -64,37 +63,16 @@ class Progress:
         if self._status is not None:
             self._status.update(message)
 
-    def text(self, run: str = "") -> Callable[[str], None]:
-        """A sink for one-line progress messages (bootstrap, drift, the pair rounds) as events."""
-
-        def say(message: str) -> None:
-            found = ROUND.search(message)
-            if found is None:
-                self("phase", message, {"run": run} if run else {})
-                return
-            phase = message[: found.start()].rstrip(" :,") or run
-            eta = int(found.group(3)) if found.group(3) else None
-            data = {
-                "run": run,
-                "phase": phase,
-                "round": int(found.group(1)),
-                "rounds": int(found.group(2)),
-                "eta_s": eta,
-            }
-            self("round", message, data)
-
-        return say
-
     @contextmanager
-    def status(self, run: str) -> Iterator[Callable[[str], None]]:
-        """:meth:`text` inside a spinner showing the latest message (on a terminal only)."""
+    def status(self, run: str) -> Iterator[Event]:
+        """This sink inside a spinner showing the latest message (on a terminal only)."""
         if self.jsonl or not self.console.is_terminal:
-            yield self.text(run)
+            yield self
             return
         with self.console.status(run) as shown:
             self._status = shown
             try:
-                yield self.text(run)
+                yield self
             finally:
                 self._status = None
 

@@ -105,7 +105,7 @@ def pairs_cmd(
             rounds,
             views,
             opts,
-            lambda m: shown.update(f"pair matrix: {m}"),
+            lambda _kind, message, _data: shown.update(message),
             deadline_s=read_inventory(inventory).bench_timeout_s,
         )
     flat = [r for rnd in done for r in rnd]

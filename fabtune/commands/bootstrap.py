@@ -123,9 +123,9 @@ def bootstrap(
     require_file(inventory, "inventory")
     profile = load_profile(profile_path, need="fabric_desired")  # validated before anything runs
     goal = job_goal(job_spec, target_nodes, min_mfu)
-    with Progress(console=_console.err()).status("bootstrap") as say:
+    with Progress(console=_console.err()).status("bootstrap") as emit:
         report, run = lib.bootstrap(
-            inventory, profile, pair_threshold=pair_threshold, busbw_threshold=busbw_threshold, progress=say,
+            inventory, profile, pair_threshold=pair_threshold, busbw_threshold=busbw_threshold, on_event=emit,
             goal=goal,
         )
     _print(report, output.console())

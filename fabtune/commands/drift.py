@@ -155,8 +155,8 @@ def drift(
     run = lib.DriftRun(inventory, info, lib.desired_for(info, profile_path), profile=profile_path,
                        remediate=remediate, tolerance=tolerance, textfile=textfile)
     try:
-        with Progress(console=_console.err()).status("checking drift") as say:
-            result = run.execute(say)
+        with Progress(console=_console.err()).status("checking drift") as emit:
+            result = run.execute(emit)
     finally:
         _written(run, output)
     _print(result, output.console())

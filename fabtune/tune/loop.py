@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, Protocol
 
-from fabtune import ansible
+from fabtune import ansible, events
 from fabtune.bench.checks import CheckResult
 from fabtune.bench.diagnose import Diagnosis
 from fabtune.bench.pairs import PairResult
@@ -146,7 +146,7 @@ class Backend(Protocol):
     def pair_matrix(self, full: bool) -> list[PairResult]: ...
 
 
-Event = Callable[[str, str, Mapping[str, Any]], None]
+Event = events.Event
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from fabtune.bench import pairs
 from fabtune.bench.fabric import HostView, Rail
 from fabtune.bench.schedule import Pair, all_pairs_rounds
 from fabtune.cli import cli
+from fabtune.events import quiet
 from fabtune.inventory import InventoryInfo
 
 bench = importlib.import_module("fabtune.commands.bench")  # the package exports the group by this name
@@ -86,7 +87,7 @@ def test_bootstrap_matrix_is_the_same_schedule(
     monkeypatch.setattr(pairs, "run_rounds", record)
     report = bootstrap.BootstrapReport("rack", "p.yml", 0.9, 0.8)
     with pytest.raises(_Stop):
-        bootstrap.acceptance(tmp_path / "inv.yml", _info(tmp_path, sorted(views)), report, lambda _m: None)
+        bootstrap.acceptance(tmp_path / "inv.yml", _info(tmp_path, sorted(views)), report, quiet)
     assert _host_rounds(seen[0]) == all_pairs_rounds(sorted(views))
 
 

@@ -302,7 +302,7 @@ def drift_run_journal(
         monkeypatch.setattr(d, "read_hosts", lambda inv: {})
         monkeypatch.setattr(d, "measure", lambda inv, views, info: next(measured))
         monkeypatch.setattr(d, "restore", lambda inv, snaps: None)
-        monkeypatch.setattr(d, "detect", lambda inv, desired, hosts: d.DriftReport(HOSTS, ()))
+        monkeypatch.setattr(d, "detect", lambda inv, desired, hosts, own=None: d.DriftReport(HOSTS, ()))
         task = TaskResult(
             "h04",
             "Configure RoCE QoS",
@@ -532,13 +532,13 @@ def test_report_command_follows_the_output_convention(
 
 def test_progress_lines_and_eta(monkeypatch: pytest.MonkeyPatch) -> None:
     from fabtune.commands._progress import Progress
+    from fabtune.events import phases, round_event
 
     out = io.StringIO()
     monkeypatch.setattr("sys.stdout", out)
     progress = Progress(jsonl=True)
-    say = progress.text("bootstrap")
-    say("pair matrix: round 3/7, about 12 s left")
-    say("applying the baseline profile")
+    progress(*round_event("pair matrix", 3, 7, 12.4))
+    phases(progress)("applying the baseline profile")
     lines = [json.loads(line) for line in out.getvalue().splitlines()]
     assert lines[0]["kind"] == "round" and (lines[0]["round"], lines[0]["rounds"], lines[0]["eta_s"]) == (
         3,
