@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib.util
 import json
 import os
 import re
@@ -45,11 +44,11 @@ import signal
 import sys
 import threading
 import time
-from functools import cache
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from fabtune.collection import module_util
 from fabtune.sim.node import NicDescription, NodeState, atomic_write
 
 CONF = Path("/etc/opensm/opensm.conf")
@@ -72,23 +71,11 @@ class ConfError(ValueError):
         self.problems = problems
 
 
-@cache
 def _schema() -> ModuleType:
     """The collection's ``fabric_desired.py`` (its ``OPENSM_KEYS``: every key Debian's opensm
     3.3.23 writes with ``--create-config``, compared with the real binary by a unit test), loaded
-    without Ansible.
-
-    The path is ``fabtune.ansible.MODULE_UTILS``'s, spelled out: this daemon does not import
-    ansible-runner.
-    """
-    path = (Path(__file__).resolve().parents[1] / "content" / "ansible_collections" / "fabtune"
-            / "fabric" / "plugins" / "module_utils" / "fabric_desired.py")
-    spec = importlib.util.spec_from_file_location("fabtune_fabric_desired_sm", path)
-    if spec is None or spec.loader is None:  # pragma: no cover - the file ships with fabtune
-        raise ImportError(f"cannot load {path}")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    without Ansible (``fabtune.collection`` imports no ansible-runner)."""
+    return module_util("fabric_desired")
 
 
 # upstream opensm's routing engines (static_routing_modules, opensm/osm_opensm.c; the comment

@@ -220,8 +220,27 @@ def test_topo_parse() -> None:
             "GPU0\t X \tPIX\t0-47\t0\t\tN/A\nNIC0\tPIX\t X \t\t\t\t\n\nLegend:\n\n  X    = Self\n\n"
             "NIC Legend:\n\n  NIC0: mlx5_0\n")
     topo = fabric_facts.parse_topo(text)
+    assert topo is not None
     assert topo["matrix"]["GPU0"]["NIC0"] == "PIX"
     assert topo["nic_legend"] == {"NIC0": "mlx5_0"}
+
+
+def test_topo_parse_keeps_the_gpu_numa_id_after_the_empty_cell() -> None:
+    """nvidia-smi prints an empty cell (two TABs) between NUMA Affinity and GPU NUMA ID (fixture
+    nvidia-smi__topo_m_hgx_h100_10nic_tabs_partial__nccl-issue1264): the old tab-split parser of
+    fabric_facts read GPU NUMA ID as '' and lost the N/A; fabric_formats, shared with the
+    controller, reads the row as ``fabtune parse topo`` does."""
+    text = ("\tGPU0\tNIC0\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\n"
+            "GPU0\t X \tPIX\t0-55,112-167\t0\t\tN/A\nNIC0\tPIX\t X \t\t\t\t\n\n")
+    topo = fabric_facts.parse_topo(text)
+    assert topo is not None
+    assert topo["matrix"]["GPU0"]["CPU Affinity"] == "0-55,112-167"
+    assert topo["matrix"]["GPU0"]["GPU NUMA ID"] == "N/A"
+    assert topo["matrix"]["NIC0"] == {"GPU0": "PIX", "NIC0": "X"}
+
+
+def test_topo_parse_of_other_text_is_none() -> None:
+    assert fabric_facts.parse_topo("NVIDIA-SMI has failed because it couldn't communicate\n") is None
 
 
 def test_sm_subset_keeps_managed_keys_in_normal_form() -> None:
