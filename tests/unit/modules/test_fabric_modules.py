@@ -100,6 +100,15 @@ def test_qos_params_normalise_json_keys() -> None:
         fabric_qos.desired_from_params({"tsa": ["ets"]})
 
 
+def test_qos_params_are_checked_by_the_nic_schema() -> None:
+    """fabric_qos checks its arguments with fabric_desired's NIC schema, not a copy of its ranges:
+    TSA names and ETS shares too (the old copy let both through to the tool)."""
+    with pytest.raises(ValueError, match=r"argument\.tsa\[0\]"):
+        fabric_qos.desired_from_params({"tsa": ["fair"] + ["ets"] * 7})
+    with pytest.raises(ValueError, match="sum to 100"):
+        fabric_qos.desired_from_params({"tsa": ["ets"] * 8, "tcbw": [10] * 8})
+
+
 def test_qos_predict_merges_map_and_drops_it_under_pcp() -> None:
     before = {"trust": "dscp", "dscp2prio": {26: 2, 1: 0}, "pfc": []}
     assert fabric_qos.predict(before, {"dscp2prio": ({26: 2}, {26: 3})})["dscp2prio"] == {26: 3, 1: 0}
