@@ -20,8 +20,10 @@ if TYPE_CHECKING:
         MlnxQos,
         MlnxQosTc,
         TopoMatrix,
+        opensm_conf_lines,
         parse_mlnx_qos,
         parse_nccl_conf,
+        parse_opensm_conf,
         parse_topo,
     )
 else:
@@ -30,8 +32,12 @@ else:
     MlnxQos, MlnxQosTc, TopoMatrix = _formats.MlnxQos, _formats.MlnxQosTc, _formats.TopoMatrix
     parse_mlnx_qos, parse_topo = _formats.parse_mlnx_qos, _formats.parse_topo
     parse_nccl_conf = _formats.parse_nccl_conf
+    opensm_conf_lines, parse_opensm_conf = _formats.opensm_conf_lines, _formats.parse_opensm_conf
 
-__all__ = ["MlnxQos", "MlnxQosTc", "TopoMatrix", "parse_mlnx_qos", "parse_nccl_conf", "parse_topo", "parsed"]
+__all__ = [
+    "MlnxQos", "MlnxQosTc", "TopoMatrix", "opensm_conf_lines", "parse_mlnx_qos", "parse_nccl_conf",
+    "parse_opensm_conf", "parse_topo", "parsed",
+]
 
 Record = TypeVar("Record")
 

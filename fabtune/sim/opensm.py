@@ -49,6 +49,7 @@ from types import ModuleType
 from typing import Any
 
 from fabtune.collection import module_util
+from fabtune.formats import opensm_conf_lines as conf_lines
 from fabtune.sim.node import NicDescription, NodeState, atomic_write
 
 CONF = Path("/etc/opensm/opensm.conf")
@@ -142,28 +143,6 @@ class SmSettings:
         return {"routing_engine": self.routing_engine, "adaptive_routing": self.adaptive_routing,
                 "ar_sl_mask": self.ar_sl_mask, "qos": self.qos, "lmc": self.lmc,
                 "sm_priority": self.sm_priority, "flavor": self.flavor, "sl2vl": list(self.sl2vl)}
-
-
-def conf_lines(text: str) -> list[tuple[str, str]]:
-    """``(key, value)`` of each line, in order, as osm_subn_parse_conf_file splits them: a ``#``
-    ends the line, the key is the first word, the value the rest without surrounding blanks and
-    one pair of matching quotes (clean_val)."""
-    out: list[tuple[str, str]] = []
-    for raw in text.splitlines():
-        line = raw.split("#", 1)[0]
-        parts = line.strip(" \t\n").split(None, 1)
-        if not parts:
-            continue
-        value = parts[1].strip() if len(parts) > 1 else ""
-        if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
-            value = value[1:-1]
-        out.append((parts[0], value))
-    return out
-
-
-def parse_conf(text: str) -> dict[str, str]:
-    """The last value of each key of an opensm.conf text."""
-    return dict(conf_lines(text))
 
 
 def _strtoul(value: str) -> int | None:

@@ -252,6 +252,14 @@ def test_topo_parse_of_other_text_is_none() -> None:
     assert fabric_facts.parse_topo("NVIDIA-SMI has failed because it couldn't communicate\n") is None
 
 
+def test_sm_subset_reads_opensm_conf_as_opensm_does() -> None:
+    """opensm's osm_subn_parse_conf_file ends a line at any '#' and clean_val drops one pair of
+    quotes (tests/fidelity/test_opensm.py runs the real binary): the old fabric_host parser kept
+    'sm_priority 14 # high' as '14 # high', which the schema refused, so the fact lost the key."""
+    text = "sm_priority 14 # high\nrouting_engine 'updn'\nlmc 0\n"
+    assert fabric_facts.sm_subset(text) == {"lmc": 0, "routing_engine": "updn", "sm_priority": 14}
+
+
 def test_sm_subset_keeps_managed_keys_in_normal_form() -> None:
     text = ("# comment\nrouting_engine (null)\nlmc 0\nqos FALSE\nsm_priority 14\n"
             "log_file /var/log/opensm.log\n")

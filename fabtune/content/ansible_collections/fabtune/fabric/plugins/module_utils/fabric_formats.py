@@ -13,6 +13,7 @@ starts with the tool's name and says what was expected (the controller raises it
 * ``mlnx_qos -i IF [-a]`` (mlnx-tools ``pretty_print``): :func:`parse_mlnx_qos`.
 * ``nvidia-smi topo -m``: :func:`parse_topo`.
 * ``nccl.conf`` (``KEY=value`` lines, NCCL's ``NCCL_CONF_FILE``): :func:`parse_nccl_conf`.
+* ``opensm.conf`` (``key value`` lines, as opensm reads them): :func:`parse_opensm_conf`.
 """
 
 from __future__ import annotations
@@ -399,3 +400,29 @@ def parse_nccl_conf(text: str) -> dict[str, str]:
         key, value = line.split("=", 1)
         out[key.strip()] = value.strip()
     return out
+
+
+# --------------------------------------------------------------------------- opensm.conf
+
+
+def opensm_conf_lines(text: str) -> list[tuple[str, str]]:
+    """``(key, value)`` of each line, in order, as opensm's ``osm_subn_parse_conf_file``
+    (``opensm/osm_subnet.c``) splits them: a ``#`` anywhere ends the line, the key is the first
+    word, the value the rest without surrounding blanks and one pair of matching quotes
+    (``clean_val``)."""
+    out: list[tuple[str, str]] = []
+    for raw in text.splitlines():
+        line = raw.split("#", 1)[0]
+        parts = line.strip(" \t\n").split(None, 1)
+        if not parts:
+            continue
+        value = parts[1].strip() if len(parts) > 1 else ""
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+            value = value[1:-1]
+        out.append((parts[0], value))
+    return out
+
+
+def parse_opensm_conf(text: str) -> dict[str, str]:
+    """The value opensm takes for each key of an opensm.conf (the last line that sets it)."""
+    return dict(opensm_conf_lines(text))

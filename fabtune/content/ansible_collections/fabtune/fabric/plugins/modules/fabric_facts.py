@@ -84,7 +84,6 @@ from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_desired impo
 from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_host import (
     gids,
     netdev_split,
-    parse_opensm_conf,
     parse_sminfo,
     rdma_ports,
     read_nic_sysfs,
@@ -126,7 +125,7 @@ def parse_topo(text: str) -> dict[str, Any] | None:
 
 def sm_subset(text: str) -> dict[str, Any]:
     """The managed opensm.conf keys that have a value, in desired-state normal form."""
-    raw = parse_opensm_conf(text)
+    raw = fabric_formats.parse_opensm_conf(text)
     chosen = {k: raw[k] for k in SM_FACT_KEYS if k in raw and raw[k] not in ("(null)", "")}
     flavor = "mlnx" if any(k.startswith("ar_") or "adaptive" in k for k in chosen) \
         or str(chosen.get("routing_engine", "")).startswith("ar_") else None
