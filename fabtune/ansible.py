@@ -89,6 +89,12 @@ class TaskResult:
     def failed(self) -> bool:
         return self.event in ("runner_on_failed", "runner_item_on_failed", "runner_on_unreachable")
 
+    @property
+    def module(self) -> str:
+        """The module that ran, without its collection (``fabric_facts``): a stable key of the
+        task's result, whatever the task is named."""
+        return self.action.rsplit(".", 1)[-1]
+
 
 @dataclass(frozen=True)
 class RunOutcome:
@@ -118,6 +124,11 @@ class RunOutcome:
     def results(self, task: str) -> dict[str, Mapping[str, Any]]:
         """Per host, the result of the task named ``task`` (its last occurrence)."""
         return {t.host: t.result for t in self.tasks if t.task == task}
+
+    def module_results(self, module: str) -> dict[str, Mapping[str, Any]]:
+        """Per host, the result of the last task that ran ``module`` (``fabric_facts``): for a
+        playbook where one task runs it, a key that renaming the task does not break."""
+        return {t.host: t.result for t in self.tasks if t.module == module}
 
     def failures(self) -> list[TaskResult]:
         return [t for t in self.tasks if t.failed]
