@@ -27,20 +27,19 @@ from typing import Any, Protocol
 
 import ansible_runner
 
+from fabtune import collection
 from fabtune.errors import ConfigError, PlaybookFailed
 from fabtune.inventory import STRICT_INVENTORY_ENV, host_count
 from fabtune.paths import private_dir, under_home
 
-# Everything Ansible runs ships inside this package (package data of the wheel): the collection
-# fabtune.fabric with its modules, roles, playbooks and example profiles. Found from wherever
-# fabtune is installed, never from the working directory.
-CONTENT_ROOT = Path(__file__).resolve().parent / "content"
-COLLECTIONS = CONTENT_ROOT
-COLLECTION = COLLECTIONS / "ansible_collections" / "fabtune" / "fabric"
-PLAYBOOKS = COLLECTION / "playbooks"
-ROLES = COLLECTION / "roles"
-PROFILES = COLLECTION / "profiles"
-MODULE_UTILS = COLLECTION / "plugins" / "module_utils"
+# Where the collection lies (fabtune.collection), named here too: the adapter's callers know it here.
+CONTENT_ROOT = collection.CONTENT_ROOT
+COLLECTIONS = collection.COLLECTIONS
+COLLECTION = collection.COLLECTION
+PLAYBOOKS = collection.PLAYBOOKS
+ROLES = collection.ROLES
+PROFILES = collection.PROFILES
+MODULE_UTILS = collection.MODULE_UTILS
 # Ansible's own default collection paths, kept after this repository's (as ansible.cfg does).
 DEFAULT_COLLECTIONS_PATH = ("~/.ansible/collections", "/usr/share/ansible/collections")
 KEPT_EVENTS = frozenset({
@@ -90,6 +89,12 @@ class TaskResult:
     def failed(self) -> bool:
         return self.event in ("runner_on_failed", "runner_item_on_failed", "runner_on_unreachable")
 
+    @property
+    def module(self) -> str:
+        """The module that ran, without its collection (``fabric_facts``): a stable key of the
+        task's result, whatever the task is named."""
+        return self.action.rsplit(".", 1)[-1]
+
 
 @dataclass(frozen=True)
 class RunOutcome:
@@ -119,6 +124,11 @@ class RunOutcome:
     def results(self, task: str) -> dict[str, Mapping[str, Any]]:
         """Per host, the result of the task named ``task`` (its last occurrence)."""
         return {t.host: t.result for t in self.tasks if t.task == task}
+
+    def module_results(self, module: str) -> dict[str, Mapping[str, Any]]:
+        """Per host, the result of the last task that ran ``module`` (``fabric_facts``): for a
+        playbook where one task runs it, a key that renaming the task does not break."""
+        return {t.host: t.result for t in self.tasks if t.module == module}
 
     def failures(self) -> list[TaskResult]:
         return [t for t in self.tasks if t.failed]

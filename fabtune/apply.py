@@ -25,8 +25,8 @@ from fabtune.lifecycle import RunContext, journaled_run
 from fabtune.profile import Profile, check_against_rack
 from fabtune.tune.state import snapshot_of
 
-VALIDATE_TASK = "Validate the desired fabric state"
-FACTS_TASK = "Gather the fabric state"
+VALIDATE_MODULE = "fabric_validate"
+FACTS_MODULE = "fabric_facts"
 CHECKED = "checked"
 
 
@@ -49,7 +49,7 @@ def host_problems(outcome: ansible.RunOutcome) -> list[str]:
     """The validation failures of a run, per host (the desired state did not fit a host)."""
     problems = []
     for task in outcome.failures():
-        if task.task == VALIDATE_TASK:
+        if task.module == VALIDATE_MODULE:
             for problem in task.result.get("problems") or [task.result.get("msg", "invalid")]:
                 problems.append(f"{task.host}: {problem}")
     return problems
@@ -65,7 +65,7 @@ def read_state(inventory: Path, limit: str | None) -> dict[str, dict[str, Any]]:
     outcome.raise_for_failure("reading the hosts' state before the apply")
     return {
         host: snapshot_of((res.get("ansible_facts") or {}).get("fabric_facts") or {})
-        for host, res in outcome.results(FACTS_TASK).items()
+        for host, res in outcome.module_results(FACTS_MODULE).items()
     }
 
 

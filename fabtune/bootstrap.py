@@ -68,7 +68,7 @@ class BootstrapFailed(FabtuneError):
     code = ExitStatus.CHECK_FAILED
 
 
-VALIDATE_TASK = "Validate the desired fabric state"
+VALIDATE_MODULE = "fabric_validate"
 PAIR_SIZE = 1 << 20
 BUSBW_SIZE = "8G"
 
@@ -421,7 +421,7 @@ def apply_profile(inventory: Path, profile: Profile, report: BootstrapReport, em
     report.changes = {h: len(c) for h, c in changed.items()}
     report.applied = {h: [dataclasses.asdict(k) for k in c] for h, c in changed.items()}
     for task in outcome.failures():
-        problems = task.result.get("problems") if task.task == VALIDATE_TASK else None
+        problems = task.result.get("problems") if task.module == VALIDATE_MODULE else None
         why = "; ".join(map(str, problems)) if problems else str(task.result.get("msg", "failed"))[:300]
         report.checks.append(CheckResult("apply", task.host, "fail", f"{task.task}: {why}"))
     for host in outcome.unreachable_hosts:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fabtune.ansible import TaskResult
+from fabtune.formats import parse_nccl_conf
 
 CONF_ACTIONS = (
     "template", "ansible.builtin.template", "file", "ansible.builtin.file", "fabtune.fabric.fabric_files",
@@ -35,12 +36,8 @@ def _item_results(task: TaskResult) -> Iterable[Mapping[str, Any]]:
 
 
 def _conf_lines(text: object) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for line in str(text or "").splitlines():
-        if "=" in line and not line.lstrip().startswith("#"):
-            key, value = line.split("=", 1)
-            out[key.strip()] = value.strip()
-    return out
+    """A ``*.conf`` diff side's ``KEY=value`` lines (nccl.conf's parser, the hosts' own)."""
+    return parse_nccl_conf(str(text or ""))
 
 
 def _diff_changes(host: str, result: Mapping[str, Any]) -> list[KnobChange]:

@@ -37,8 +37,8 @@ from fabtune.journal import Journal
 from fabtune.lifecycle import RunContext, journaled_run
 from fabtune.profile import HOSTS_SECTION, check_against_rack, load_profile, validate_desired
 
-VALIDATE_TASK = "Validate the desired fabric state"
-FACTS_TASK = "Gather the fabric state"
+VALIDATE_MODULE = "fabric_validate"
+FACTS_MODULE = "fabric_facts"
 DEFAULT_TOLERANCE = 0.05
 """Remediation is rolled back when a bandwidth figure drops by more than this share (noise: the
 perftest CV is about 0.5 %, nccl-tests busbw about 2 %)."""
@@ -231,7 +231,7 @@ def _detect(
     invalid = [
         f"{t.host}: {p}"
         for t in outcome.failures()
-        if t.task == VALIDATE_TASK
+        if t.module == VALIDATE_MODULE
         for p in (t.result.get("problems") or [t.result.get("msg", "invalid")])
     ]
     if invalid:
@@ -370,7 +370,7 @@ def snapshot_facts(inventory: Path, hosts: Sequence[str]) -> dict[str, dict[str,
     outcome = ansible.run_playbook("facts.yml", inventory, limit=",".join(hosts))
     outcome.raise_for_failure("reading the fabric state")
     out = {}
-    for host, res in outcome.results(FACTS_TASK).items():
+    for host, res in outcome.module_results(FACTS_MODULE).items():
         facts = dict((res.get("ansible_facts") or {}).get("fabric_facts") or {})
         facts.pop("hardware", None)
         out[host] = facts

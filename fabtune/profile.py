@@ -7,7 +7,7 @@ A profile is a mapping with two known sections, and one file may hold both:
   the in-repo collection ``fabtune.fabric``: the hosts run the same code (module
   ``fabtune.fabric.fabric_validate``), so the controller and the hosts never disagree on what is
   valid. Here it is loaded from the collection's ``plugins/module_utils`` directory
-  (``fabtune.ansible.MODULE_UTILS``).
+  (``fabtune.collection.module_util``).
 * ``fabtune_tune``: the tuning loop's options (``tune``, ``resume``), each value type-checked and
   range-checked here.
 
@@ -20,19 +20,17 @@ run or host contact.
 from __future__ import annotations
 
 import difflib
-import importlib.util
 import re
 import reprlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import cache
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import yaml
 
-from fabtune.ansible import MODULE_UTILS, PROFILES
+from fabtune.collection import PROFILES, module_util
 from fabtune.errors import ConfigError
 from fabtune.inventory import InventoryInfo
 from fabtune.knobs import GROUP_NAMES, fabrics_of
@@ -88,16 +86,9 @@ def did_you_mean(word: object, known: tuple[str, ...]) -> str:
     return f"; did you mean {close[0]}?" if close else ""
 
 
-@cache
 def desired_schema() -> ModuleType:
     """The shared schema module (the collection's ``plugins/module_utils/fabric_desired.py``)."""
-    path = MODULE_UTILS / "fabric_desired.py"
-    spec = importlib.util.spec_from_file_location("fabtune_fabric_desired", path)
-    if spec is None or spec.loader is None:  # pragma: no cover - the file ships with fabtune
-        raise ImportError(f"cannot load {path}")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return module_util("fabric_desired")
 
 
 @dataclass(frozen=True)

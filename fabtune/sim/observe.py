@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, cast
 
+from fabtune.formats import parse_nccl_conf
 from fabtune.sim.model.config import (
     Distance,
     FabricConfig,
@@ -71,17 +72,9 @@ class FabricView:
 
 
 def read_nccl_conf(path: Path = NCCL_CONF) -> dict[str, str]:
-    """``KEY=value`` lines of an ``nccl.conf`` (``#`` comments and blank lines skipped)."""
-    if not path.is_file():
-        return {}
-    out: dict[str, str] = {}
-    for line in path.read_text().splitlines():
-        line = line.strip()
-        if not line or line.startswith("#") or "=" not in line:
-            continue
-        key, value = line.split("=", 1)
-        out[key.strip()] = value.strip()
-    return out
+    """``KEY=value`` lines of an ``nccl.conf`` (``#`` comments and blank lines skipped), read by the
+    collection's parser (``fabtune.formats``): the emulated NCCL reads the file fabtune writes."""
+    return parse_nccl_conf(path.read_text()) if path.is_file() else {}
 
 
 def nccl_env(conf: Mapping[str, str], environ: Mapping[str, str]) -> tuple[tuple[str, str], ...]:

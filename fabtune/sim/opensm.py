@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib.util
 import json
 import os
 import re
@@ -45,11 +44,12 @@ import signal
 import sys
 import threading
 import time
-from functools import cache
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from fabtune.collection import module_util
+from fabtune.formats import opensm_conf_lines as conf_lines
 from fabtune.sim.node import NicDescription, NodeState, atomic_write
 
 CONF = Path("/etc/opensm/opensm.conf")
@@ -72,23 +72,11 @@ class ConfError(ValueError):
         self.problems = problems
 
 
-@cache
 def _schema() -> ModuleType:
     """The collection's ``fabric_desired.py`` (its ``OPENSM_KEYS``: every key Debian's opensm
     3.3.23 writes with ``--create-config``, compared with the real binary by a unit test), loaded
-    without Ansible.
-
-    The path is ``fabtune.ansible.MODULE_UTILS``'s, spelled out: this daemon does not import
-    ansible-runner.
-    """
-    path = (Path(__file__).resolve().parents[1] / "content" / "ansible_collections" / "fabtune"
-            / "fabric" / "plugins" / "module_utils" / "fabric_desired.py")
-    spec = importlib.util.spec_from_file_location("fabtune_fabric_desired_sm", path)
-    if spec is None or spec.loader is None:  # pragma: no cover - the file ships with fabtune
-        raise ImportError(f"cannot load {path}")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    without Ansible (``fabtune.collection`` imports no ansible-runner)."""
+    return module_util("fabric_desired")
 
 
 # upstream opensm's routing engines (static_routing_modules, opensm/osm_opensm.c; the comment
@@ -155,28 +143,6 @@ class SmSettings:
         return {"routing_engine": self.routing_engine, "adaptive_routing": self.adaptive_routing,
                 "ar_sl_mask": self.ar_sl_mask, "qos": self.qos, "lmc": self.lmc,
                 "sm_priority": self.sm_priority, "flavor": self.flavor, "sl2vl": list(self.sl2vl)}
-
-
-def conf_lines(text: str) -> list[tuple[str, str]]:
-    """``(key, value)`` of each line, in order, as osm_subn_parse_conf_file splits them: a ``#``
-    ends the line, the key is the first word, the value the rest without surrounding blanks and
-    one pair of matching quotes (clean_val)."""
-    out: list[tuple[str, str]] = []
-    for raw in text.splitlines():
-        line = raw.split("#", 1)[0]
-        parts = line.strip(" \t\n").split(None, 1)
-        if not parts:
-            continue
-        value = parts[1].strip() if len(parts) > 1 else ""
-        if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
-            value = value[1:-1]
-        out.append((parts[0], value))
-    return out
-
-
-def parse_conf(text: str) -> dict[str, str]:
-    """The last value of each key of an opensm.conf text."""
-    return dict(conf_lines(text))
 
 
 def _strtoul(value: str) -> int | None:

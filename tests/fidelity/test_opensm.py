@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from fabtune.ansible import MODULE_UTILS, PROFILES
+from fabtune.formats import parse_opensm_conf
 from fabtune.sim import opensm
 
 REAL = shutil.which("opensm")
@@ -64,7 +65,7 @@ def real(tmp_path: Path, text: str) -> tuple[list[str], dict[str, str]]:
                           timeout=30, check=False, cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     reports = [line for line in done.stdout.splitlines() if line.startswith(REPORTS)]
-    return reports, opensm.parse_conf(out.read_text())
+    return reports, parse_opensm_conf(out.read_text())
 
 
 def _fabric_desired() -> ModuleType:

@@ -12,7 +12,7 @@ import pytest
 
 from fabtune import ansible
 from fabtune.ansible import RunOutcome, TaskResult
-from fabtune.apply import FACTS_TASK
+from fabtune.apply import host_problems
 from fabtune.cli import main
 from fabtune.errors import ExitStatus
 from fabtune.journal import Journal
@@ -51,7 +51,8 @@ class Hosts:
             if playbook == "facts.yml":
                 facts = {**copy.deepcopy(self.state[host]), "hardware": {"gpus": 1}}
                 result = {"ansible_facts": {"fabric_facts": facts}}
-                tasks.append(TaskResult(host, FACTS_TASK, "fabric_facts", "runner_on_ok", False, result))
+                tasks.append(TaskResult(host, "Gather the fabric state", "fabtune.fabric.fabric_facts",
+                                        "runner_on_ok", False, result))
             elif playbook in ("apply.yml", "drift.yml"):
                 tasks.append(self._apply(host, kw.get("extravars") or {}, check=bool(kw.get("check"))))
         stats = {"ok": {h: 1 for h in hosts if h not in dark}, "failures": {}, "dark": dark, "changed": {}}
@@ -184,3 +185,16 @@ def test_an_apply_that_fails_on_a_host_closes_the_run_failed_and_can_be_rolled_b
     monkeypatch.setattr(ansible, "run_playbook", hosts)
     assert main(["rollback", run.id]) == ExitStatus.OK
     assert hosts.state == UNTOUCHED
+
+
+def test_validation_problems_are_found_by_module_not_task_name() -> None:
+    """A role's validate task is picked by the module that ran (fabric_validate), so renaming the
+    task keeps its problems; another module's failure is not a validation problem."""
+    tasks = (
+        TaskResult("h01", "Check nccl_env's settings", "fabtune.fabric.fabric_validate", "runner_on_failed",
+                   False, {"problems": ["nccl.NCCL_IB_TC: 300 must be in 0..255"]}),
+        TaskResult("h02", "Validate the desired fabric state", "ansible.builtin.command", "runner_on_failed",
+                   False, {"msg": "not a validation"}),
+    )
+    outcome = RunOutcome("failed", 2, {"failures": {"h01": 1, "h02": 1}}, tasks, Path("artifacts"))
+    assert host_problems(outcome) == ["h01: nccl.NCCL_IB_TC: 300 must be in 0..255"]

@@ -418,7 +418,8 @@ class _Playbooks:
         if playbook == "facts.yml":
             for host in str(kw["limit"]).split(","):
                 facts = {"nics": {IF: {"mtu": 1500, "pfc": []}}, "nccl": None, "hardware": {"gpus": 1}}
-                tasks.append(_task(host, drift.FACTS_TASK, {"ansible_facts": {"fabric_facts": facts}}))
+                result = {"ansible_facts": {"fabric_facts": facts}}
+                tasks.append(_task(host, "Read the state", result, action="fabtune.fabric.fabric_facts"))
         return _outcome(tasks)
 
 

@@ -37,7 +37,7 @@ def load_util(name: str) -> ModuleType:
     return module
 
 
-for _util in ("fabric_desired", "fabric_host", "fabric_qos_backend", "fabric_apply"):
+for _util in ("fabric_desired", "fabric_formats", "fabric_host", "fabric_qos_backend", "fabric_apply"):
     load_util(_util)
 
 

@@ -100,6 +100,15 @@ def test_qos_params_normalise_json_keys() -> None:
         fabric_qos.desired_from_params({"tsa": ["ets"]})
 
 
+def test_qos_params_are_checked_by_the_nic_schema() -> None:
+    """fabric_qos checks its arguments with fabric_desired's NIC schema, not a copy of its ranges:
+    TSA names and ETS shares too (the old copy let both through to the tool)."""
+    with pytest.raises(ValueError, match=r"argument\.tsa\[0\]"):
+        fabric_qos.desired_from_params({"tsa": ["fair"] + ["ets"] * 7})
+    with pytest.raises(ValueError, match="sum to 100"):
+        fabric_qos.desired_from_params({"tsa": ["ets"] * 8, "tcbw": [10] * 8})
+
+
 def test_qos_predict_merges_map_and_drops_it_under_pcp() -> None:
     before = {"trust": "dscp", "dscp2prio": {26: 2, 1: 0}, "pfc": []}
     assert fabric_qos.predict(before, {"dscp2prio": ({26: 2}, {26: 3})})["dscp2prio"] == {26: 3, 1: 0}
@@ -220,8 +229,35 @@ def test_topo_parse() -> None:
             "GPU0\t X \tPIX\t0-47\t0\t\tN/A\nNIC0\tPIX\t X \t\t\t\t\n\nLegend:\n\n  X    = Self\n\n"
             "NIC Legend:\n\n  NIC0: mlx5_0\n")
     topo = fabric_facts.parse_topo(text)
+    assert topo is not None
     assert topo["matrix"]["GPU0"]["NIC0"] == "PIX"
     assert topo["nic_legend"] == {"NIC0": "mlx5_0"}
+
+
+def test_topo_parse_keeps_the_gpu_numa_id_after_the_empty_cell() -> None:
+    """nvidia-smi prints an empty cell (two TABs) between NUMA Affinity and GPU NUMA ID (fixture
+    nvidia-smi__topo_m_hgx_h100_10nic_tabs_partial__nccl-issue1264): the old tab-split parser of
+    fabric_facts read GPU NUMA ID as '' and lost the N/A; fabric_formats, shared with the
+    controller, reads the row as ``fabtune parse topo`` does."""
+    text = ("\tGPU0\tNIC0\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\n"
+            "GPU0\t X \tPIX\t0-55,112-167\t0\t\tN/A\nNIC0\tPIX\t X \t\t\t\t\n\n")
+    topo = fabric_facts.parse_topo(text)
+    assert topo is not None
+    assert topo["matrix"]["GPU0"]["CPU Affinity"] == "0-55,112-167"
+    assert topo["matrix"]["GPU0"]["GPU NUMA ID"] == "N/A"
+    assert topo["matrix"]["NIC0"] == {"GPU0": "PIX", "NIC0": "X"}
+
+
+def test_topo_parse_of_other_text_is_none() -> None:
+    assert fabric_facts.parse_topo("NVIDIA-SMI has failed because it couldn't communicate\n") is None
+
+
+def test_sm_subset_reads_opensm_conf_as_opensm_does() -> None:
+    """opensm's osm_subn_parse_conf_file ends a line at any '#' and clean_val drops one pair of
+    quotes (tests/fidelity/test_opensm.py runs the real binary): the old fabric_host parser kept
+    'sm_priority 14 # high' as '14 # high', which the schema refused, so the fact lost the key."""
+    text = "sm_priority 14 # high\nrouting_engine 'updn'\nlmc 0\n"
+    assert fabric_facts.sm_subset(text) == {"lmc": 0, "routing_engine": "updn", "sm_priority": 14}
 
 
 def test_sm_subset_keeps_managed_keys_in_normal_form() -> None:

@@ -43,6 +43,8 @@ def _plain_fabric_imports(path: Path) -> set[str]:
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("fabric_"):
             names.add(str(node.module))
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names if a.name.startswith("fabric_"))
     return names
 
 
@@ -54,7 +56,8 @@ def test_the_role_copies_the_collections_module_utils_fabric_apply_needs() -> No
         assert (MODULE_UTILS / name).is_file(), name
         assert {f"{m}.py" for m in _plain_fabric_imports(MODULE_UTILS / name)} <= set(files), name
     assert _plain_fabric_imports(MODULE_UTILS / "fabric_apply.py") == {
-        "fabric_desired", "fabric_host", "fabric_qos_backend"}
+        "fabric_desired", "fabric_formats", "fabric_host", "fabric_qos_backend"}
+    assert _plain_fabric_imports(MODULE_UTILS / "fabric_qos_backend.py") == {"fabric_formats"}
 
 
 @pytest.fixture

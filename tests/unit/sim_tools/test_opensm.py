@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from fabtune.errors import ConfigError
+from fabtune.formats import parse_opensm_conf
 from fabtune.sim import observe, opensm
 from fabtune.sim.node import NodeState
 from fabtune.sim.tools import sminfo
@@ -41,7 +42,7 @@ UPSTREAM, MLNX = opensm.FLAVORS["upstream"], opensm.FLAVORS["mlnx"]
 
 
 def test_parse_conf_skips_comments_and_keeps_values() -> None:
-    conf = opensm.parse_conf(CONF + "qos_sl2vl 0,1,2,3,4,5,6,7,0,1,2,3,4,5,6,7\n\nlmc 1\n"
+    conf = parse_opensm_conf(CONF + "qos_sl2vl 0,1,2,3,4,5,6,7,0,1,2,3,4,5,6,7\n\nlmc 1\n"
                              "sm_sl 3 # after a value\nlog_prefix 'x y'\n\tmax_op_vls\t4\n")
     assert conf["qos_sl2vl"] == "0,1,2,3,4,5,6,7,0,1,2,3,4,5,6,7"
     assert conf["lmc"] == "1"  # the last line wins

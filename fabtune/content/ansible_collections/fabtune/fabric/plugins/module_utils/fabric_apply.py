@@ -43,10 +43,10 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Seque
 
 try:
     from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_desired import QOS_KNOBS, validate
+    from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_formats import parse_nccl_conf
     from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_host import (
         cc_knob_paths,
         netdev_split,
-        parse_nccl_conf,
         port_of,
         tos_knob_paths,
     )
@@ -60,10 +60,10 @@ try:
     )
 except ImportError:  # /usr/local/lib/fabtune beside fabtune-revert (mypy checks the names above)
     from fabric_desired import QOS_KNOBS, validate  # type: ignore[import-not-found,no-redef]
+    from fabric_formats import parse_nccl_conf  # type: ignore[import-not-found,no-redef]
     from fabric_host import (  # type: ignore[import-not-found,no-redef]
         cc_knob_paths,
         netdev_split,
-        parse_nccl_conf,
         port_of,
         tos_knob_paths,
     )

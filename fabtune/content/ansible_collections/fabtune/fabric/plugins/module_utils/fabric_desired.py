@@ -302,6 +302,16 @@ def _nic_entry(p: _Problems, path: str, value: object) -> dict[str, Any]:
     return out
 
 
+def check_nic(value: object, path: str) -> tuple[list[str], dict[str, Any]]:
+    """One NIC entry's knobs, each checked (ranges, 8 values, ETS shares): ``(problems, normal)``.
+
+    No rule between a port's entries (``all`` and its own) or with NCCL: :func:`validate` has those.
+    """
+    p = _Problems()
+    out = _nic_entry(p, path, value)
+    return p.items, out
+
+
 def _check_ets(p: _Problems, path: str, nic: Mapping[str, Any]) -> None:
     tsa, bw = nic.get("tsa"), nic.get("tcbw")
     if tsa is None or bw is None:

@@ -155,30 +155,6 @@ def gids(root: str, dev: str, port: int) -> tuple[list[dict[str, Any]], int | No
     return out, (v2_ipv4[0] if v2_ipv4 else None)
 
 
-def parse_nccl_conf(text: str) -> dict[str, str]:
-    """``KEY=value`` lines of an nccl.conf (comments and blank lines skipped); ints stay strings."""
-    out = {}
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line.startswith("#") or "=" not in line:
-            continue
-        key, value = line.split("=", 1)
-        out[key.strip()] = value.strip()
-    return out
-
-
-def parse_opensm_conf(text: str) -> dict[str, str]:
-    """``key value`` lines of an opensm.conf (comments skipped)."""
-    out = {}
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        parts = line.split(None, 1)
-        out[parts[0]] = parts[1] if len(parts) > 1 else ""
-    return out
-
-
 def parse_sminfo(text: str) -> dict[str, Any] | None:
     """``sminfo`` output: ``{lid, guid, priority, state}`` or None."""
     words = text.split()

@@ -26,6 +26,11 @@ import json
 import re
 from typing import Any, Mapping, Sequence
 
+try:
+    from ansible_collections.fabtune.fabric.plugins.module_utils import fabric_formats
+except ImportError:  # /usr/local/lib/fabtune beside fabtune-revert (fabric_apply's fallback)
+    import fabric_formats  # type: ignore[import-not-found,no-redef]
+
 PRIORITIES = 8
 BACKENDS = ("mlnx_qos", "dcb")
 DSCP_COUNT = 64
@@ -34,9 +39,6 @@ DCB_APP_SINCE = (5, 12)
 DCB_VERSION_ARGV = ["dcb", "-V"]
 _DCB_VERSION_RE = re.compile(r"iproute2-(\d+)\.(\d+)(?:\.(\d+))?")
 
-_TC_RE = re.compile(r"^tc:\s*(\d+)\s+ratelimit:\s*([^,]+),\s*tsa:\s*(\w+)(?:,\s*bw:\s*(\d+)%)?")
-_PRIO_RE = re.compile(r"^\s*priority:\s*(\d+)")
-_DSCP_RE = re.compile(r"^\s*prio:(\d+)\s+dscp:([\d,]*)")
 
 
 class QosError(Exception):
@@ -44,41 +46,28 @@ class QosError(Exception):
 
 
 def parse_mlnx_qos(text: str) -> dict[str, Any]:
-    """The QoS state from ``mlnx_qos -i IF -a`` output (mlnx-tools ``pretty_print``).
+    """The QoS state from ``mlnx_qos -i IF -a`` output (parsed by ``fabric_formats``).
+
+    Priorities no printed TC lists are in TC 0; a TC without an ETS share (strict) has 0.
 
     Raises:
-        QosError: when the output lacks the trust state or the PFC table.
+        QosError: when the output is not mlnx_qos's or lacks the trust state or the PFC table.
     """
-    state: dict[str, Any] = {}
-    dscp: dict[int, int] = {}
-    prio_tc: list[int | None] = [None] * PRIORITIES
-    tsa, bw = ["strict"] * PRIORITIES, [0] * PRIORITIES
-    current_tc: int | None = None
-    lines = text.splitlines()
-    for i, line in enumerate(lines):
-        if line.startswith("Priority trust state:"):
-            state["trust"] = line.split(":", 1)[1].strip()
-        match = _DSCP_RE.match(line)
-        if match:
-            for item in filter(None, match.group(2).split(",")):
-                dscp[int(item)] = int(match.group(1))
-        if line.strip().startswith("enabled") and i > 0 and "priority" in lines[i - 1]:
-            state["pfc"] = [p for p, v in enumerate(line.split()[1:]) if v == "1"]
-        match = _TC_RE.match(line)
-        if match:
-            current_tc = int(match.group(1))
-            tsa[current_tc] = match.group(3)
-            bw[current_tc] = int(match.group(4) or 0)
-            continue
-        match = _PRIO_RE.match(line)
-        if match and current_tc is not None:
-            prio_tc[int(match.group(1))] = current_tc
-    if "trust" not in state or "pfc" not in state:
+    try:
+        qos = fabric_formats.parse_mlnx_qos(text)
+    except fabric_formats.FormatError as err:
+        raise QosError(str(err)) from err
+    if qos.trust is None or not qos.pfc_enabled:
         raise QosError("mlnx_qos output has no trust state or PFC table")
-    if state["trust"] == "dscp":
-        state["dscp2prio"] = dscp
-    state["prio_tc"] = [0 if tc is None else tc for tc in prio_tc]
-    state["tsa"], state["tcbw"] = tsa, bw
+    prio_tc, tsa, bw = [0] * PRIORITIES, ["strict"] * PRIORITIES, [0] * PRIORITIES
+    for tc in qos.tcs:
+        tsa[tc.tc], bw[tc.tc] = tc.tsa, tc.bw_percent or 0
+        for prio in tc.priorities:
+            prio_tc[prio] = tc.tc
+    state: dict[str, Any] = {"trust": qos.trust, "pfc": list(qos.pfc_priorities)}
+    if qos.trust == "dscp":
+        state["dscp2prio"] = {d: p for p, dscps in qos.dscp2prio.items() for d in dscps}
+    state.update(prio_tc=prio_tc, tsa=tsa, tcbw=bw)
     return state
 
 

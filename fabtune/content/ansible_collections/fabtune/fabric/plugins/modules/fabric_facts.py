@@ -71,11 +71,11 @@ ansible_facts:
                               "link_layer": "Ethernet", "roce_v2_gid_index": 3}]}
 """
 
-import re
 from pathlib import Path
 from typing import Any, Callable
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.fabtune.fabric.plugins.module_utils import fabric_formats
 from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_desired import (
     SM_BOOL_KEYS,
     SM_INT_RANGES,
@@ -84,8 +84,6 @@ from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_desired impo
 from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_host import (
     gids,
     netdev_split,
-    parse_nccl_conf,
-    parse_opensm_conf,
     parse_sminfo,
     rdma_ports,
     read_nic_sysfs,
@@ -108,33 +106,26 @@ def get_argument_spec() -> dict[str, Any]:
     }
 
 
-def parse_topo(text: str) -> dict[str, Any]:
-    """``nvidia-smi topo -m``: ``{matrix: {row: {column: cell}}, nic_legend: {NIC0: mlx5_0}}``."""
-    lines = text.splitlines()
-    matrix: dict[str, dict[str, str]] = {}
-    legend: dict[str, str] = {}
-    header: list[str] | None = None
-    ended = False  # the blank line after the matrix's rows
-    for line in lines:
-        if not line.strip():
-            if header is not None and matrix:
-                ended = True
-            continue
-        if header is None and line.startswith("\t"):
-            header = [c.strip() for c in line.split("\t")[1:]]
-            continue
-        if header and not ended:
-            cells = [c.strip() for c in line.split("\t")]
-            matrix[cells[0]] = {h: c for h, c in zip(header, cells[1:]) if h}
-        match = re.match(r"^\s+(NIC\d+):\s+(\S+)", line)
-        if match:
-            legend[match.group(1)] = match.group(2)
-    return {"matrix": matrix, "nic_legend": legend}
+def parse_topo(text: str) -> dict[str, Any] | None:
+    """``nvidia-smi topo -m``: ``{matrix: {row: {column: cell}}, nic_legend: {NIC0: mlx5_0}}``.
+
+    A GPU row also names its affinity columns (``CPU Affinity``...); None for output that is not
+    the matrix (``fabric_formats`` says why).
+    """
+    try:
+        topo = fabric_formats.parse_topo(text)
+    except fabric_formats.FormatError:
+        return None
+    affinity = {"CPU Affinity": topo.cpu_affinity, "NUMA Affinity": topo.numa_affinity,
+                "GPU NUMA ID": topo.gpu_numa_id}
+    matrix = {row: dict(cells, **{k: v[row] for k, v in affinity.items() if row in v})
+              for row, cells in topo.cells.items()}
+    return {"matrix": matrix, "nic_legend": dict(topo.nic_names)}
 
 
 def sm_subset(text: str) -> dict[str, Any]:
     """The managed opensm.conf keys that have a value, in desired-state normal form."""
-    raw = parse_opensm_conf(text)
+    raw = fabric_formats.parse_opensm_conf(text)
     chosen = {k: raw[k] for k in SM_FACT_KEYS if k in raw and raw[k] not in ("(null)", "")}
     flavor = "mlnx" if any(k.startswith("ar_") or "adaptive" in k for k in chosen) \
         or str(chosen.get("routing_engine", "")).startswith("ar_") else None
@@ -203,7 +194,7 @@ class Gatherer:
             nic.update(read_nic_sysfs("/", netdev))
             nics[netdev] = nic
         facts: dict[str, Any] = {"nics": nics, "hardware": self.hardware(backend)}
-        facts["nccl"] = _read_conf(self.module.params["nccl_conf"], parse_nccl_conf)
+        facts["nccl"] = _read_conf(self.module.params["nccl_conf"], fabric_formats.parse_nccl_conf)
         sm_text = _read_text(self.module.params["opensm_conf"])
         if sm_text is not None:
             facts["sm"] = sm_subset(sm_text)

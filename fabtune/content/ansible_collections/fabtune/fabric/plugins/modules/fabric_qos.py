@@ -106,7 +106,7 @@ from typing import Any, Mapping, Sequence
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_apply import qos_apply
-from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_desired import as_int
+from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_desired import check_nic
 from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_qos_backend import QosError
 
 QOS_KEYS = ("trust", "dscp2prio", "pfc", "prio_tc", "tsa", "tcbw")
@@ -126,25 +126,13 @@ def get_argument_spec() -> dict[str, Any]:
 
 
 def desired_from_params(params: Mapping[str, Any]) -> dict[str, Any]:
-    """The managed knobs in normal form (DSCP map keys as ints, PFC sorted); raises ValueError."""
-    out: dict[str, Any] = {}
-    for key in QOS_KEYS:
-        value = params.get(key)
-        if value is None:
-            continue
-        if key == "dscp2prio":
-            value = {as_int(d): as_int(p) for d, p in value.items()}
-            if any(d is None or not 0 <= d <= 63 or p is None or not 0 <= p <= 7 for d, p in value.items()):
-                raise ValueError(
-                    f"argument 'dscp2prio' must map DSCP 0..63 to priority 0..7, not {params[key]}")
-        elif key == "pfc":
-            value = sorted(set(value))
-            if any(not 0 <= p <= 7 for p in value):
-                raise ValueError(f"argument 'pfc' must list priorities 0..7, not {params[key]}")
-        elif key in ("prio_tc", "tsa", "tcbw") and len(value) != 8:
-            raise ValueError(f"argument '{key}' must have 8 values, not {value}")
-        out[key] = value
-    return out
+    """The managed knobs in normal form (DSCP map keys as ints, PFC sorted), checked by the one NIC
+    schema (``fabric_desired``: ranges, 8 values, ETS shares); raises ValueError naming each problem."""
+    knobs = {key: params[key] for key in QOS_KEYS if params.get(key) is not None}
+    problems, normal = check_nic(knobs, "argument")
+    if problems:
+        raise ValueError("; ".join(problems))
+    return normal
 
 
 def predict(before: Mapping[str, Any], changes: Mapping[str, tuple[Any, Any]]) -> dict[str, Any]:
