@@ -250,18 +250,18 @@ def _pairs(doc: Mapping[str, Any]) -> View:
 
 
 def _gpus(doc: Mapping[str, Any]) -> View:
-    """The busbw figure of a tune or bootstrap, then the rails' pair bandwidth."""
-    figures, empty = [], None
-    if doc["kind"] == "tune":
-        busbw = _tune_busbw(doc)
-        empty = None if busbw else "No per-GPU figure."
-    else:
-        busbw = _bootstrap_busbw(doc["bootstrap"]) if doc["kind"] == "bootstrap" else None
-    figures = [busbw] if busbw else []
-    rails = _rails(doc)
-    if doc["kind"] != "tune" and not figures and not rails:
+    """The busbw figure of a tune or bootstrap, then the rails' pair bandwidth; a tune says when it
+    has no busbw figure, the others when they have no figure at all."""
+    kind, rails = doc["kind"], _rails(doc)
+    busbw = None
+    if kind in ("tune", "bootstrap"):
+        busbw = _tune_busbw(doc) if kind == "tune" else _bootstrap_busbw(doc["bootstrap"])
+    empty = None
+    if kind == "tune" and not busbw:
+        empty = "No per-GPU figure."
+    elif kind != "tune" and not busbw and not rails:
         empty = "No per-GPU figure in this run."
-    return {"figures": figures, "empty": empty, "rails": rails}
+    return {"figures": [busbw] if busbw else [], "empty": empty, "rails": rails}
 
 
 def _rail_bar(g: Mapping[str, Any], threshold: float | None) -> svg.Bar:
