@@ -1,54 +1,45 @@
-"""The self-contained HTML report: inline CSS and inline SVG charts, no scripts, no external URLs."""
+"""The self-contained HTML report: inline CSS and inline SVG charts, no scripts, no external URLs.
+
+The page is rendered from the jinja2 templates in ``templates/`` (package data: ``report.html.j2``,
+its ``sections.html.j2`` and ``macros.html.j2``, the style sheet ``report.css``), autoescaped. This
+module turns the report document into views of plain texts and numbers as the page shows them; the
+templates write the markup and escape every journal-derived string (host names, keys, reasons). The
+SVG figures are built by ``svg.py``, which escapes each text it draws, and enter the page as Markup.
+"""
 
 from __future__ import annotations
 
 import json
 import re
 from collections.abc import Mapping, Sequence
-from html import escape
 from typing import Any
+
+import jinja2
+from markupsafe import Markup
 
 from fabtune.report import svg
 from fabtune.report.build import NOISE_BAND, RULE_OF_THUMB, deciding_metric, move_label, noise_band
 
-CSS = """
-body{font-family:'DejaVu Sans',Helvetica,Arial,sans-serif;margin:24px auto;max-width:1040px;color:#111;
- background:#fff;font-size:14px;line-height:1.45}
-h1{font-size:24px;margin:0 0 4px}h2{font-size:19px;margin:30px 0 6px;border-bottom:2px solid #e5e7eb;
- padding-bottom:4px}h3{font-size:15px;margin:16px 0 4px}
-.badge{display:inline-block;padding:3px 12px;border-radius:12px;font-weight:bold;color:#fff;font-size:14px;
- vertical-align:middle}
-.pass{background:#1a8a3a}.warn{background:#b45309}.fail{background:#b91c1c}.running{background:#6b7280}
-.headline{font-size:17px;margin:10px 0 14px}
-.meta{border-collapse:collapse;margin-bottom:8px}.meta td{padding:1px 14px 1px 0;vertical-align:top}
-.meta td:first-child{color:#4b5563}.meta td:last-child{overflow-wrap:anywhere}
-.cards{display:flex;gap:12px;flex-wrap:wrap;margin:10px 0}
-.card{border:1px solid #e5e7eb;border-radius:8px;padding:8px 14px;min-width:150px}
-.card b{display:block;font-size:22px}.card span{color:#4b5563;font-size:12px}
-table.data{border-collapse:collapse;width:100%;margin:6px 0 10px;font-size:13px}
-table.data th{background:#f3f4f6;text-align:left;padding:5px 8px;border-bottom:1px solid #d1d5db}
-table.data td{padding:4px 8px;border-bottom:1px solid #eef0f2;vertical-align:top}
-td.v-pass,span.v-pass,td.o-kept,td.o-in_effect,td.o-applied,td.o-remediated{color:#1a8a3a;font-weight:bold}
-td.v-warn,span.v-warn{color:#b45309;font-weight:bold}
-td.v-fail,span.v-fail,td.o-rolled_back{color:#b91c1c;font-weight:bold}
-code.entry{margin-right:2px;white-space:nowrap}
-code{font-family:'DejaVu Sans Mono',monospace;font-size:12px;background:#f6f8fa;padding:1px 4px;
- border-radius:3px;overflow-wrap:break-word}
-.note{color:#4b5563;font-size:13px}.bar{background:#1f6fb2;height:10px;display:inline-block;
- vertical-align:middle;margin-right:6px}
-details{margin:6px 0}summary{cursor:pointer;color:#1f6fb2}
-.chart{margin:8px 0 4px;overflow-x:auto}.chart svg{min-width:560px}
-.multiples{display:grid;grid-template-columns:repeat(auto-fill,minmax(280px,1fr));gap:10px;margin:8px 0}
-.panel{border:1px solid #e5e7eb;border-radius:6px;padding:4px}
-.legend{font-size:12px;margin:6px 0}.key{margin-right:14px;white-space:nowrap}
-.scroll{overflow-x:auto;max-width:100%}
-@media (max-width:640px){body{margin:12px;font-size:13px}.card{min-width:120px}h1{font-size:20px}}
-.pairmaps{display:flex;flex-wrap:wrap;gap:16px}
-.pairmap{margin:0;flex:1 1 420px;max-width:100%;overflow-x:auto}
-.pairmap svg{min-width:360px}
-figcaption{font-weight:bold;font-size:13px}
-.swatch{display:inline-block;width:10px;height:10px;margin-right:4px;vertical-align:middle}
-"""
+View = dict[str, Any]
+
+_LOADER = jinja2.PackageLoader("fabtune.report", "templates")
+# Sections are written as lines of markup joined by the tags' whitespace control (trim_blocks,
+# lstrip_blocks, ``{%-``): the page carries no line breaks the templates do not write on purpose.
+ENV = jinja2.Environment(
+    loader=_LOADER,
+    autoescape=jinja2.select_autoescape(default_for_string=True, default=True),
+    undefined=jinja2.StrictUndefined,
+    trim_blocks=True,
+    lstrip_blocks=True,
+    keep_trailing_newline=True,
+)
+# The report's style sheet, also the advisor's page's (fabtune/advise/html.py).
+CSS = "\n" + _LOADER.get_source(ENV, "report.css")[0]
+
+
+def _figure(markup: str) -> Markup:
+    """An SVG figure of svg.py, which escapes every text it draws: inserted as it is."""
+    return Markup(markup)  # noqa: S704 - built from escaped parts (svg.py)
 
 
 def _v(value: Any) -> str:
@@ -61,21 +52,6 @@ def _v(value: Any) -> str:
 
 def _num(value: Any, fmt: str = "{:.1f}", none: str = "\u2013") -> str:
     return none if value is None else fmt.format(value)
-
-
-def _table(
-    head: Sequence[str], rows: Sequence[Sequence[str]], classes: Sequence[Sequence[str]] | None = None
-) -> str:
-    """A table of already-escaped cells (``classes`` per cell, optional)."""
-    out = ['<div class="scroll"><table class="data"><tr>', *(f"<th>{escape(h)}</th>" for h in head), "</tr>"]
-    for r, row in enumerate(rows):
-        out.append("<tr>")
-        for c, cell in enumerate(row):
-            cls = classes[r][c] if classes and classes[r][c] else ""
-            out.append(f'<td class="{cls}">{cell}</td>' if cls else f"<td>{cell}</td>")
-        out.append("</tr>")
-    out.append("</table></div>")
-    return "".join(out)
 
 
 def _hosts_label(hosts: Sequence[str], every: Sequence[str]) -> str:
@@ -134,102 +110,62 @@ def _cards(doc: Mapping[str, Any]) -> list[tuple[str, str]]:
     ]
 
 
-def _bandwidth(doc: Mapping[str, Any]) -> str:
-    if not doc["bandwidth"]:
-        return '<p class="note">No bandwidth was measured in this run.</p>'
-    out = []
-    single = False
-    for metric in doc["bandwidth"]:
-        role = " (guard metric)" if metric["role"] == "guard" else ""
-        out.append(f"<h3>{escape(metric['name'])} ({escape(metric['unit'])}){role}</h3>")
-        if all(p["n"] <= 1 for p in metric["series"]):  # one figure per step: bars read better than a CI plot
-            single = True
-            ref = metric["reference"]
-            items = [
-                svg.Bar(
-                    p["label"],
-                    p["median"] or 0.0,
-                    None,
-                    ref,
-                    f"{p['median']:.1f}" + (f" = {p['median'] / ref:.0%} of {ref:.1f}" if ref else "")
-                    if p["median"] is not None
-                    else "not measured",
-                    svg.OUTCOME_COLOUR.get(p["outcome"], "#1f6fb2"),
-                )
-                for p in metric["series"]
-            ]
-            out.append(
-                f'<div class="chart">{svg.bars(items, metric["unit"], metric["name"], height=260)}</div>'
-            )
-            if ref:
-                out.append(
-                    f'<p class="note">Dashed: {escape(metric["reference_label"] or "reference")} '
-                    f"({ref:.1f} {escape(metric['unit'])}).</p>"
-                )
-        else:
-            out.append(f'<div class="chart">{svg.step_chart(metric)}</div>')
-    if not single or len(doc["bandwidth"]) > 1:
-        marks = (
-            " Marks: the tuning loop's decision (kept, or rolled back and verified)."
-            if doc["kind"] == "tune"
-            else ""
-        )
+
+def _step_bar(p: Mapping[str, Any], ref: float | None) -> svg.Bar:
+    """One step's single figure as a bar, labelled with its share of the reference."""
+    if p["median"] is None:
+        text = "not measured"
+    else:
+        text = f"{p['median']:.1f}" + (f" = {p['median'] / ref:.0%} of {ref:.1f}" if ref else "")
+    colour = svg.OUTCOME_COLOUR.get(p["outcome"], "#1f6fb2")
+    return svg.Bar(p["label"], p["median"] or 0.0, None, ref, text, colour)
+
+
+def _metric(metric: Mapping[str, Any]) -> View:
+    """One metric's chart: bars when every step has one figure (they read better than a CI plot)."""
+    view: View = {"name": metric["name"], "unit": metric["unit"], "guard": metric["role"] == "guard",
+                  "bars": False, "dashed": None}
+    if not all(p["n"] <= 1 for p in metric["series"]):
+        return view | {"chart": _figure(svg.step_chart(metric))}
+    ref = metric["reference"]
+    items = [_step_bar(p, ref) for p in metric["series"]]
+    chart = svg.bars(items, metric["unit"], metric["name"], height=260)
+    dashed = {"label": metric["reference_label"] or "reference", "value": f"{ref:.1f}"} if ref else None
+    return view | {"chart": _figure(chart), "bars": True, "dashed": dashed}
+
+
+def _bandwidth(doc: Mapping[str, Any]) -> View:
+    """The metrics' charts, and the legend of the step charts (none for a lone bar chart)."""
+    metrics = [_metric(m) for m in doc["bandwidth"]]
+    legend = None
+    if metrics and (not any(m["bars"] for m in metrics) or len(metrics) > 1):
         banded = next((m for m in doc["bandwidth"] if m.get("reference_band")), None)
-        shade = (
-            f" Shaded: the noise band around the {escape(banded['reference_label'] or 'reference')} "
-            f"(\u00b1{NOISE_BAND:g} x the baseline's noise floor): a median inside it cannot be told "
-            "apart from the reference."
-            if banded
-            else ""
-        )
-        out.append(
-            '<p class="note">Dots: every repetition. Diamond: the median. Whisker: 95% bootstrap confidence '
-            f"interval of the median.{marks} The axis is zoomed to the data.{shade}</p>"
-        )
-    return "".join(out)
+        shade = None
+        if banded:
+            shade = {"label": banded["reference_label"] or "reference", "band": f"{NOISE_BAND:g}"}
+        legend = {"marks": doc["kind"] == "tune", "shade": shade}
+    return {"metrics": metrics, "legend": legend}
 
 
-def _decisions(doc: Mapping[str, Any]) -> str:
-    rows, classes = [], []
+def _ci(d: Mapping[str, Any] | None) -> str:
+    """A metric's change against the reference with its 95% interval: ``+1.2% [-0.4%, +2.9%]``."""
+    if not d or d["ratio"] is None:
+        return "\u2013"
+    low, high = d["ci_low"], d["ci_high"]
+    interval = f" [{low - 1:+.1%}, {high - 1:+.1%}]" if low is not None and high is not None else ""
+    return f"{d['ratio'] - 1:+.1%}{interval}"
 
-    def ci(d: Mapping[str, Any] | None) -> str:
-        if not d or d["ratio"] is None:
-            return "\u2013"
-        low, high = d["ci_low"], d["ci_high"]
-        interval = f" [{low - 1:+.1%}, {high - 1:+.1%}]" if low is not None and high is not None else ""
-        return f"{d['ratio'] - 1:+.1%}{interval}"
 
-    for d in doc["tune"]["decisions"]:
-        cited = d[deciding_metric(d["reason"])]
-        p = None if d["reason"].startswith("guard: pause") or not cited else cited["p"]
-        rows.append(
-            [
-                escape(move_label(d, doc["hosts"])),
-                ", ".join(f"<code>{escape(k)}</code>" for k in d["knobs"]),
-                escape(d["outcome"].replace("_", " ")),
-                escape(ci(d["all_reduce"])),
-                escape(ci(d["alltoall"])),
-                _num(p, "{:.3g}"),
-                str(d["runs"]),
-                _num(d["pause_frames"], "{:d}"),
-                escape(d["reason"]),
-            ]
-        )
-        classes.append(["", "", f"o-{d['outcome']}", "", "", "", "", "", ""])
-    if not rows:
-        return '<p class="note">No move was tried.</p>'
-    head = [
-        "move",
-        "knobs",
-        "outcome",
-        "all_reduce vs ref. [95% CI]",
-        "alltoall vs ref. [95% CI]",
-        "p (as in the reason)",
-        "runs",
-        "pause frames",
-        "reason",
-    ]
-    return _table(head, rows, classes)
+def _decision(d: Mapping[str, Any], hosts: Sequence[str]) -> View:
+    cited = d[deciding_metric(d["reason"])]
+    p = None if d["reason"].startswith("guard: pause") or not cited else cited["p"]
+    return {
+        "move": move_label(d, hosts), "knobs": d["knobs"], "outcome": d["outcome"].replace("_", " "),
+        "outcome_class": f"o-{d['outcome']}", "all_reduce": _ci(d["all_reduce"]),
+        "alltoall": _ci(d["alltoall"]),
+        "p": _num(p, "{:.3g}"), "runs": d["runs"], "pause_frames": _num(d["pause_frames"], "{:d}"),
+        "reason": d["reason"],
+    }
 
 
 SOURCE_TITLES = {
@@ -273,104 +209,94 @@ def _share_summary(shown: Sequence[Mapping[str, Any]]) -> str:
     return f"mean {mean:.0%}, lowest {min(shares):.0%} of the ceiling ({len(shares)} runs)"
 
 
-def _pairs(doc: Mapping[str, Any]) -> str:
+
+def _pair_map(pairs: Mapping[str, Any], source: str, hosts: Sequence[str]) -> View:
+    """One round's heatmap (re-tests left out) with its caption."""
+    mine = [p for p in pairs["results"] if p["source"] == source and not p["retest"]]
+    chart = svg.heatmap(hosts, _cells(mine), pairs["threshold"], f"pair heatmap ({source})")
+    title = SOURCE_TITLES.get(source, source)
+    return {"title": title, "summary": _share_summary(mine), "chart": _figure(chart)}
+
+
+def _odd_pair(p: Mapping[str, Any]) -> View:
+    return {
+        "pair": f"{p['client']} \u2192 {p['server']}", "device": p["device"], "gbps": _num(p["gbps"]),
+        "ceiling": _num(p["ceiling_gbps"]), "share": _num(p["share"], "{:.0%}"),
+        "verdict": _v(p["verdict"]),
+        "verdict_class": f"v-{p['verdict']}", "note": p["note"] or (p["error"] or ""),
+    }
+
+
+def _pairs(doc: Mapping[str, Any]) -> View:
+    """The heatmaps per round, and the pairs that failed, erred or were re-tested."""
     pairs = doc["pairs"]
-    source = pairs["source"]
-    shown = [p for p in pairs["results"] if p["source"] == source]
+    shown = [p for p in pairs["results"] if p["source"] == pairs["source"]]
     if not shown:
-        note = "No pair was measured." if doc["kind"] != "tune" else (
+        empty = "No pair was measured." if doc["kind"] != "tune" else (
             "This run measured no host pairs (fabtune_tune.pair_matrix: off, or a run from before "
             "tuning runs measured them)."
         )
-        return f'<p class="note">{note}</p>'
+        return {"empty": empty}
     sources = list(dict.fromkeys(p["source"] for p in pairs["results"] if not p["retest"]))
     hosts = sorted({h for p in pairs["results"] for h in (p["server"], p["client"])})
-    maps = []
-    for src in sources:
-        mine = [p for p in pairs["results"] if p["source"] == src and not p["retest"]]
-        title = SOURCE_TITLES.get(src, src)
-        maps.append(
-            f'<figure class="pairmap"><figcaption>{escape(title)}: {escape(_share_summary(mine))}'
-            f"</figcaption>{svg.heatmap(hosts, _cells(mine), pairs['threshold'], f'pair heatmap ({src})')}"
-            "</figure>"
-        )
-    rails = sorted({p["rail"] for p in shown})
-    out = [f'<div class="pairmaps">{"".join(maps)}</div>']
-    out.append(
-        '<p class="note">ib_write_bw per host pair, as a share of the physical '
-        f"ceiling (link rate less header overhead at the port's MTU); each cell shows the lowest of "
-        f"{len(rails)} rail(s); hover a cell for every rail."
-        + (" A pair not measured in a round is grey." if len(sources) > 1 else "")
-        + (
-            f" Threshold {pairs['threshold']:.0%}; cells below it have a dark border."
-            if pairs["threshold"]
-            else ""
-        )
-        + "</p>"
-    )
     retests = [p for p in pairs["results"] if p["retest"]]
     odd = [p for p in shown if p["verdict"] == "fail" or p["error"]] + retests
-    if odd:
-        rows = [
-            [
-                escape(f"{p['client']} \u2192 {p['server']}"),
-                escape(p["device"]),
-                _num(p["gbps"]),
-                _num(p["ceiling_gbps"]),
-                _num(p["share"], "{:.0%}"),
-                escape(_v(p["verdict"])),
-                escape(p["note"] or (p["error"] or "")),
-            ]
-            for p in odd
-        ]
-        classes = [["", "", "", "", "", f"v-{p['verdict']}", ""] for p in odd]
-        out.append("<h3>Suspect pairs and re-tests</h3>")
-        out.append(
-            _table(
-                ["client \u2192 server", "NIC", "Gb/s", "ceiling", "share", "verdict", "note"], rows, classes
-            )
-        )
-    return "".join(out)
+    return {
+        "empty": None, "maps": [_pair_map(pairs, src, hosts) for src in sources],
+        "rails": len({p["rail"] for p in shown}), "rounds": len(sources),
+        "threshold": f"{pairs['threshold']:.0%}" if pairs["threshold"] else None,
+        "odd": [_odd_pair(p) for p in odd],
+    }
 
 
-def _gpus(doc: Mapping[str, Any]) -> str:
-    rails = _rails(doc)
-    if doc["kind"] == "tune":
-        return _tune_busbw(doc) + rails
-    if doc["kind"] == "bootstrap":
-        rails = _bootstrap_busbw(doc["bootstrap"]) + rails
-    return rails or '<p class="note">No per-GPU figure in this run.</p>'
+def _gpus(doc: Mapping[str, Any]) -> View:
+    """The busbw figure of a tune or bootstrap, then the rails' pair bandwidth; a tune says when it
+    has no busbw figure, the others when they have no figure at all."""
+    kind, rails = doc["kind"], _rails(doc)
+    busbw = None
+    if kind in ("tune", "bootstrap"):
+        busbw = _tune_busbw(doc) if kind == "tune" else _bootstrap_busbw(doc["bootstrap"])
+    empty = None
+    if kind == "tune" and not busbw:
+        empty = "No per-GPU figure."
+    elif kind != "tune" and not busbw and not rails:
+        empty = "No per-GPU figure in this run."
+    return {"figures": [busbw] if busbw else [], "empty": empty, "rails": rails}
 
 
-def _rails(doc: Mapping[str, Any]) -> str:
-    """Per GPU's rail: the mean and lowest pair bandwidth against the ceiling ('' without pairs)."""
-    gpus = doc["gpus"]
-    if gpus:
-        items = [
-            svg.Bar(
-                f"{g['gpu']} \u00b7 {g['device']}",
-                g["mean_gbps"],
-                g["min_gbps"],
-                g["ceiling_gbps"],
-                f"{g['share_mean']:.0%} (min {g['share_min']:.0%})"
-                if g["share_mean"] is not None
-                else f"{g['mean_gbps']:.1f}",
-                "#1a8a3a" if (g["share_min"] or 0) >= (doc["pairs"]["threshold"] or 0.9) else "#c2410c",
-            )
-            for g in gpus
-        ]
-        return (
-            f'<div class="chart">{svg.bars(items, "ib_write_bw Gb/s", "per-GPU bandwidth")}</div>'
-            + '<p class="note">Per GPU, over its NIC\'s rail: mean ib_write_bw of every pair on the rail '
-            "(bar), the lowest pair (black tick) and the rail's physical ceiling (dashed)"
-            + f" ({escape(SOURCE_TITLES.get(doc['pairs']['source'], ''))}).</p>"
-        )
-    return ""
+def _rail_bar(g: Mapping[str, Any], threshold: float | None) -> svg.Bar:
+    return svg.Bar(
+        f"{g['gpu']} \u00b7 {g['device']}",
+        g["mean_gbps"],
+        g["min_gbps"],
+        g["ceiling_gbps"],
+        f"{g['share_mean']:.0%} (min {g['share_min']:.0%})" if g["share_mean"] is not None
+        else f"{g['mean_gbps']:.1f}",
+        "#1a8a3a" if (g["share_min"] or 0) >= (threshold or 0.9) else "#c2410c",
+    )
 
 
-def _tune_busbw(doc: Mapping[str, Any]) -> str:
+def _rails(doc: Mapping[str, Any]) -> View | None:
+    """Per GPU's rail: the mean and lowest pair bandwidth against the ceiling (None without pairs)."""
+    if not doc["gpus"]:
+        return None
+    items = [_rail_bar(g, doc["pairs"]["threshold"]) for g in doc["gpus"]]
+    chart = svg.bars(items, "ib_write_bw Gb/s", "per-GPU bandwidth")
+    return {"chart": _figure(chart), "source": SOURCE_TITLES.get(doc["pairs"]["source"], "")}
+
+
+def _tune_guides(ref: Mapping[str, Any] | None) -> list[svg.Guide]:
+    if not ref:
+        return []
+    return [
+        svg.Guide(ref["line_rate_gbytes"], "line rate R x rate / 8", "#374151", "2 3"),
+        svg.Guide(ref["rule_of_thumb_gbytes"], f"rule of thumb {ref['rule_of_thumb']:.0%}", "#0f766e"),
+    ]
+
+
+def _tune_busbw(doc: Mapping[str, Any]) -> View | None:
     """busbw per GPU before and after against the line rate, the reference, the rule of thumb and
-    the model's best reachable with its noise band."""
+    the model's best reachable with its noise band (None without a figure)."""
     t = doc["tune"]
     items = [svg.Bar("baseline", t["baseline_median"], colour="#1f6fb2")] if t["baseline_median"] else []
     if t["final_median"]:
@@ -380,19 +306,11 @@ def _tune_busbw(doc: Mapping[str, Any]) -> str:
     if best:
         items.append(svg.Bar("model's best reachable", float(best), colour="#7c3aed"))
     if not items:
-        return '<p class="note">No per-GPU figure.</p>'
+        return None
     ref = t.get("busbw_reference")
-    guides = (
-        [
-            svg.Guide(ref["line_rate_gbytes"], "line rate R x rate / 8", "#374151", "2 3"),
-            svg.Guide(ref["rule_of_thumb_gbytes"], f"rule of thumb {ref['rule_of_thumb']:.0%}", "#0f766e"),
-        ]
-        if ref
-        else []
-    )
     noise = (band[0], band[1], "noise band of the model's best") if band else None
-    chart = svg.bars(items, "all_reduce busbw GB/s per GPU", "busbw per GPU", height=300, guides=guides,
-                     noise=noise)
+    chart = svg.bars(items, "all_reduce busbw GB/s per GPU", "busbw per GPU", height=300,
+                     guides=_tune_guides(ref), noise=noise)
     notes = ["NCCL bus bandwidth is per GPU (rank): the medians of the baseline and of the tuned rack."]
     if ref:
         notes.append(_yardsticks(ref, t["final_median"]))
@@ -401,15 +319,15 @@ def _tune_busbw(doc: Mapping[str, Any]) -> str:
         model = (doc["oracle"] or {}).get("share_of_best")
         if model is not None:
             notes.append(f"The model itself puts the tuned rack at {model:.1%} of its best.")
-    return f'<div class="chart">{chart}</div><p class="note">' + escape(" ".join(notes)) + "</p>"
+    return {"chart": _figure(chart), "note": " ".join(notes)}
 
 
-def _bootstrap_busbw(b: Mapping[str, Any]) -> str:
+def _bootstrap_busbw(b: Mapping[str, Any]) -> View | None:
     """The acceptance busbw per GPU against the line rate, the reference, the rule of thumb and the
-    threshold ('' without a measurement)."""
+    threshold (None without a measurement)."""
     busbw, ref, line = b["busbw_gbytes"], b["busbw_reference_gbytes"], b.get("busbw_line_rate_gbytes")
     if busbw is None or not ref:
-        return ""
+        return None
     guides = [svg.Guide(line, "line rate R x rate / 8", "#374151", "2 3")] if line else []
     guides.append(svg.Guide(ref, "reference R x C_min / 8", "#7c3aed"))
     if b.get("rule_of_thumb_gbytes"):
@@ -424,7 +342,7 @@ def _bootstrap_busbw(b: Mapping[str, Any]) -> str:
         f"all_reduce busbw per GPU at 8 GiB: {busbw:.1f} GB/s{of_line}, {busbw / ref:.0%} of the goodput "
         f"reference R x C_min / 8 = {ref:.1f} GB/s (a healthy rack reaches about {RULE_OF_THUMB:.0%} of it)."
     )
-    return f'<div class="chart">{chart}</div><p class="note">{escape(note)}</p>'
+    return {"chart": _figure(chart), "note": note}
 
 
 def _yardsticks(ref: Mapping[str, Any], final: float | None) -> str:
@@ -466,6 +384,7 @@ def _against_best(final: float, best: float, band: Sequence[float] | None, noise
     )
 
 
+
 # The counters that matter on an RDMA port, as families of counter names (ethtool -S and the RDMA
 # hw_counters of mlx5): PFC pause frames received and sent, CNPs sent (as notification point) and
 # handled (as reaction point), ECN-marked RoCE packets received, packets out of sequence.
@@ -493,91 +412,54 @@ def counter_grid(counters: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str],
     return grid
 
 
-def _small_multiples(doc: Mapping[str, Any]) -> str:
-    """One panel per host port: each family's deltas per source, one scale per family for all."""
+
+def _small_multiples(doc: Mapping[str, Any]) -> View:
+    """One panel per host port: each family's deltas per source, one scale per family for all (no
+    panels when no port counted a family)."""
     grid = counter_grid(doc["counters"])
     if not grid:
-        return ""
+        return {"legend": [], "panels": [], "missing": []}
     sources = list(dict.fromkeys(c["source"] for c in doc["counters"] if c["host"] != "*"))
     families = [f for f, _ in COUNTER_FAMILIES if any(f in cell for cell in grid.values())]
     scales = [max(v for cell in grid.values() for v in cell.get(f, {}).values()) for f in families]
     colours = svg.SOURCE_COLOURS
     panels = [
-        svg.panel(
+        _figure(svg.panel(
             f"{host} \u00b7 {port}",
             [(f, [cell.get(f, {}).get(src, 0) for src in sources]) for f in families],
             scales,
             colours,
-        )
+        ))
         for (host, port), cell in sorted(grid.items())
     ]
-    legend = " ".join(
-        f'<span class="key"><span class="swatch" style="background:{colours[k % len(colours)]}"></span>'
-        f"{escape(src)}</span>"
-        for k, src in enumerate(sources)
-    )
+    legend = [{"colour": colours[k % len(colours)], "source": src} for k, src in enumerate(sources)]
     missing = [f for f, _ in COUNTER_FAMILIES if f not in families]
-    note = (
-        f" Not shown, because no port counted any: {', '.join(missing)}." if missing else ""
-    )
-    return (
-        f'<p class="legend">{legend}</p><div class="multiples">'
-        + "".join(f'<div class="panel">{p}</div>' for p in panels)
-        + '</div><p class="note">Per host port, the counters that matter, summed over each step\'s runs '
-        "(one bar per step, one scale per counter across all panels, so a port that stands out "
-        f"stands out).{escape(note)}</p>"
-    )
+    return {"legend": legend, "panels": panels, "missing": missing}
 
 
-def _counters(doc: Mapping[str, Any]) -> str:
+def _counters(doc: Mapping[str, Any]) -> View:
+    """Every counter delta (with a bar against the largest), and the small multiples per port."""
     counters = doc["counters"]
-    if not counters:
-        return (
-            '<p class="note">No counter moved on any port: no pause frame, CNP, ECN mark or packet out '
-            "of sequence was counted while this run measured.</p>"
-        )
-    multiples = _small_multiples(doc)
-    top = max(abs(c["delta"]) for c in counters) or 1
+    top = max((abs(c["delta"]) for c in counters), default=0) or 1
     rows = [
-        [
-            escape(c["source"]),
-            escape(c["host"]),
-            escape(c["port"]),
-            f"<code>{escape(c['counter'])}</code>",
-            f'<span class="bar" style="width:{max(2, 260 * abs(c["delta"]) // top)}px"></span>{c["delta"]:,}',
-        ]
+        {"source": c["source"], "host": c["host"], "port": c["port"], "counter": c["counter"],
+         "width": max(2, 260 * abs(c["delta"]) // top), "delta": f"{c['delta']:,}"}
         for c in counters
     ]
-    table = _table(["during", "host", "port", "counter", "delta"], rows)
-    if multiples:
-        return f"{multiples}<details><summary>every counter delta ({len(rows)})</summary>{table}</details>"
-    return table
+    return {"rows": rows, **_small_multiples(doc)}
 
 
-def _checks(doc: Mapping[str, Any]) -> str:
+def _checks(doc: Mapping[str, Any]) -> View:
+    """The checks, failures first, and the count per verdict."""
     checks = doc["checks"]
-    if not checks:
-        return '<p class="note">No check was recorded.</p>'
     order = {"fail": 0, "warn": 1, "pass": 2}
-    ranked = sorted(checks, key=lambda c: order.get(c["verdict"], 3))
     rows = [
-        [
-            escape(c["phase"]),
-            escape(c["check"]),
-            escape(c["host"]),
-            escape(c["verdict"]),
-            escape(c["summary"]),
-            f"<code>{escape(c['evidence'])}</code>" if c["evidence"] else "",
-        ]
-        for c in ranked
+        {"phase": c["phase"], "check": c["check"], "host": c["host"], "verdict": c["verdict"],
+         "summary": c["summary"], "evidence": c["evidence"] or ""}
+        for c in sorted(checks, key=lambda c: order.get(c["verdict"], 3))
     ]
-    classes = [["", "", "", f"v-{c['verdict']}", "", ""] for c in ranked]
     counts = {v: sum(1 for c in checks if c["verdict"] == v) for v in ("pass", "warn", "fail")}
-    head = (
-        f'<p><span class="v-fail">{counts["fail"]} fail</span> \u00b7 <span class="v-warn">{counts["warn"]} '
-        f'warn</span> \u00b7 <span class="v-pass">{counts["pass"]} pass</span></p>'
-    )
-    return head + _table(["phase", "check", "host", "verdict", "summary", "evidence"], rows, classes)
+    return {"rows": rows, "counts": counts}
 
 
 TOP_KEYS = ("nics", "nccl", "sm")
@@ -594,17 +476,15 @@ def knob_place(knob: str) -> tuple[str, str | None]:
     return knob, None
 
 
-def _value(value: Any) -> str:
-    """A setting's value, escaped: a map as its entries (``26 \u2192 3``), a list as a list."""
+
+def _value(value: Any) -> str | list[tuple[str, str]] | None:
+    """A setting's value for the page: None (not set), a text, or a map's changed entries
+    (``26 \u2192 3``)."""
     if value is None:
-        return '<span class="note">not set</span>'
+        return None
     if isinstance(value, Mapping):
-        if not value:
-            return "<code>{}</code>"
-        return " ".join(
-            f'<code class="entry">{escape(str(k))}\u2192{escape(_v(v))}</code>' for k, v in value.items()
-        )
-    return f"<code>{escape(_v(value))}</code>"
+        return [(str(k), _v(v)) for k, v in value.items()] if value else "{}"
+    return _v(value)
 
 
 def _where(places: Mapping[str, set[str | None]], every: Sequence[str]) -> str:
@@ -614,8 +494,8 @@ def _where(places: Mapping[str, set[str | None]], every: Sequence[str]) -> str:
     if len(nic_sets) == 1:
         nics = sorted(next(iter(nic_sets)))
         label = _hosts_label(hosts, every) if len(hosts) > 1 else hosts[0]
-        return escape(label + (f" \u00b7 {', '.join(nics)}" if nics else ""))
-    return escape("; ".join(f"{h} \u00b7 {', '.join(sorted(n for n in places[h] if n))}" for h in hosts))
+        return label + (f" \u00b7 {', '.join(nics)}" if nics else "")
+    return "; ".join(f"{h} \u00b7 {', '.join(sorted(n for n in places[h] if n))}" for h in hosts)
 
 
 def settings_groups(
@@ -636,70 +516,47 @@ def settings_groups(
     ]
 
 
-def _settings_table(settings: Sequence[Mapping[str, Any]], every: Sequence[str]) -> tuple[str, int]:
-    groups = settings_groups(settings)
-    rows = [
-        [f"<code>{escape(name)}</code>", _value(before), _value(after), _where(places, every),
-         escape(outcome.replace("_", " "))]
-        for name, before, after, outcome, places in groups
+
+def _settings_rows(settings: Sequence[Mapping[str, Any]], every: Sequence[str]) -> list[View]:
+    return [
+        {"knob": name, "before": _value(before), "after": _value(after), "where": _where(places, every),
+         "outcome": outcome.replace("_", " "), "outcome_class": "o-" + outcome.replace(" ", "_")}
+        for name, before, after, outcome, places in settings_groups(settings)
     ]
-    classes = [["", "", "", "", "o-" + g[3].replace(" ", "_")] for g in groups]
-    return _table(["knob", "before", "after", "where", "outcome"], rows, classes), len(groups)
 
 
-def _settings(doc: Mapping[str, Any]) -> str:
+def _settings(doc: Mapping[str, Any]) -> list[View]:
+    """One table per change (in the order made): the whole run's or a lone change open, the others
+    folded."""
     settings = doc["settings"]
-    if not settings:
-        return '<p class="note">No setting was changed.</p>'
-    every = doc["hosts"]
+    order = list(dict.fromkeys(s["change"] for s in settings))
     out = []
-    order: list[str] = []
-    for s in settings:
-        if s["change"] not in order:
-            order.append(s["change"])
     for change in order:
         mine = [s for s in settings if s["change"] == change]
-        table, count = _settings_table(mine, every)
+        is_open = change == "whole run" or len(order) == 1
         title = {"whole run": "In effect after the run (before \u2192 after)"}.get(change, change)
-        if change == "whole run" or len(order) == 1:
-            out.append(f"<h3>{escape(title)}</h3>{table}")
-        else:
-            outcome = mine[0]["outcome"].replace("_", " ")
-            out.append(
-                f"<details><summary>{escape(change)} \u2014 {escape(outcome)}, {count} knob "
-                f"change(s)</summary>{table}</details>"
-            )
-    out.append(
-        '<p class="note">Only knobs whose value changed, one row per knob and value with the hosts and '
-        "NICs it was changed on. A map (dscp2prio) shows the entries that changed; an entry a port did "
-        "not list held the driver's default (DSCP d on priority d &gt;&gt; 3).</p>"
-    )
-    return "".join(out)
+        out.append({"open": is_open, "title": title if is_open else change,
+                    "outcome": mine[0]["outcome"].replace("_", " "),
+                    "groups": _settings_rows(mine, doc["hosts"])})
+    return out
 
 
-def _job(job: Mapping[str, Any]) -> str:
+def _job(job: Mapping[str, Any]) -> View:
     """The job's predicted step at the target size, one row per measured state, and its verdict."""
-    rows, classes = [], []
-    for p in job["predictions"]:
-        shares = p["shares"]
-        rows.append([escape(p["state"]), escape(p["option"]), _num(p["per_gpu_gbytes"]),
-                     _num(p["mfu"], "{:.1%}"), _num(p["step_s"], "{:.3f}"),
-                     *(_num(shares.get(k), "{:.0%}") for k in ("compute", "bubble", "fabric", "nvlink"))])
-        classes.append(["", "", "", "" if job["min_mfu"] is None else "v-pass" if p["passed"] else "v-fail",
-                        "", "", "", "", ""])
-    head = ["measured state", "fabric", "per-GPU fabric GB/s", "MFU", "step s", "compute", "bubble",
-            "fabric wait", "NVLink"]
-    table = _table(head, rows, classes) if rows else '<p class="note">No prediction was made.</p>'
-    threshold = "" if job["min_mfu"] is None else f" Threshold (--min-mfu): {job['min_mfu']:.0%}."
-    return (
-        f"<p><b>{escape(job['summary'])}</b></p>{table}"
-        f'<p class="note">Job {escape(job["name"])} at N = {job["nodes"]} nodes, predicted from this run\'s '
-        "own all_reduce busbw by the advisor's model (docs/advisor.md); the step split is in shares of "
-        f"the step.{escape(threshold)}</p>"
-    )
+    gated = job["min_mfu"] is not None
+    rows = [
+        {"state": p["state"], "option": p["option"], "gbytes": _num(p["per_gpu_gbytes"]),
+         "mfu": _num(p["mfu"], "{:.1%}"),
+         "mfu_class": ("v-pass" if p["passed"] else "v-fail") if gated else "",
+         "step": _num(p["step_s"], "{:.3f}"),
+         "shares": [_num(p["shares"].get(k), "{:.0%}") for k in ("compute", "bubble", "fabric", "nvlink")]}
+        for p in job["predictions"]
+    ]
+    return {"summary": job["summary"], "rows": rows, "name": job["name"], "nodes": job["nodes"],
+            "min_mfu": f"{job['min_mfu']:.0%}" if gated else None}
 
 
-def _meta(doc: Mapping[str, Any]) -> str:
+def _meta(doc: Mapping[str, Any]) -> list[tuple[str, str]]:
     run = doc["run"]
     rows = [
         ("run", run["id"]),
@@ -716,55 +573,23 @@ def _meta(doc: Mapping[str, Any]) -> str:
         rows.append(("desired state", doc["drift"]["source"]))
     if doc["kind"] == "tune" and doc["tune"]["tuned_desired"]:
         rows.append(("tuned desired state", doc["tune"]["tuned_desired"]))
-    return (
-        '<table class="meta">'
-        + "".join(f"<tr><td>{escape(k)}</td><td>{escape(str(v))}</td></tr>" for k, v in rows)
-        + "</table>"
-    )
+    return [(k, str(v)) for k, v in rows]
+
+
+def _rolled_back(doc: Mapping[str, Any]) -> list[str]:
+    """Why a drift remediation was rolled back (empty for anything else)."""
+    rem = doc["drift"]["remediation"] if doc["kind"] == "drift" else None
+    return list(rem["reasons"]) if rem is not None and rem["reasons"] else []
 
 
 def render_html(doc: Mapping[str, Any]) -> str:
     """The report as one self-contained HTML page."""
-    kind, status = doc["kind"], doc["status"]
-    title = f"fabtune {kind} report \u2014 {doc['run']['fabric']} \u2014 {doc['run']['id']}"
-    cards = "".join(
-        f'<div class="card"><b>{escape(v)}</b><span>{escape(k)}</span></div>' for v, k in _cards(doc)
+    kind = doc["kind"]
+    return ENV.get_template("report.html.j2").render(
+        kind=kind, status=doc["status"], run=doc["run"], headline=doc["headline"], meta=_meta(doc),
+        cards=_cards(doc), bandwidth=_bandwidth(doc),
+        decisions=[_decision(d, doc["hosts"]) for d in doc["tune"]["decisions"]] if kind == "tune" else None,
+        rolled_back=_rolled_back(doc), pairs=_pairs(doc), gpus=_gpus(doc),
+        job=_job(doc["job"]) if doc.get("job") else None, counters=_counters(doc), checks=_checks(doc),
+        settings=_settings(doc), schema=doc["schema"], schema_version=doc["schema_version"],
     )
-    parts = [
-        "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8">',
-        '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>{escape(title)}</title><style>{CSS}</style></head><body>",
-        f'<h1>fabtune {escape(kind)} \u00b7 {escape(doc["run"]["fabric"])} <span class="badge {status}">'
-        f"{escape(status.upper())}</span></h1>",
-        f'<div class="headline">{escape(doc["headline"])}</div>',
-        _meta(doc),
-        f'<div class="cards">{cards}</div>',
-        '<h2 id="bandwidth">Bandwidth per step</h2>',
-        _bandwidth(doc),
-    ]
-    if kind == "tune":
-        parts += ['<h2 id="decisions">Decisions</h2>', _decisions(doc)]
-    if kind == "drift":
-        rem = doc["drift"]["remediation"]
-        if rem is not None and rem["reasons"]:
-            parts.append("<p><b>Rolled back:</b> " + escape("; ".join(rem["reasons"])) + "</p>")
-    parts += [
-        '<h2 id="pairs">Host pairs (share of the physical ceiling)</h2>',
-        _pairs(doc),
-        '<h2 id="gpus">Per-GPU bandwidth</h2>',
-        _gpus(doc),
-        *([f'<h2 id="job">Training job at {doc["job"]["nodes"]} nodes</h2>', _job(doc["job"])]
-          if doc.get("job") else []),
-        '<h2 id="counters">Counter deltas</h2>',
-        _counters(doc),
-        '<h2 id="checks">Checks and their evidence</h2>',
-        _checks(doc),
-        '<h2 id="settings">Settings applied (diff)</h2>',
-        _settings(doc),
-        f'<p class="note">Built from the run journal alone. Schema {escape(doc["schema"])} version '
-        f"{doc['schema_version']} (fabtune/report/schemas/report-v1.schema.json). Regenerate with "
-        f"<code>fabtune report {escape(doc['run']['id'])} --format html</code>.</p>",
-        "</body></html>",
-    ]
-    return "\n".join(parts) + "\n"

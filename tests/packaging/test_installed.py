@@ -97,6 +97,8 @@ def test_the_wheel_carries_the_collection_profiles_and_specs(venv: Path, elsewhe
     for sub in ("galaxy.yml", "playbooks/apply.yml", "roles/roce_qos/tasks/main.yml",
                 "plugins/modules/fabric_qos.py", "profiles/roce.yml"):
         assert (collection / sub).is_file(), sub
+    for template in ("report.html.j2", "sections.html.j2", "macros.html.j2", "report.css"):
+        assert (package.parent / "report/templates" / template).is_file(), template
     assert demo_spec.is_file()
     assert str(demo_spec) in _ok(_run([str(venv / "bin/fabtune"), "demo", "--help"], elsewhere)).replace(
         "\n", "").replace(" ", "")
