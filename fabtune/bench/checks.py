@@ -145,11 +145,34 @@ def gid_index(tables: Mapping[str, ShowGids], devices: Sequence[str]) -> list[Ch
     return results
 
 
+def _gbps(rate: str | None) -> float:
+    """The number of an ibstat ``Rate:`` (``200``, ``56 (FDR10)``, ``2.5``); 0 when unreadable."""
+    try:
+        return float((rate or "").split()[0])
+    except (ValueError, IndexError):
+        return 0.0
+
+
+def rack_rate(stats: Mapping[str, IbStat]) -> str | None:
+    """The rate most ports run at (a tie goes to the higher: a port trains low, never high)."""
+    rates = Counter(p.rate for s in stats.values() for ca in s.cas for p in ca.ports)
+    return max(rates, key=lambda r: (rates[r], _gbps(r))) if rates else None
+
+
+def _slow_port(host: str, ca: str, port: int, rate: str | None, usual: str | None) -> CheckResult:
+    """A port at another rate than the rack's: below it, the port trained low (a bad cable or
+    transceiver, a lane down) and every flow through it runs at that rate."""
+    below = _gbps(rate) < _gbps(usual)
+    why = (f"trained at {rate} Gb/s, below the rack's {usual} Gb/s (cable, transceiver or lanes)"
+           if below else f"runs at {rate} Gb/s, the rack at {usual}")
+    evidence = f"CA '{ca}' Port {port}: Rate: {rate}"
+    return CheckResult("link", host, "fail", f"{ca} port {port} {why}", evidence)
+
+
 def links(stats: Mapping[str, IbStat], mtus: Mapping[str, Mapping[str, int]]) -> list[CheckResult]:
     """Ports Active/LinkUp, one rate across the rack, one MTU across the rack."""
     results = []
-    rates = Counter(p.rate for s in stats.values() for ca in s.cas for p in ca.ports)
-    usual_rate = rates.most_common(1)[0][0] if rates else None
+    usual_rate = rack_rate(stats)
     for host, stat in sorted(stats.items()):
         for ca in stat.cas:
             for port in ca.ports:
@@ -164,15 +187,7 @@ def links(stats: Mapping[str, IbStat], mtus: Mapping[str, Mapping[str, int]]) ->
                         )
                     )
                 elif port.rate != usual_rate:
-                    results.append(
-                        CheckResult(
-                            "link",
-                            host,
-                            "fail",
-                            f"{ca.name} runs at {port.rate} Gb/s, the rack at {usual_rate}",
-                            f"Rate: {port.rate}",
-                        )
-                    )
+                    results.append(_slow_port(host, ca.name, port.port, port.rate, usual_rate))
     all_mtus = Counter(m for per in mtus.values() for m in per.values())
     usual_mtu = all_mtus.most_common(1)[0][0] if all_mtus else None
     for host, per in sorted(mtus.items()):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import statistics
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -35,12 +36,74 @@ class PairResult:
     ceiling_gbps: float
     error: str | None = None
     counters: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    client_device: str = ""  # the client's NIC on the rail (``device`` is the server's)
 
     @property
     def share_of_ceiling(self) -> float | None:
         if self.gbps is None or self.ceiling_gbps <= 0:
             return None
         return self.gbps / self.ceiling_gbps
+
+    @property
+    def ends(self) -> str:
+        """Both ends, host and NIC: ``h01 mlx5_1 -> h02 mlx5_1``."""
+        return f"{self.client} {self.client_device or '?'} -> {self.server} {self.device}"
+
+
+SLOW_SHARE = 0.8  # a pair under this share of the other pairs' median is slow
+
+
+@dataclass(frozen=True)
+class SlowPair:
+    """A pair well under the others: its ends, Gb/s, the other pairs' median, and the link
+    ceilings (its own and the others' median) when known: a lower ceiling is a port below the rack's
+    speed, the same ceiling a fault on the path (cable errors, a congested or broken switch port)."""
+
+    name: str
+    gbps: float | None
+    median_gbps: float
+    error: str | None = None
+    ceiling_gbps: float = 0.0
+    median_ceiling_gbps: float = 0.0
+
+    @property
+    def ratio(self) -> float:
+        return (self.gbps or 0.0) / self.median_gbps
+
+    def describe(self) -> str:
+        gbps = "failed" if self.gbps is None else f"{self.gbps:.1f} Gb/s"
+        text = (f"{self.name}: {gbps}, x{self.ratio:.2f} of the median of the other pairs "
+                f"({self.median_gbps:.1f} Gb/s)")
+        if 0 < self.ceiling_gbps < SLOW_SHARE * self.median_ceiling_gbps:
+            text += (f"; its link's ceiling is {self.ceiling_gbps:.1f} Gb/s against "
+                     f"{self.median_ceiling_gbps:.1f}: a port below the rack's speed")
+        return text + (f" ({self.error})" if self.error else "")
+
+
+def slow_among(
+    values: Mapping[str, float | None], share: float = SLOW_SHARE
+) -> list[tuple[str, float]]:
+    """The keys of ``values`` under ``share`` of the median of the others, each with that median
+    (a failed value counts 0)."""
+    slow = []
+    for key, gbps in sorted(values.items()):
+        others = [v or 0.0 for k, v in values.items() if k != key]
+        median = statistics.median(others) if others else 0.0
+        if median > 0 and (gbps or 0.0) < share * median:
+            slow.append((key, median))
+    return slow
+
+
+def slow_pairs(results: Sequence[PairResult], share: float = SLOW_SHARE) -> list[SlowPair]:
+    """The pairs of a matrix (or a round) under ``share`` of the median of the other pairs."""
+    by_ends = {r.ends: r for r in results}
+    found = []
+    for name, median in slow_among({k: r.gbps for k, r in by_ends.items()}, share):
+        ceilings = [r.ceiling_gbps for k, r in by_ends.items() if k != name]
+        r = by_ends[name]
+        found.append(SlowPair(name, r.gbps, median, r.error, r.ceiling_gbps,
+                              statistics.median(ceilings) if ceilings else 0.0))
+    return found
 
 
 def rail_ceiling(rail: Rail) -> float:
@@ -147,14 +210,16 @@ def _results(
     results = []
     for run, pair in zip(runs, pairs, strict=True):
         gbps, error = by_id.get(run["id"], (None, "not run"))
-        rail = views[pair.server].rails[pair.rail]
+        rail, mine = views[pair.server].rails[pair.rail], views[pair.client].rails[pair.rail]
         counters = {
             f"{h}:{d}": deltas.get((h, d), {})
             for h, d in ((pair.server, run["server_netdev"]), (pair.client, run["client_netdev"]))
         }
         results.append(
             PairResult(
-                pair.server, pair.client, pair.rail, rail.device, gbps, rail_ceiling(rail), error, counters
+                pair.server, pair.client, pair.rail, rail.device, gbps,
+                # the slower end bounds the pair (a port trained below the rack's speed)
+                min(rail_ceiling(rail), rail_ceiling(mine)), error, counters, mine.device,
             )
         )
     return results

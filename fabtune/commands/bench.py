@@ -110,7 +110,10 @@ def pairs_cmd(
         )
     flat = [r for rnd in done for r in rnd]
     _print_pairs(flat, output.console())
-    output.write({"kind": "pairs", "rounds": done})
+    slow = pairs.slow_pairs(flat)
+    for found in slow:
+        output.echo(f"slow pair: {found.describe()}")
+    output.write({"kind": "pairs", "rounds": done, "slow_pairs": [f.describe() for f in slow]})
 
 
 @bench.command("incast")

@@ -20,6 +20,7 @@ from fabtune import linkrate
 from fabtune.journal import Journal, Run, Step
 
 _RATE_RE = re.compile(r"^\s*(?P<gbps>\d+(?:\.\d+)?)\s*Gb/sec")
+SLOW_ENDS_RE = re.compile(r"^(?P<client>\S+) \S+ -> (?P<server>\S+) \S+: ")
 # A healthy rack's all_reduce busbw per GPU at 8 GiB is about 0.9 of R x C_min / 8 (NCCL's protocol
 # efficiency and the size ramp: docs/operations.md, bus bandwidth reference); bootstrap flags < 0.8.
 RULE_OF_THUMB = 0.9
@@ -218,11 +219,13 @@ def _check(raw: Mapping[str, Any], phase: str) -> dict[str, Any]:
 
 
 def _slow_pair(line: str, phase: str) -> dict[str, Any]:
-    """A slow ib_write_bw pair the tuning loop named (``client->server device: ...``), as a warning."""
+    """A slow ib_write_bw pair the tuning loop named (``client NIC -> server NIC: ...``, or by its
+    label ``client->server device: ...``), as a warning on ``client->server``."""
+    ends = SLOW_ENDS_RE.match(line)
     return {
         "phase": phase,
         "check": "ib_write_bw pair (rdma_cm)",
-        "host": line.split(" ", 1)[0],
+        "host": f"{ends['client']}->{ends['server']}" if ends else line.split(" ", 1)[0],
         "verdict": "warn",
         "summary": f"slow pair: {line}",
         "evidence": line,

@@ -500,7 +500,10 @@ def guid_colon(value: int) -> str:
 
 
 def rate_string(gbps: int) -> str:
-    """sysfs ``ports/1/rate`` text for a link rate (``400 Gb/sec (4X NDR)``)."""
+    """sysfs ``ports/1/rate`` text for a link rate (``400 Gb/sec (4X NDR)``): the kernel's
+    ``rate_show`` (drivers/infiniband/core/sysfs.c) prints the active speed times the active width
+    as "%d%s Gb/sec (%dX%s)"; ibstat's ``Rate:`` and ibstatus's ``rate:`` read this file (libibumad
+    umad_get_port), so a port trained at 200 Gb/s shows ``200 Gb/sec (4X HDR)`` in all three."""
     return _RATE_NAMES.get(gbps, f"{gbps} Gb/sec (4X)")
 
 

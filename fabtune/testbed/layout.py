@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from fabtune.paths import fabtune_home, under_home
-from fabtune.testbed.spec import HostSpec, TestbedSpec, check_testbed_name
+from fabtune.testbed.spec import HostSpec, TestbedSpec, check_testbed_name, pci_bus, rail_netdev
 
-__all__ = ["fabtune_home", "testbed_dir"]
+__all__ = ["fabtune_home", "pci_bus", "testbed_dir"]
 
 GPU_MODEL = "NVIDIA H100 80GB HBM3"
 CPUS_PER_SOCKET = 48
@@ -62,15 +62,9 @@ class Names:
         return f"{self.prefix}{host.index:02d}r{rail}"
 
 
-def pci_bus(kind: str, index: int) -> int:
-    """A PCIe bus number per device: GPUs and NICs in pairs under one switch, as on HGX boards."""
-    return 0x18 + 0x10 * index + (0 if kind == "gpu" else 1)
-
-
 def nic_netdev(spec: TestbedSpec, rail: int) -> str:
     """The netdev name of NIC ``rail``, as udev names it on a real node."""
-    bus = pci_bus("nic", rail)
-    return f"ibp{bus}s0" if spec.fabric == "ib" else f"enp{bus}s0np0"
+    return rail_netdev(spec.fabric, rail)
 
 
 def mgmt_ip(spec: TestbedSpec, host: HostSpec) -> str:
@@ -100,7 +94,8 @@ def _nic(spec: TestbedSpec, host: HostSpec, rail: int) -> dict[str, Any]:
         "dev": f"mlx5_{rail}",
         "netdev": nic_netdev(spec, rail),
         "link_layer": "InfiniBand" if spec.fabric == "ib" else "Ethernet",
-        "rate_gbps": spec.rate_gbps,
+        # the speed the port trained at: the rack's, or lower where the spec says (link_speed)
+        "rate_gbps": host.speed_of(rail, spec.rate_gbps),
         "fw": spec.firmware,
         "bus_id": f"0000:{bus:02x}:00.0",
         "numa": numa,

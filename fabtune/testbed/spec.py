@@ -96,6 +96,11 @@ class HostSpec:
                                   compare=False)
     vlan: int | None = None  # RoCE on an 802.1Q VLAN device NETDEV.ID holding the rail address
     egress_qos_map: tuple[int, ...] = (0,) * PRIORITIES  # that device's skb priority -> PCP
+    link_speed: tuple[tuple[int, int], ...] = ()  # (NIC index, Gb/s) of ports trained below the rack
+
+    def speed_of(self, rail: int, rack_gbps: int) -> int:
+        """The speed NIC ``rail`` trained at: its own ``link_speed``, else the rack's."""
+        return dict(self.link_speed).get(rail, rack_gbps)
 
 
 @dataclass(frozen=True)
@@ -222,7 +227,12 @@ MAX_JOB_NODES = 4096
 # dscp2prio: DSCP -> priority entries over the kernel's default map (dscp >> 3), as `mlnx_qos
 # --dscp2prio set,D,P` or `dcb app add ... dscp-prio D:P` leave them (formats.md 4.1, 5.1).
 INITIAL_KEYS = (*DEFAULT_INITIAL, "dscp2prio")
-OVERRIDE_KEYS = ("nic_numa", "initial", "gid_layout", "nccl_conf", "tools", "vlan")
+OVERRIDE_KEYS = ("nic_numa", "initial", "gid_layout", "nccl_conf", "tools", "vlan", "link_speed")
+# A port that trained below the rack's speed (a bad cable or transceiver, a lane down): a host's
+# `link_speed: {NIC: Gb/s}`, the NIC as its index (1), its RDMA device (mlx5_1) or its netdev. The
+# speed must be one the port supports: a rate of RATES_GBPS up to the rack's rate_gbps (an mlx5 port
+# of 400 Gb/s also links at 200, 100, 50 and 25 Gb/s). Every tool that shows the port's speed shows
+# it (ethtool, ibstat, sysfs ports/1/rate) and the fabric model carries every flow through it at it.
 # VLAN-tagged RoCE (fabtune.sim.model.qos.tag_pcp): each RoCE port's address lives on the VLAN
 # device NETDEV.ID (`ip link add link NETDEV name NETDEV.ID type vlan id ID egress-qos-map
 # FROM:TO`, ip-link(8)), so RoCE's GIDs are on it and its frames carry an 802.1Q tag. The tag's PCP
@@ -351,6 +361,56 @@ def _check_hosts(c: _Checker, doc: dict[str, Any]) -> list[str]:
     return [f"h{i:02d}" for i in range(1, count + 1)]
 
 
+def pci_bus(kind: str, index: int) -> int:
+    """A PCIe bus number per device: GPUs and NICs in pairs under one switch, as on HGX boards."""
+    return 0x18 + 0x10 * index + (0 if kind == "gpu" else 1)
+
+
+def rail_netdev(fabric: str, rail: int) -> str:
+    """The netdev name of NIC ``rail``, as udev names it on a real node (``enp41s0np0``, ``ibp25s0``)."""
+    bus = pci_bus("nic", rail)
+    return f"ibp{bus}s0" if fabric == "ib" else f"enp{bus}s0np0"
+
+
+def _nic_index(key: object, fabric: str, nics: int) -> int | None:
+    """The index of the NIC a ``link_speed`` key names (index, ``mlx5_N`` or netdev), or None."""
+    if isinstance(key, str) and key.isdigit():
+        key = int(key)  # state.json's JSON keeps the index as a string
+    names = {f"mlx5_{i}": i for i in range(nics)} | {rail_netdev(fabric, i): i for i in range(nics)}
+    if isinstance(key, bool):
+        return None
+    if isinstance(key, int):
+        return key if 0 <= key < nics else None
+    return names.get(key) if isinstance(key, str) else None
+
+
+def _check_link_speed(
+    c: _Checker, path: str, raw: object, doc: dict[str, Any], nics: int
+) -> tuple[tuple[int, int], ...]:
+    """A host's ``link_speed``: each NIC it names (index, device or netdev) to a speed it supports."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, dict):
+        c.add(path, raw, "must be a mapping of NIC (index, mlx5_N or netdev) to Gb/s")
+        return ()
+    fabric = doc.get("fabric", "roce")
+    rack = doc.get("rate_gbps", 400)
+    top = rack if rack in RATES_GBPS else max(RATES_GBPS)
+    supported = tuple(r for r in RATES_GBPS if r <= top)
+    out: dict[int, int] = {}
+    for key, speed in raw.items():
+        index = _nic_index(key, str(fabric), nics)
+        if index is None:
+            c.add(f"{path} key", key, f"must name one of the host's {nics} NICs: an index from 0 to "
+                  f"{nics - 1}, mlx5_N or its netdev ({rail_netdev(str(fabric), 0)}, ...)")
+        elif isinstance(speed, bool) or speed not in supported:
+            c.add(f"{path}.{key}", speed, f"must be a speed the port supports, in Gb/s: one of "
+                  f"{', '.join(map(str, supported))} (at most the rack's rate_gbps {top})")
+        else:
+            out[index] = int(speed)
+    return tuple(sorted(out.items()))
+
+
 def _numa_of(index: int, count: int, sockets: int) -> int:
     return index * sockets // max(count, 1)
 
@@ -380,8 +440,9 @@ def _build_host(c: _Checker, doc: dict[str, Any], name: str, index: int) -> Host
                          _check_tools(c, "tools", doc.get("tools"), DEFAULT_TOOLS))
     vlan, egress = _check_vlan(c, f"overrides.{name}.vlan", own.get("vlan"),
                                _check_vlan(c, "vlan", doc.get("vlan"), NO_VLAN))
+    speeds = _check_link_speed(c, f"overrides.{name}.link_speed", own.get("link_speed"), doc, nics)
     return HostSpec(name, index, gpus, sockets, tuple(nic_numa), gpu_numa, initial, gid_layout,
-                    nccl_conf, tools, vlan, egress)
+                    nccl_conf, tools, vlan, egress, speeds)
 
 
 def _build_switch(c: _Checker, raw: object) -> SwitchSpec:
@@ -554,6 +615,7 @@ def spec_to_doc(spec: TestbedSpec) -> dict[str, Any]:
                 **({"nccl_conf": dict(h.nccl_conf)} if h.nccl_conf else {}),
                 **({"tools": dict(h.tools)} if h.tools != DEFAULT_TOOLS else {}),
                 **({"vlan": _vlan_doc(h)} if h.vlan is not None else {}),
+                **({"link_speed": dict(h.link_speed)} if h.link_speed else {}),
             }
             for h in spec.hosts
         },

@@ -203,16 +203,20 @@ def confirm(
     return PairDecision("same", f"{first.reason}, not seen again on a second round ({second.reason})")
 
 
-def slow_pairs(found: PairRound, share: float = 0.8) -> list[str]:
-    """Pairs under ``share`` of the median of the other pairs: each named, with its Gb/s and why."""
+def slow_pairs(found: PairRound, share: float = pairs.SLOW_SHARE) -> list[str]:
+    """Pairs under ``share`` of the median of the other pairs: each named by both ends (host and NIC,
+    from the round's pair runs; else by its label), with its Gb/s, the ratio and why."""
+    runs = {f"{r.client}->{r.server} {r.device}": r for r in found.results}
+    ceilings = [r.ceiling_gbps for r in found.results]
     slow = []
-    for label, gbps in sorted(found.pairs.items()):
-        others = [v or 0.0 for k, v in found.pairs.items() if k != label]
-        median = statistics.median(others) if others else 0.0
-        if median > 0 and (gbps or 0.0) < share * median:
-            why = found.errors.get(label)
-            slow.append(f"{label}: {_gbps(gbps)} Gb/s against a median of {_gbps(median)} Gb/s for the "
-                        f"other pairs" + (f" ({why})" if why else ""))
+    for label, median in pairs.slow_among(found.pairs, share):
+        run = runs.get(label)
+        others = [c for r, c in zip(found.results, ceilings, strict=True) if r is not run]
+        line = pairs.SlowPair(
+            run.ends if run is not None else label, found.pairs[label], median, found.errors.get(label),
+            run.ceiling_gbps if run is not None else 0.0, statistics.median(others) if others else 0.0,
+        )
+        slow.append(line.describe())
     return slow
 
 

@@ -137,7 +137,7 @@ def test_the_pair_reference_is_the_best_of_two_rounds(tmp_path: Path) -> None:
 def test_a_slow_pair_is_reported_by_name(tmp_path: Path) -> None:
     tuner, (result, events) = run(OneSlowPair(), tmp_path, ("lossless", "mtu", "qps", "gdr"))
     assert result.moves == [] and len(result.slow_pairs) == 1
-    shape = rf"{OTHER}: 1[45]\d\.\d Gb/s against a median of 3[56]\d\.\d Gb/s for the other pairs"
+    shape = rf"{OTHER}: 1[45]\d\.\d Gb/s, x0\.4\d of the median of the other pairs \(3[56]\d\.\d Gb/s\)"
     assert re.fullmatch(shape, result.slow_pairs[0])
     assert any(e.startswith(f"pairs: slow pair: {OTHER}: ") for e in events)
     baseline = next(s for s in tuner.journal.steps(tuner.run_id) if s.name == "baseline")
@@ -168,7 +168,7 @@ def test_compare_reads_the_worst_pair_the_median_and_the_incast() -> None:
     gained = compare(ref, PairRound({"a": 100.0, "b": 100.0, "c": 100.0}, {"s": 300.0}), 0.1, 0.1)
     assert confirm(gained, ref, PairRound(ref.pairs, {"s": 101.0}), 0.1, 0.1).verdict == "same"
     assert slow_pairs(PairRound({"a": 100.0, "b": 100.0, "c": 60.0})) == [
-        "c: 60.0 Gb/s against a median of 100.0 Gb/s for the other pairs"]
+        "c: 60.0 Gb/s, x0.60 of the median of the other pairs (100.0 Gb/s)"]
 
 
 def test_the_report_names_the_slow_pair(tmp_path: Path) -> None:
@@ -262,3 +262,36 @@ def test_the_round_matrix_is_the_decisions_round_of_that_state(tmp_path: Path) -
     assert rounds_of == {"pairs baseline": {2}, "pairs final": {rack.rounds}}
     assert steps["pairs final"].payload["measured"] == "the decision round (rdma_cm)"
     assert len(steps["pairs final"].payload["pairs"]) == 2
+
+
+class OneSlowPort(PairRack):
+    """h03's port trained at 200 Gb/s (a bad cable): its pair runs at half, its ceiling is half,
+    and the rounds carry their pair runs with both ends' NICs (as the testbed's do)."""
+
+    def pair_gbps(self) -> dict[str, float]:
+        return {**super().pair_gbps(), OTHER: 180.0}
+
+    def pairs(self) -> PairRound | None:
+        found = super().pairs()
+        assert found is not None
+        runs = tuple(PairResult(label.split("->")[1].split()[0], label.split("->")[0], 0, "mlx5_0", gbps,
+                                196.0 if label == OTHER else 392.1, client_device="mlx5_0")
+                     for label, gbps in found.pairs.items())
+        return dataclasses.replace(found, results=runs)
+
+
+def test_a_slow_port_is_named_by_both_ends_in_the_loop_and_the_report(tmp_path: Path) -> None:
+    tuner, (result, events) = run(OneSlowPort(), tmp_path, ("lossless", "mtu", "qps", "gdr"))
+    ends = "h04 mlx5_0 -> h03 mlx5_0"
+    shape = (rf"{ends}: 1[78]\d\.\d Gb/s, x0\.[45]\d of the median of the other pairs \(3[56]\d\.\d Gb/s\); "
+             r"its link's ceiling is 196\.0 Gb/s against 392\.1: a port below the rack's speed")
+    assert result.moves == [] and len(result.slow_pairs) == 1
+    assert re.fullmatch(shape, result.slow_pairs[0]), result.slow_pairs
+    assert any(e.startswith(f"pairs: slow pair: {ends}: ") for e in events)
+    tuner.journal.close_run(tuner.run_id, "done", {})
+    doc = build(tuner.journal, tuner.run_id)
+    validate(doc)
+    warned = [c for c in doc["checks"] if c["check"] == "ib_write_bw pair (rdma_cm)"]
+    assert [(c["phase"], c["host"], c["verdict"]) for c in warned] == [
+        ("baseline", "h04->h03", "warn"), ("tuned state", "h04->h03", "warn")]
+    assert f"- baseline: slow pair: {ends}: " in render_markdown(doc)

@@ -37,6 +37,9 @@ def _driver(node: NodeState, netdev: str) -> int:
 
 
 def _link(node: NodeState, netdev: str) -> int:
+    # The speed the port trained at (``rate_gbps``: lower than the rack's on a port whose spec has a
+    # ``link_speed``), in Mb/s as ethtool prints the ksettings' base.speed ("\tSpeed: %uMb/s",
+    # ethtool netlink/settings.c; "Unknown!" with no link), e.g. ``Speed: 200000Mb/s``.
     nic = node.nic(netdev)
     up = node.operstate(netdev) == "up"
     out(f"Settings for {netdev}:")
