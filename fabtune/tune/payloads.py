@@ -40,7 +40,16 @@ def _list(raw: Any) -> list[Any]:
 
 
 def _optional_int(raw: Any) -> int | None:
-    return None if raw is None else int(raw)
+    """A journaled count; None where it is missing or not a number."""
+    try:
+        return None if raw is None else int(raw)
+    except (TypeError, ValueError):
+        return None
+
+
+def _count(raw: Any) -> int:
+    """A journaled count the report does not show: 0 where it is missing or not a number."""
+    return _optional_int(raw or 0) or 0
 
 
 # --------------------------------------------------------------------------- moves
@@ -83,7 +92,7 @@ class MetricDecision:
             ratio=finite(raw.get("ratio")),
             ci_low=finite(raw.get("ci_low")),
             ci_high=finite(raw.get("ci_high")),
-            outliers=int(raw.get("outliers") or 0),
+            outliers=_count(raw.get("outliers")),
             p=finite(raw.get("p")) if "p" in raw else _cited_p(raw),
         )
 
@@ -371,8 +380,8 @@ class FinalPayload:
             state=state if isinstance(state, Mapping) else None,
             all_reduce=tuple(finite(v) for v in _list(found.get("all_reduce"))),
             alltoall=tuple(finite(v) for v in _list(found.get("alltoall"))),
-            runs=int(found.get("runs") or 0),
-            pair_rounds=int(found.get("pair_rounds") or 0),
+            runs=_count(found.get("runs")),
+            pair_rounds=_count(found.get("pair_rounds")),
             planned=tuple(tuple(str(n) for n in _list(g)) for g in _list(found.get("planned"))),
             slow_pairs=tuple(str(line) for line in _list(found.get("slow_pairs"))),
             planned_hosts=_mapping(found.get("planned_hosts")),

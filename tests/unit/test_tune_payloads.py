@@ -108,7 +108,8 @@ def test_a_decision_without_its_p_cites_the_one_its_reason_names(
 def test_payloads_missing_everything_read_as_defaults() -> None:
     assert MoveDecision.from_json(None).to_json() == {}
     assert MoveDecision.from_json({"repair": "ran"}).to_json() == {"repair": "ran"}
-    assert BaselinePayload.from_json({}).noise_floor is None
+    assert BaselinePayload.from_json({"pause_frames": "?"}) == BaselinePayload()
+    assert FinalPayload.from_json({"runs": "many", "pair_rounds": None}).runs == 0
     assert FinalPayload.from_json({"state": "?"}).state is None
     assert FactsPayload.from_json({"fabric_type": ""}).fabric_type is None
     assert ResultPayload.from_json({"oracle": [1]}) == ResultPayload()
