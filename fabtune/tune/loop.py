@@ -37,12 +37,14 @@ from fabtune.tune.payloads import (
     BaselineFailedPayload,
     BaselinePayload,
     FactsPayload,
+    FailedRunPayload,
     FinalPayload,
     MetricDecision,
     MoveDecision,
     MoveIntent,
     MoveOutcome,
     PairsPayload,
+    PairsUnavailablePayload,
 )
 from fabtune.tune.repair import GROUP, KNOB, Repair, failed_reason, kept_reason, repair_for
 from fabtune.tune.state import differences, snapshot_of, with_change
@@ -309,7 +311,7 @@ class Tuner:
 
     def _journal_failures(self, failures: Sequence[FailedRun], then: str) -> None:
         for failed in failures:
-            payload = {**failed.evidence(), "then": then}
+            payload = FailedRunPayload(failed.evidence(), then).to_json()
             self.journal.step(self.run_id, "benchmark", f"{failed.test} failed", payload, state="failed")
             self.emit("benchmark", f"failed run, {then}: {failed.summary}", failed.evidence())
 
@@ -639,11 +641,9 @@ class Tuner:
             return self._pair_reference(rounds)
         except (PlaybookFailed, BenchmarkError) as err:
             why = str(err).splitlines()[0][:300] if str(err) else type(err).__name__
-            self.journal.step(
-                self.run_id, "benchmark", "ib_write_bw (rdma_cm) failed",
-                {"error": str(err)[:2000], "state": state, "then": "decisions on nccl-tests alone"},
-                state="failed",
-            )
+            unavailable = PairsUnavailablePayload(str(err)[:2000], state, "decisions on nccl-tests alone")
+            name = "ib_write_bw (rdma_cm) failed"
+            self.journal.step(self.run_id, "benchmark", name, unavailable.to_json(), state="failed")
             self.emit("pairs", f"ib_write_bw over rdma_cm could not run in {state} ({why}): later "
                       "moves are decided on nccl-tests alone", {"error": why})
             return None

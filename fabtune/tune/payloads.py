@@ -435,3 +435,50 @@ class ResultPayload:
             tuned_desired=None if tuned is None else str(tuned),
             oracle=oracle if isinstance(oracle, Mapping) else None,
         )
+
+
+# --------------------------------------------------------------------------- failures and resume
+
+
+@dataclass(frozen=True)
+class FailedRunPayload:
+    """A benchmark repetition that failed (a ``benchmark`` step, state ``failed``): its evidence
+    (``FailedRun.evidence()``) and what the run did next (retried once, or no retry left)."""
+
+    evidence: Mapping[str, Any] = field(default_factory=dict)
+    then: str = ""
+
+    def to_json(self) -> Json:
+        return {**self.evidence, "then": self.then}
+
+    @classmethod
+    def from_json(cls, raw: Any) -> FailedRunPayload:
+        found = dict(_mapping(raw))
+        return cls(evidence=found, then=str(found.pop("then", "") or ""))
+
+
+@dataclass(frozen=True)
+class PairsUnavailablePayload:
+    """ib_write_bw over rdma_cm that could not run in a state (a ``benchmark`` step, ``failed``):
+    why, the state, and what the run does instead."""
+
+    error: str = ""
+    state: str = ""
+    then: str = ""
+
+    def to_json(self) -> Json:
+        return {"error": self.error, "state": self.state, "then": self.then}
+
+    @classmethod
+    def from_json(cls, raw: Any) -> PairsUnavailablePayload:
+        found = _mapping(raw)
+        return cls(*(str(found.get(k) or "") for k in ("error", "state", "then")))
+
+
+UNDONE_ON_RESUME = "interrupted; undone on resume"
+
+
+def undone_on_resume(intent: Mapping[str, Any]) -> Json:
+    """An interrupted move's payload once a resume rolled it back (verified): its intent exactly as
+    the interrupted run journaled it (any version), with the reason (read by ``MoveOutcome``)."""
+    return {**intent, "verified": True, "reason": UNDONE_ON_RESUME}

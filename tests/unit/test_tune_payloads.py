@@ -17,13 +17,16 @@ from fabtune.tune.payloads import (
     BaselineFailedPayload,
     BaselinePayload,
     FactsPayload,
+    FailedRunPayload,
     FinalPayload,
     MetricDecision,
     MoveDecision,
     MoveIntent,
     MoveOutcome,
     PairsPayload,
+    PairsUnavailablePayload,
     ResultPayload,
+    undone_on_resume,
 )
 from tests.unit.test_tune_loop import FakeRack, tuner
 
@@ -124,3 +127,21 @@ def test_the_report_reads_a_move_journaled_without_samples_or_decision(tmp_path:
     row = build(t.journal, t.run_id)["tune"]["decisions"][0]
     assert (row["hosts"], row["runs"], row["reason"], row["all_reduce"]) == (["h02"], 0, "", None)
     assert row["pause_frames"] == 7
+
+
+def test_failure_payloads_read_back_to_the_same_json() -> None:
+    failed = {"test": "all_reduce", "rc": 1, "summary": "NCCL WARN", "then": "retrying once"}
+    found = FailedRunPayload.from_json(failed)
+    assert found.then == "retrying once" and "then" not in found.evidence
+    assert found.to_json() == failed
+    unavailable = {"error": "timed out", "state": "the baseline", "then": "decisions on nccl-tests alone"}
+    assert PairsUnavailablePayload.from_json(unavailable).to_json() == unavailable
+
+
+def test_a_move_undone_on_resume_keeps_its_intent_as_journaled() -> None:
+    intent = MoveIntent(group="mtu", knobs=("nics.mtu",), hosts=("h01",)).to_json()
+    undone = undone_on_resume({**intent, "older_key": 1})
+    assert undone["older_key"] == 1
+    found = MoveOutcome.from_json(undone)
+    assert found.intent == MoveIntent.from_json(intent) and found.verified is True
+    assert found.reason == "interrupted; undone on resume" and found.all_reduce == ()
