@@ -8,7 +8,6 @@ Nothing here reads a host, a clock or a random source (confidence intervals use 
 from __future__ import annotations
 
 import datetime as dt
-import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -18,6 +17,18 @@ import numpy as np
 
 from fabtune import linkrate
 from fabtune.journal import Journal, Run, Step
+from fabtune.tune.payloads import (
+    BaselineFailedPayload,
+    BaselinePayload,
+    FactsPayload,
+    FinalPayload,
+    MetricDecision,
+    MoveIntent,
+    MoveOutcome,
+    PairsPayload,
+    ResultPayload,
+    finite,
+)
 
 _RATE_RE = re.compile(r"^\s*(?P<gbps>\d+(?:\.\d+)?)\s*Gb/sec")
 SLOW_ENDS_RE = re.compile(r"^(?P<client>\S+) \S+ -> (?P<server>\S+) \S+: ")
@@ -43,16 +54,6 @@ def move_label(decision: Mapping[str, Any], every: Sequence[str]) -> str:
     if not hosts or sorted(hosts) == sorted(every):
         return str(decision["name"])
     return f"{decision['name']} on {', '.join(hosts)}"
-
-def finite(value: Any) -> float | None:
-    """A JSON-safe number: None for missing, NaN or infinite values."""
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return number if math.isfinite(number) else None
 
 
 def _iso(epoch: float | None) -> str | None:
@@ -176,30 +177,21 @@ def _kind(value: Any) -> str:
     return "empty" if isinstance(value, Mapping) and not value else "value"
 
 
-def _decision(raw: Any) -> dict[str, Any] | None:
-    if not isinstance(raw, Mapping):
+def _decision(found: MetricDecision | None) -> dict[str, Any] | None:
+    """One metric's decision as the decisions table shows it."""
+    if found is None:
         return None
     return {
-        "verdict": str(raw.get("verdict", "")),
-        "reason": str(raw.get("reason", "")),
-        "runs": int(raw.get("runs") or 0),
-        "ratio": finite(raw.get("ratio")),
-        "ci_low": finite(raw.get("ci_low")),
-        "ci_high": finite(raw.get("ci_high")),
-        "p_gain": finite(raw.get("p_gain")),
-        "p_loss": finite(raw.get("p_loss")),
-        "p": finite(raw.get("p")) if "p" in raw else _cited_p(raw),
+        "verdict": found.verdict,
+        "reason": found.reason,
+        "runs": found.runs,
+        "ratio": found.ratio,
+        "ci_low": found.ci_low,
+        "ci_high": found.ci_high,
+        "p_gain": found.p_gain,
+        "p_loss": found.p_loss,
+        "p": found.p,
     }
-
-
-def _cited_p(raw: Mapping[str, Any]) -> float | None:
-    """The p-value a decision's reason cites, for journals written before decisions recorded it."""
-    reason = str(raw.get("reason", ""))
-    if reason.startswith("worse"):
-        return finite(raw.get("p_loss"))
-    if reason.startswith("no gain"):
-        return None  # the futility test's p was not journaled
-    return finite(raw.get("p_gain"))
 
 
 def deciding_metric(reason: str) -> str:
@@ -299,11 +291,12 @@ def pair_counters(pairs: Sequence[Mapping[str, Any]], source: str) -> list[dict[
     ]
 
 
-def step_counters(payload: Mapping[str, Any], source: str) -> list[dict[str, Any]]:
+def step_counters(
+    ports: Mapping[str, Mapping[str, Any]] | None, pause_frames: int | None, source: str
+) -> list[dict[str, Any]]:
     """A tuning step's counter deltas: per host port where the run recorded them, else the rack's
     pause frames (journals written before per-port counters were kept)."""
-    ports = payload.get("counters")
-    if isinstance(ports, Mapping):  # read per port; a port that is not listed moved no counter
+    if ports is not None:  # read per port; a port that is not listed moved no counter
         return [
             {"source": source, "host": host, "port": port, "counter": str(name), "delta": int(delta)}
             for where, values in sorted(ports.items())
@@ -311,7 +304,7 @@ def step_counters(payload: Mapping[str, Any], source: str) -> list[dict[str, Any
             for name, delta in sorted(dict(values).items())
             if int(delta)
         ]
-    if payload.get("pause_frames") is None:
+    if pause_frames is None:
         return []
     return [
         {
@@ -319,7 +312,7 @@ def step_counters(payload: Mapping[str, Any], source: str) -> list[dict[str, Any
             "host": "*",
             "port": "*",
             "counter": "pause frames (rx+tx, every priority)",
-            "delta": int(payload["pause_frames"]),
+            "delta": pause_frames,
         }
     ]
 
@@ -440,9 +433,10 @@ def _tune_pairs(doc: dict[str, Any], steps: Sequence[Step]) -> None:
     the per-GPU rails (of the last matrix) and the pair runs' counters."""
     matrices: dict[str, list[dict[str, Any]]] = {}
     for s in steps:
-        if s.kind == "pairs" and s.state == "done" and s.payload.get("pairs"):
+        runs = PairsPayload.from_json(s.payload).pairs if s.kind == "pairs" and s.state == "done" else ()
+        if runs:
             name = s.name.removeprefix("pairs ")
-            matrices[name] = [_pair(r, name, None) for r in s.payload["pairs"]]
+            matrices[name] = [_pair(r, name, None) for r in runs]
     if not matrices:
         return
     primary = "final" if "final" in matrices else next(iter(matrices))
@@ -471,43 +465,47 @@ class _TuneSteps:
 
 def _tune_baseline(doc: dict[str, Any], acc: _TuneSteps, s: Step) -> None:
     """A measured baseline (a resumed run measures it again: the first one is the reference)."""
-    p = s.payload
+    p = BaselinePayload.from_json(s.payload)
     label = "baseline" if not acc.baseline else "baseline (resumed)"
-    acc.baseline = acc.baseline or [float(v) for v in p.get("all_reduce") or []]
-    acc.noise = acc.noise if acc.noise is not None else finite(p.get("noise_floor"))
-    acc.policy = acc.policy or dict(p.get("policy") or {})
-    acc.ar.append(series_point(s.seq, label, "baseline", "baseline", p.get("all_reduce") or []))
-    acc.aa.append(series_point(s.seq, label, "baseline", "baseline", p.get("alltoall") or []))
-    doc["checks"] += [_check(c, "baseline") for c in p.get("checks") or []]
-    doc["counters"] += step_counters(p, label)
-    doc["checks"] += [_slow_pair(line, "baseline") for line in p.get("slow_pairs") or []]
+    acc.baseline = acc.baseline or _measured(p.all_reduce)
+    acc.noise = acc.noise if acc.noise is not None else p.noise_floor
+    acc.policy = acc.policy or dict(p.policy)
+    acc.ar.append(series_point(s.seq, label, "baseline", "baseline", p.all_reduce))
+    acc.aa.append(series_point(s.seq, label, "baseline", "baseline", p.alltoall))
+    doc["checks"] += [_check(c, "baseline") for c in p.checks]
+    doc["counters"] += step_counters(p.counters, p.pause_frames, label)
+    doc["checks"] += [_slow_pair(line, "baseline") for line in p.slow_pairs]
+
+
+def _measured(samples: Iterable[float | None]) -> list[float]:
+    """A step's samples that are numbers."""
+    return [v for v in samples if v is not None]
 
 
 def _baseline_failed(payload: Mapping[str, Any]) -> list[dict[str, Any]]:
     return [
         {"phase": "baseline", "check": "benchmark", "host": "*", "verdict": "fail",
-         "summary": "the baseline measurement failed", "evidence": str(e)}
-        for e in (payload.get("errors") or [])[:5]
+         "summary": "the baseline measurement failed", "evidence": e}
+        for e in BaselineFailedPayload.from_json(payload).errors[:5]
     ]
 
 
-def _move_decision(s: Step, outcome: str, hosts: Sequence[str]) -> dict[str, Any]:
+def _move_decision(s: Step, p: MoveOutcome, outcome: str, hosts: Sequence[str]) -> dict[str, Any]:
     """One move's row of the decisions table."""
-    p = s.payload
-    decision = p.get("decision") or {}
+    intent = p.intent or MoveIntent()
     return {
         "seq": s.seq,
         "name": s.name,
-        "group": str(p.get("group") or ""),
-        "knobs": [str(k) for k in p.get("knobs") or []],
-        "why": str(p.get("why") or ""),
-        "hosts": sorted(str(h) for h in p.get("hosts") or hosts),
+        "group": intent.group,
+        "knobs": list(intent.knobs),
+        "why": intent.why,
+        "hosts": sorted(str(h) for h in intent.hosts or hosts),
         "outcome": outcome,
-        "reason": str(p.get("reason") or ("not finished" if outcome == "interrupted" else "")),
-        "runs": len(p.get("all_reduce") or []),
-        "pause_frames": None if p.get("pause_frames") is None else int(p["pause_frames"]),
-        "all_reduce": _decision(decision.get("all_reduce")),
-        "alltoall": _decision(decision.get("alltoall")),
+        "reason": p.reason or ("not finished" if outcome == "interrupted" else ""),
+        "runs": len(p.all_reduce),
+        "pause_frames": p.pause_frames,
+        "all_reduce": _decision(p.decision.all_reduce),
+        "alltoall": _decision(p.decision.alltoall),
     }
 
 
@@ -524,13 +522,13 @@ def _changes(
 
 def _tune_move(doc: dict[str, Any], acc: _TuneSteps, s: Step, snapshot: Mapping[str, Any]) -> None:
     """A move: its series points, its decision, its counters and the settings it changed."""
-    p = s.payload
+    p = MoveOutcome.from_json(s.payload)
     outcome = s.state if s.state in ("kept", "rolled_back") else "interrupted"
-    acc.ar.append(series_point(s.seq, s.name, "move", outcome, p.get("all_reduce") or []))
-    acc.aa.append(series_point(s.seq, s.name, "move", outcome, p.get("alltoall") or []))
-    acc.decisions.append(_move_decision(s, outcome, doc["hosts"]))
-    doc["counters"] += step_counters(p, s.name)
-    desired = p.get("desired") or {}
+    acc.ar.append(series_point(s.seq, s.name, "move", outcome, p.all_reduce))
+    acc.aa.append(series_point(s.seq, s.name, "move", outcome, p.alltoall))
+    acc.decisions.append(_move_decision(s, p, outcome, doc["hosts"]))
+    doc["counters"] += step_counters(p.counters, p.pause_frames, s.name)
+    desired = (p.intent or MoveIntent()).desired
     doc["settings"] += _changes(snapshot, desired, sorted(desired), s.name, outcome)
 
 
@@ -543,9 +541,10 @@ def _tune_steps(doc: dict[str, Any], run: Run, steps: Sequence[Step], journal: J
         elif s.kind == "phase" and s.name == "baseline" and s.state == "failed":
             doc["checks"] += _baseline_failed(p)
         elif s.kind == "phase" and s.name == "final" and s.state == "done":
-            acc.final_state = p.get("state")
-            acc.final_ar = [float(v) for v in p.get("all_reduce") or []]
-            doc["checks"] += [_slow_pair(line, "tuned state") for line in p.get("slow_pairs") or []]
+            final = FinalPayload.from_json(p)
+            acc.final_state = final.state
+            acc.final_ar = _measured(final.all_reduce)
+            doc["checks"] += [_slow_pair(line, "tuned state") for line in final.slow_pairs]
         elif s.kind == "move":
             _tune_move(doc, acc, s, journal.snapshot_at(run.id, s.seq))
     return acc
@@ -555,8 +554,8 @@ def _tune_oracle(run: Run, steps: Sequence[Step]) -> Mapping[str, Any] | None:
     """The model's best (testbed runs only): the run's summary, or the last result step's."""
     oracle = run.summary.get("oracle") if isinstance(run.summary.get("oracle"), Mapping) else None
     for s in steps:
-        if s.kind == "result":
-            oracle = s.payload.get("oracle") if isinstance(s.payload.get("oracle"), Mapping) else oracle
+        found = ResultPayload.from_json(s.payload).oracle if s.kind == "result" else None
+        oracle = found if found is not None else oracle
     return oracle
 
 
@@ -592,10 +591,10 @@ def _tune_headline(run: Run, t: Mapping[str, Any]) -> tuple[str | None, str]:
 
 def build_tune(run: Run, steps: Sequence[Step], journal: Journal) -> dict[str, Any]:
     """A tuning run's report: the series and decisions, net settings, pairs, counters, checks."""
-    facts = next((s for s in steps if s.kind == "phase" and s.name == "facts"), None)
-    fabric_type = facts.payload.get("fabric_type") if facts else None
-    doc = _empty("tune", run, steps, str(fabric_type) if fabric_type else None)
-    doc["hosts"] = sorted(facts.payload.get("hosts") or []) if facts else []
+    step = next((s for s in steps if s.kind == "phase" and s.name == "facts"), None)
+    facts = FactsPayload.from_json(step.payload if step else {})
+    doc = _empty("tune", run, steps, facts.fabric_type)
+    doc["hosts"] = list(facts.hosts)
     acc = _tune_steps(doc, run, steps, journal)
     _tune_pairs(doc, steps)
     first = journal.first_snapshot(run.id)
@@ -608,9 +607,10 @@ def build_tune(run: Run, steps: Sequence[Step], journal: Journal) -> dict[str, A
     oracle = _tune_oracle(run, steps)
     doc["bandwidth"] = _tune_bandwidth(acc, oracle)
     doc["oracle"] = _jsonable(oracle) if oracle else None
-    tuned = next((s.payload.get("tuned_desired") for s in steps if s.kind == "result"), None)
+    results = [ResultPayload.from_json(s.payload) for s in steps if s.kind == "result"]
+    tuned = results[0].tuned_desired if results else None
     change = final_med / base_med if final_med and base_med else None
-    ports = (facts.payload.get("ports") if facts else None) or {}
+    ports = facts.ports
     summary = run.summary
     doc["tune"] = {
         "busbw_reference": busbw_reference(ports, final or first) if ports else None,

@@ -33,6 +33,19 @@ from fabtune.knobs import LADDERS, Candidate, Change, LosslessClass, roles_of
 from fabtune.tune.hosts import changed_nics, host_groups, plan_rack
 from fabtune.tune.measure import Batch, FailedRun, Sample, merge_counters
 from fabtune.tune.pairs import PairDecision, PairRound, best_of, compare, confirm, slow_pairs
+from fabtune.tune.payloads import (
+    BaselineFailedPayload,
+    BaselinePayload,
+    FactsPayload,
+    FailedRunPayload,
+    FinalPayload,
+    MetricDecision,
+    MoveDecision,
+    MoveIntent,
+    MoveOutcome,
+    PairsPayload,
+    PairsUnavailablePayload,
+)
 from fabtune.tune.repair import GROUP, KNOB, Repair, failed_reason, kept_reason, repair_for
 from fabtune.tune.state import differences, snapshot_of, with_change
 from fabtune.tune.stats import Decision, DecisionPolicy, decide, noise_floor
@@ -179,7 +192,7 @@ class MoveRecord:
     all_reduce: list[float] = field(default_factory=list)
     alltoall: list[float] = field(default_factory=list)
     reference: float = 0.0
-    decision: dict[str, Any] = field(default_factory=dict)
+    decision: MoveDecision = field(default_factory=MoveDecision)
     pause_frames: int = 0
     hosts: list[str] = field(default_factory=list)  # the hosts the move changed (the rest kept as they were)
 
@@ -253,7 +266,7 @@ class Tuner:
         self.pause_rate = 0.0  # pause frames per repetition in the kept state
         self.pair_reference: PairRound | None = None  # the kept state's ib_write_bw round (rdma_cm)
         self.pair_rounds = 0
-        self._intents: dict[int, dict[str, Any]] = {}  # a move's intent payload, kept in its outcome
+        self._intents: dict[int, MoveIntent] = {}  # a move's intent payload, kept in its outcome
         self._counters: dict[str, dict[str, int]] = {}  # per-port counter deltas since the last take
         self.runs = 0
         self.repairs: list[MoveRecord] = []  # the repair move, when the baseline needed one
@@ -298,7 +311,7 @@ class Tuner:
 
     def _journal_failures(self, failures: Sequence[FailedRun], then: str) -> None:
         for failed in failures:
-            payload = {**failed.evidence(), "then": then}
+            payload = FailedRunPayload(failed.evidence(), then).to_json()
             self.journal.step(self.run_id, "benchmark", f"{failed.test} failed", payload, state="failed")
             self.emit("benchmark", f"failed run, {then}: {failed.summary}", failed.evidence())
 
@@ -311,12 +324,8 @@ class Tuner:
         self.facts = facts
         self.current = {h: snapshot_of(f) for h, f in facts.items()}
         self.journal.snapshot(self.run_id, seq, self.current)
-        self.journal.finish_step(
-            self.run_id,
-            seq,
-            "done",
-            {"hosts": sorted(facts), "fabric_type": self.fabric, "ports": _ports(facts)},
-        )
+        read = FactsPayload(tuple(sorted(facts)), self.fabric, _ports(facts))
+        self.journal.finish_step(self.run_id, seq, "done", read.to_json())
         self.emit("phase", f"facts read from {len(facts)} hosts", {"hosts": sorted(facts)})
         return facts
 
@@ -328,14 +337,16 @@ class Tuner:
         except BenchmarkFailed as err:
             errors = [str(f) for f in err.failures]
             found = self._diagnose(err)
-            checks = [dataclasses.asdict(c) for c in found.results] if found else []
-            self.journal.finish_step(self.run_id, seq, "failed", {"errors": errors, "checks": checks})
+            checks = tuple(dataclasses.asdict(c) for c in found.results) if found else ()
+            failure = BaselineFailedPayload(tuple(errors), checks)
+            self.journal.finish_step(self.run_id, seq, "failed", failure.to_json())
             if found and found.at_fault:
                 self._stop_at_fault(found, err)
             raise BenchmarkFailed(err.failures, f"baseline: {self._changed()}; ", log=err.log) from err
         failed = [r for r in batch.transport if r.verdict == "fail"]
         if failed:
-            self.journal.finish_step(self.run_id, seq, "failed", {"errors": [r.summary for r in failed]})
+            failure = BaselineFailedPayload(tuple(r.summary for r in failed))
+            self.journal.finish_step(self.run_id, seq, "failed", failure.to_json())
             raise PreflightFailed(failed, self._changed())
         self.reference = list(batch.samples)
         self.pause_rate = batch.pause_frames / max(len(batch.samples), 1)
@@ -344,22 +355,18 @@ class Tuner:
         for line in slow:
             self.emit("pairs", f"slow pair: {line}", {"pair": line})
         floor = noise_floor(_ar(self.reference))
-        self.journal.finish_step(
-            self.run_id,
-            seq,
-            "done",
-            {
-                "all_reduce": _ar(self.reference),
-                "alltoall": _aa(self.reference),
-                "noise_floor": floor,
-                "pause_frames": batch.pause_frames,
-                "counters": self._take_counters(),
-                "pairs": _round_payload(self.pair_reference),
-                "slow_pairs": slow,
-                "checks": [dataclasses.asdict(c) for c in batch.transport],
-                "policy": dataclasses.asdict(self.options.policy),
-            },
+        measured = BaselinePayload(
+            all_reduce=tuple(_ar(self.reference)),
+            alltoall=tuple(_aa(self.reference)),
+            noise_floor=floor,
+            pause_frames=batch.pause_frames,
+            counters=self._take_counters(),
+            pairs=_round_payload(self.pair_reference),
+            slow_pairs=tuple(slow),
+            checks=tuple(dataclasses.asdict(c) for c in batch.transport),
+            policy=dataclasses.asdict(self.options.policy),
         )
+        self.journal.finish_step(self.run_id, seq, "done", measured.to_json())
         self.emit(
             "baseline",
             f"all_reduce busbw {statistics.median(_ar(self.reference)):.1f} GB/s, noise {floor:.1%}",
@@ -413,20 +420,19 @@ class Tuner:
         ref = self.pair_reference
         if self.options.pair_matrix == "round" and ref is not None and ref.results:
             found = list(ref.results)
-            self.journal.finish_step(self.run_id, seq, "done", {
-                "pairs": [dataclasses.asdict(p) for p in found], "measured": "the decision round (rdma_cm)"})
+            matrix = PairsPayload(tuple(dataclasses.asdict(p) for p in found), "the decision round (rdma_cm)")
+            self.journal.finish_step(self.run_id, seq, "done", matrix.to_json())
             self._say_matrix(when, found)
             return
         self.emit("phase", f"ib_write_bw pair matrix ({when})", {})
         try:
             found = self.backend.pair_matrix(self.options.pair_matrix == "full")
         except FabtuneError as err:
-            self.journal.finish_step(self.run_id, seq, "failed", {"error": str(err)})
+            self.journal.finish_step(self.run_id, seq, "failed", PairsPayload(error=str(err)).to_json())
             self.emit("preflight", f"the pair matrix ({when}) could not run, the run goes on: {err}", {})
             return
-        self.journal.finish_step(
-            self.run_id, seq, "done", {"pairs": [dataclasses.asdict(p) for p in found]}
-        )
+        matrix = PairsPayload(tuple(dataclasses.asdict(p) for p in found))
+        self.journal.finish_step(self.run_id, seq, "done", matrix.to_json())
         self._say_matrix(when, found)
 
     def _say_matrix(self, when: str, found: Sequence[PairResult]) -> None:
@@ -450,21 +456,23 @@ class Tuner:
 
     # -- one move -------------------------------------------------------------------------
 
-    def _intent(self, cand: Candidate, hosts: Sequence[str]) -> dict[str, Any]:
+    def _intent(
+        self, cand: Candidate, hosts: Sequence[str], desired: Mapping[str, Mapping[str, Any]]
+    ) -> MoveIntent:
         """What a move will do, journaled before it starts: per host it changes, the desired state
         and the NICs whose knobs change; the other hosts are left as they are."""
-        return {
-            "group": cand.group,
-            "knobs": cand.change.knobs(),
-            "why": cand.why,
-            "hosts": list(hosts),
-            "nics": {h: changed_nics(self.current[h], cand.change) for h in hosts},
-            "desired": {h: with_change(self.current[h], cand.change) for h in hosts},
-        }
+        return MoveIntent(
+            group=cand.group,
+            knobs=tuple(cand.change.knobs()),
+            why=cand.why,
+            hosts=tuple(hosts),
+            nics={h: changed_nics(self.current[h], cand.change) for h in hosts},
+            desired=desired,
+        )
 
-    def _open_move(self, record: MoveRecord, intent: dict[str, Any], why: str) -> int:
+    def _open_move(self, record: MoveRecord, intent: MoveIntent, why: str) -> int:
         """Journal a move's intent with the snapshot it starts from, and say it; its step's seq."""
-        seq = self.journal.step(self.run_id, "move", record.name, intent)
+        seq = self.journal.step(self.run_id, "move", record.name, intent.to_json())
         self._intents[seq] = intent
         self._take_counters()  # what the kept state's reference runs counted is not this move's
         self.journal.snapshot(self.run_id, seq, self.current)
@@ -485,8 +493,8 @@ class Tuner:
 
     def try_move(self, cand: Candidate) -> MoveRecord:
         hosts = sorted(cand.hosts or self.current)
-        intent = self._intent(cand, hosts)
-        desired: dict[str, dict[str, Any]] = intent["desired"]
+        desired = {h: with_change(self.current[h], cand.change) for h in hosts}
+        intent = self._intent(cand, hosts, desired)
         record = MoveRecord(
             cand.group,
             cand.name,
@@ -508,13 +516,13 @@ class Tuner:
         except _MoveGone as gone:
             self._revert_fired(seq, record, gone.hosts, gone.rebooted)
         record.all_reduce, record.alltoall = _ar(judged.samples), _aa(judged.samples)
-        record.decision = {
-            "all_reduce": judged.all_reduce.__dict__,
-            "alltoall": judged.alltoall.__dict__,
-            "pause_rate": judged.pause_frames / max(len(judged.samples), 1),
-            "reference_pause_rate": self.pause_rate,
-            "pairs": judged.pairs.as_dict() if judged.pairs else None,
-        }
+        record.decision = MoveDecision(
+            all_reduce=MetricDecision.of(judged.all_reduce),
+            alltoall=MetricDecision.of(judged.alltoall),
+            pause_rate=judged.pause_frames / max(len(judged.samples), 1),
+            reference_pause_rate=self.pause_rate,
+            pairs=judged.pairs.as_dict() if judged.pairs else None,
+        )
         record.pause_frames = judged.pause_frames
         if judged.verdict == "keep":
             return self._keep(seq, record, judged, desired)
@@ -525,11 +533,11 @@ class Tuner:
         it), kept when the benchmark then runs on the whole rack, rolled back (verified) otherwise.
         It decides on one repetition and keeps no sample: the statistics start at the baseline after."""
         desired = {h: with_change(self.current[h], fix.change(h)) for h in fix.hosts}
-        intent = {
-            "group": GROUP, "knobs": [KNOB], "why": fix.why, "hosts": fix.hosts,
-            "nics": {h: [] for h in fix.hosts}, "desired": desired,
-            "evidence": [dataclasses.asdict(r) for r in fix.evidence],
-        }
+        intent = MoveIntent(
+            group=GROUP, knobs=(KNOB,), why=fix.why, hosts=tuple(fix.hosts),
+            nics={h: [] for h in fix.hosts}, desired=desired,
+            evidence=tuple(dataclasses.asdict(r) for r in fix.evidence),
+        )
         record = MoveRecord(GROUP, fix.name, [KNOB], "", "", hosts=fix.hosts)
         seq = self._open_move(record, intent, fix.why)
         applied = self._apply_armed(record, desired)
@@ -554,7 +562,7 @@ class Tuner:
         if failed:
             return "; ".join(failed)[:500]
         record.all_reduce, record.alltoall = _ar(batch.samples), _aa(batch.samples)
-        record.decision = {"repair": "the benchmark failed before the move and runs after it"}
+        record.decision = MoveDecision(repair="the benchmark failed before the move and runs after it")
         return ""
 
     def _deadline_from(self, armed_at: float) -> float:
@@ -633,11 +641,9 @@ class Tuner:
             return self._pair_reference(rounds)
         except (PlaybookFailed, BenchmarkError) as err:
             why = str(err).splitlines()[0][:300] if str(err) else type(err).__name__
-            self.journal.step(
-                self.run_id, "benchmark", "ib_write_bw (rdma_cm) failed",
-                {"error": str(err)[:2000], "state": state, "then": "decisions on nccl-tests alone"},
-                state="failed",
-            )
+            unavailable = PairsUnavailablePayload(str(err)[:2000], state, "decisions on nccl-tests alone")
+            name = "ib_write_bw (rdma_cm) failed"
+            self.journal.step(self.run_id, "benchmark", name, unavailable.to_json(), state="failed")
             self.emit("pairs", f"ib_write_bw over rdma_cm could not run in {state} ({why}): later "
                       "moves are decided on nccl-tests alone", {"error": why})
             return None
@@ -754,14 +760,14 @@ class Tuner:
         self.facts = self.backend.facts()
         self.current = {h: snapshot_of(f) for h, f in self.facts.items()}  # read back, normal form
         record.outcome, record.reason = "kept", reason
-        self.journal.finish_step(self.run_id, seq, "kept", {"reason": reason, **self._outcome(seq, record)})
+        self.journal.finish_step(self.run_id, seq, "kept", self._outcome(seq, record).to_json())
         self.emit("decision", f"kept {record.name}: {reason}", {"outcome": "kept"})
 
     def _revert_fired(
         self, seq: int, record: MoveRecord, hosts: list[str], rebooted: Sequence[str] = ()
     ) -> NoReturn:
         """The move was measured, at least in part, on hosts that had reverted it: discard, undo, stop."""
-        record.all_reduce, record.alltoall, record.decision = [], [], {}  # its runs are discarded
+        record.all_reduce, record.alltoall, record.decision = [], [], MoveDecision()  # its runs are discarded
         # the move's other hosts may still hold it
         restore_and_verify(self.backend, self.current, hosts=record.hosts)
         if rebooted and set(rebooted) == set(hosts):
@@ -775,11 +781,10 @@ class Tuner:
                 f"are discarded; raise fabtune_tune.revert_deadline_s above one batch of measurements"
             )
         record.outcome, record.reason = "rolled_back", reason
-        self.journal.finish_step(
-            self.run_id, seq, "rolled_back",
-            {"reason": reason, "verified": True, "reverted_by_host": hosts, "rebooted": list(rebooted),
-             **self._outcome(seq, record)},
+        outcome = dataclasses.replace(
+            self._outcome(seq, record), verified=True, reverted_by_host=tuple(hosts), rebooted=tuple(rebooted)
         )
+        self.journal.finish_step(self.run_id, seq, "rolled_back", outcome.to_json())
         self.emit("decision", f"rolled back {record.name}: {reason} (verified)", {"outcome": "rolled_back"})
         raise RevertFired(f"{record.name}: {reason}")
 
@@ -819,25 +824,23 @@ class Tuner:
             self._revert_fired(seq, record, fired, rebooted_hosts(confirmed))
         self.moving = False
         record.outcome, record.reason = "rolled_back", reason
-        self.journal.finish_step(
-            self.run_id,
-            seq,
-            "rolled_back",
-            {"reason": reason, "verified": True, **self._outcome(seq, record)},
-        )
+        outcome = dataclasses.replace(self._outcome(seq, record), verified=True)
+        self.journal.finish_step(self.run_id, seq, "rolled_back", outcome.to_json())
         self.emit("decision", f"rolled back {record.name}: {reason} (verified)", {"outcome": "rolled_back"})
         return record
 
-    def _outcome(self, seq: int, record: MoveRecord) -> dict[str, Any]:
-        """A move's outcome payload: its intent, every sample, the decision's numbers, the pause frames."""
-        return {
-            **self._intents.pop(seq, {}),
-            "all_reduce": record.all_reduce,
-            "alltoall": record.alltoall,
-            "decision": record.decision,
-            "pause_frames": record.pause_frames,
-            "counters": self._take_counters(),
-        }
+    def _outcome(self, seq: int, record: MoveRecord) -> MoveOutcome:
+        """A move's outcome payload: its intent, why, every sample, the decision's numbers, the pause
+        frames and counters (the record's outcome and reason are set)."""
+        return MoveOutcome(
+            intent=self._intents.pop(seq, None),
+            reason=record.reason,
+            all_reduce=tuple(record.all_reduce),
+            alltoall=tuple(record.alltoall),
+            decision=record.decision,
+            pause_frames=record.pause_frames,
+            counters=self._take_counters(),
+        )
 
     # -- the whole run --------------------------------------------------------------------
 
@@ -864,21 +867,17 @@ class Tuner:
         for line in slow:
             self.emit("pairs", f"slow pair in the tuned state: {line}", {"pair": line})
         seq = self.journal.step(self.run_id, "phase", "final", {})
-        self.journal.finish_step(
-            self.run_id,
-            seq,
-            "done",
-            {
-                "state": self.current,
-                "all_reduce": _ar(self.reference),
-                "alltoall": _aa(self.reference),
-                "runs": self.runs,
-                "pair_rounds": self.pair_rounds,
-                "planned": planned,
-                "slow_pairs": slow,
-                "planned_hosts": {c.name: list(c.hosts) for group in groups for c in group},
-            },
+        final = FinalPayload(
+            state=self.current,
+            all_reduce=tuple(_ar(self.reference)),
+            alltoall=tuple(_aa(self.reference)),
+            runs=self.runs,
+            pair_rounds=self.pair_rounds,
+            planned=tuple(tuple(names) for names in planned),
+            slow_pairs=tuple(slow),
+            planned_hosts={c.name: list(c.hosts) for group in groups for c in group},
         )
+        self.journal.finish_step(self.run_id, seq, "done", final.to_json())
         return TuneResult(
             self.run_id,
             baseline,

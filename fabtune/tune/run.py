@@ -18,6 +18,7 @@ from fabtune.paths import check_name, under_home
 from fabtune.profile import Profile, check_against_rack, tune_options
 from fabtune.tune.backend import AnsibleBackend
 from fabtune.tune.loop import Event, RevertFired, TuneOptions, Tuner, TuneResult, restore_and_verify
+from fabtune.tune.payloads import ResultPayload, undone_on_resume
 
 
 def options_from(raw: Mapping[str, Any] | None, info: InventoryInfo | None = None) -> tuple[TuneOptions, int]:
@@ -63,7 +64,8 @@ def finish(
     summary: Mapping[str, Any] | None = None,
 ) -> None:
     """Journal the outcome (tuned desired state, oracle) and what the run closes with (``done``)."""
-    run.step("result", "tuned desired state", {"tuned_desired": str(tuned), "oracle": oracle}, state="done")
+    result_payload = ResultPayload(str(tuned), oracle)
+    run.step("result", "tuned desired state", result_payload.to_json(), state="done")
     closing = {"baseline": result.baseline, "final": result.final, "tuned_desired": str(tuned)}
     run.end("done", {**closing, **dict(summary or {})})
 
@@ -209,6 +211,6 @@ def _undo_open_moves(journal: Journal, run_id: str, backend: AnsibleBackend, ste
             run_id,
             step.seq,
             "rolled_back",
-            {**step.payload, "verified": True, "reason": "interrupted; undone on resume"},
+            undone_on_resume(step.payload),
         )
 

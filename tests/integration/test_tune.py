@@ -38,7 +38,7 @@ def test_tune_reaches_the_oracle_and_verifies_rollbacks(
     kept = [m for m in result.moves if m.outcome == "kept"]
     assert kept, [(m.name, m.outcome) for m in result.moves]
     for move in kept:  # every kept move improved a bandwidth with confidence
-        assert "keep" in (move.decision["all_reduce"]["verdict"], move.decision["alltoall"]["verdict"])
+        assert "keep" in (move.decision.all_reduce.verdict, move.decision.alltoall.verdict)
     assert statistics.median(result.final) > statistics.median(result.baseline)  # lists in run order
     steps = Journal().steps(result.run_id)
     undone = [s for s in steps if s.kind == "move" and s.state == "rolled_back"]

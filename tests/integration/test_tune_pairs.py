@@ -53,8 +53,8 @@ def test_the_loop_fixes_a_rack_with_only_the_rdma_cm_tos_wrong(rack: TestbedSpec
     [move] = result.moves  # the lossless move changes only the ToS here; MTU is right already
     assert move.outcome == "kept", move.reason
     assert move.reason.startswith("ib_write_bw (rdma_cm) incast 2:1 into h01 mlx5_0 x"), move.reason
-    assert move.decision["pairs"]["verdict"] == "better"
-    assert "keep" not in (move.decision["all_reduce"]["verdict"], move.decision["alltoall"]["verdict"])
+    assert move.decision.pairs["verdict"] == "better"
+    assert "keep" not in (move.decision.all_reduce.verdict, move.decision.alltoall.verdict)
     tos = {h: [nic["roce_tos"] for nic in s["nics"].values()] for h, s in current_state(rack).items()}
     assert tos == {h: [106] for h in HOSTS}
     steps = Journal().steps(result.run_id)

@@ -378,7 +378,7 @@ def test_guards_compare_with_the_kept_state_not_the_baseline(tmp_path: Path) -> 
         ("lossless priority 3", "kept"), ("MTU 4200", "kept")]
     assert result.moves[0].pause_frames > 0 and run.pause_rate == 5000
     mtu = result.moves[1]
-    assert mtu.decision["reference_pause_rate"] == 5000 and mtu.reason.startswith("all_reduce +")
+    assert mtu.decision.reference_pause_rate == 5000 and mtu.reason.startswith("all_reduce +")
     assert said[-1] == f"kept MTU 4200: {mtu.reason}"
     (step,) = [s for s in run.journal.steps(run.run_id) if s.name == "MTU 4200"]
     assert step.payload["reason"] == mtu.reason

@@ -95,7 +95,7 @@ def test_a_tos_move_that_only_improves_the_pairs_is_kept(tmp_path: Path) -> None
     assert move.reason.startswith(f"ib_write_bw (rdma_cm) incast {INCAST} x4.")
     assert "all_reduce" in move.reason and "not decisive alone" in move.reason
     assert rack.state["h03"]["nics"]["eth2"]["roce_tos"] == TOS
-    assert move.decision["pairs"]["verdict"] == "better"
+    assert move.decision.pairs["verdict"] == "better"
     # The keep's two rounds are the next reference: 2 for the baseline, the move's and its confirmation.
     assert tuner.pair_reference is not None and tuner.pair_reference.incast[INCAST] > 300
     assert rack.rounds == 4
@@ -108,7 +108,7 @@ def test_a_move_that_breaks_one_pair_is_rolled_back_naming_it(tmp_path: Path) ->
     assert move.name == "MTU 4200" and move.outcome == "rolled_back"
     assert move.reason.startswith(f"guard: ib_write_bw (rdma_cm) pair {OTHER} x0.2")
     assert "over the 10% guard" in move.reason
-    assert move.decision["all_reduce"]["verdict"] == "keep"  # the collective alone would have kept it
+    assert move.decision.all_reduce.verdict == "keep"  # the collective alone would have kept it
     assert rack.state["h04"]["nics"]["eth2"]["mtu"] == 1500
     moves = [s for s in tuner.journal.steps(tuner.run_id) if s.kind == "move"]
     assert [s.state for s in moves] == ["rolled_back"]
@@ -232,7 +232,7 @@ def test_a_move_of_nccl_keys_only_gets_no_pair_round(tmp_path: Path) -> None:
     _, (result, _) = run(rack, tmp_path, ("lossless", "mtu", "gdr"))
     assert [m.group for m in result.moves] == ["qps"]
     assert rack.rounds == 2  # the baseline's reference only
-    assert result.moves[0].decision["pairs"] is None
+    assert result.moves[0].decision.pairs is None
     assert not touches_rdma_cm(Change(nccl={"NCCL_IB_QPS_PER_CONNECTION": "4"}))
     assert touches_rdma_cm(Change(nic={"mtu": 4200}))
     assert touches_rdma_cm(Change(sm={"routing_engine": "ftree"}))
