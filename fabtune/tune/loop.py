@@ -17,6 +17,7 @@ must measure, else the run stops (BenchmarkFailed) with the rack restored.
 from __future__ import annotations
 
 import dataclasses
+import math
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -233,6 +234,15 @@ def _ar(samples: Sequence[Sample]) -> list[float]:
 
 def _aa(samples: Sequence[Sample]) -> list[float]:
     return [s.alltoall for s in samples]
+
+
+def _undecided(metric: str, decision: Decision) -> str:
+    """A metric beside the one that decided: its estimate and bounds, or, where it has none yet
+    (too few runs, runs too far apart), that it was not judged, never numbers nobody measured."""
+    if not math.isfinite(decision.ci_high):
+        return f"{metric} not judged ({decision.reason})"
+    bounds = f"bounds {decision.ci_low - 1:+.1%}..{decision.ci_high - 1:+.1%}"
+    return f"{metric} {decision.ratio - 1:+.1%} ({bounds}) not decisive alone"
 
 
 class Tuner:
@@ -714,8 +724,7 @@ class Tuner:
         vetoed = self._guard(ar, aa, pause_rate, pairs)
         if vetoed:
             return "rollback", vetoed
-        bounds = f"bounds {ar.ci_low - 1:+.1%}..{ar.ci_high - 1:+.1%}"
-        alone = f"all_reduce {ar.ratio - 1:+.1%} ({bounds}) not decisive alone"
+        alone = _undecided("all_reduce", ar)
         if ar.verdict == "keep":
             return "keep", f"all_reduce {ar.reason}"
         if aa.verdict == "keep":

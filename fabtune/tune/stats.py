@@ -180,7 +180,8 @@ def decide(
     refuse_impossible(cand, "candidate")
     est = _estimate(base, cand, policy) if len(cand) >= policy.min_runs else None
     if est is None:
-        return Decision("continue", "too few runs yet", len(cand), 1.0, 1.0, 1.0, 0.0, float("inf"))
+        why = "too few runs yet" if len(cand) < policy.min_runs else "runs too far apart to judge yet"
+        return Decision("continue", why, len(cand), 1.0, 1.0, 1.0, 0.0, float("inf"))
     level = policy.alpha / policy.looks
     goal = math.log1p(policy.min_effect)
     t = stats.t(est.dof)
