@@ -12,9 +12,11 @@ With no observer a run is exactly what it is without them.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
+import signal
 import sys
 import threading
 import time
@@ -26,6 +28,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import ansible_runner
+import psutil
 
 from fabtune import collection
 from fabtune.errors import ConfigError, PlaybookFailed
@@ -250,8 +253,11 @@ class _Collector:
         self.on_task = on_task
         self.kind = kind
         self.observers = tuple(observers)
+        self.pid: int | None = None  # ansible-playbook's (every event carries it)
 
     def __call__(self, event: Mapping[str, Any]) -> bool:
+        if self.pid is None and isinstance(event.get("pid"), int):
+            self.pid = int(event["pid"])
         name = event.get("event", "")
         if name in KEPT_EVENTS:
             data = event.get("event_data", {})
@@ -294,22 +300,104 @@ def _run(kind: str, on_task: TaskCallback | None, timeout_s: int, **kwargs: Any)
     if varfile is not None:
         flags = [f"-e @{shlex.quote(str(varfile))}", kwargs.get("cmdline")]
         kwargs["cmdline"] = " ".join(f for f in flags if f)
-    try:
-        runner = ansible_runner.run(
-            private_data_dir=str(private), ident=ident, quiet=True, rotate_artifacts=200,
-            envvars=_envvars(), event_handler=collector, suppress_env_files=True, timeout=timeout_s,
-            **kwargs,
-        )
-    finally:
-        if varfile is not None:
-            varfile.unlink(missing_ok=True)
+    with _stoppable(lambda: collector.pid, timeout_s) as stop:
+        try:
+            runner = ansible_runner.run(
+                private_data_dir=str(private), ident=ident, quiet=True, rotate_artifacts=200,
+                envvars=_envvars(), event_handler=collector, suppress_env_files=True,
+                timeout=timeout_s + BACKSTOP_S, cancel_callback=stop.cancelled, **kwargs,
+            )
+        finally:
+            if varfile is not None:
+                varfile.unlink(missing_ok=True)
     outcome = RunOutcome(
-        status=str(runner.status), rc=int(runner.rc), stats=runner.stats or {},
-        tasks=tuple(collector.tasks), artifact_dir=Path(runner.config.artifact_dir),
+        status="timeout" if stop.timed_out else str(runner.status), rc=int(runner.rc),
+        stats=runner.stats or {}, tasks=tuple(collector.tasks), artifact_dir=Path(runner.config.artifact_dir),
     )
     for observer in observers:
         observer.finished(kind, outcome)
     return outcome
+
+
+INTERRUPTS = (signal.SIGINT, signal.SIGTERM)
+BACKSTOP_S = 60
+"""ansible-runner's own timeout, past the run's deadline: only if the cancel callback is not polled."""
+
+
+class _Stop:
+    """When an Ansible run must stop: a signal (Ctrl-C, SIGTERM) or its deadline.
+
+    Given no cancel callback, ansible-runner installs its own SIGINT and SIGTERM handlers and never
+    puts the previous ones back: after the first playbook, Ctrl-C and SIGTERM would only cancel the
+    playbook running at that moment and be ignored between playbooks. And both its cancel and its
+    timeout kill only ansible-playbook's process group, while its workers run in sessions of their
+    own: a worker went on with the task it ran (an apply on a host) after fabtune had moved on.
+    Here the run is stopped by :meth:`cancelled`, which stops ansible-playbook and every process
+    under it first (:func:`_stop_tree`).
+    """
+
+    def __init__(self, root: Callable[[], int | None], timeout_s: int) -> None:
+        self.root = root
+        self.deadline = time.monotonic() + timeout_s
+        self.signals: list[int] = []
+        self.timed_out = False
+        self.stopped = False
+
+    def record(self, signum: int, _frame: object) -> None:
+        self.signals.append(signum)
+
+    def cancelled(self) -> bool:
+        """ansible-runner's cancel callback (polled while the run lasts)."""
+        if not self.signals and time.monotonic() > self.deadline:
+            self.timed_out = True
+        if (self.signals or self.timed_out) and not self.stopped:
+            self.stopped = True
+            _stop_tree(self.root())
+        return self.stopped
+
+
+@contextmanager
+def _stoppable(root: Callable[[], int | None], timeout_s: int) -> Iterator[_Stop]:
+    """A run's :class:`_Stop`; signals are recorded while the run lasts, and once it has returned
+    the previous handlers are back and the first signal is raised again: KeyboardInterrupt, the
+    CLI's Terminated, or the default action."""
+    stop = _Stop(root, timeout_s)
+    if threading.current_thread() is not threading.main_thread():  # signals reach the main thread
+        yield stop
+        return
+    previous = {sig: signal.getsignal(sig) for sig in INTERRUPTS}
+    for sig in INTERRUPTS:
+        signal.signal(sig, stop.record)
+    try:
+        yield stop
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+    if stop.signals:
+        signal.raise_signal(stop.signals[0])
+
+
+def _stop_tree(pid: int | None, grace_s: float = 5.0) -> None:
+    """SIGTERM to ansible-playbook and every process under it, SIGKILL to those left after
+    ``grace_s``. Its workers run in sessions of their own, out of reach of ansible-runner's kill of
+    the process group: left alone, a worker would finish the task it runs (an apply on a host)
+    while fabtune goes on as if it had stopped."""
+    if pid is None:
+        return
+    try:
+        top = psutil.Process(pid)
+        under = top.children(recursive=True)
+    except psutil.Error:
+        return
+    for proc in [*under, top]:
+        with contextlib.suppress(psutil.Error):
+            proc.terminate()
+    # Only the processes under it are waited for: ansible-playbook itself is ansible-runner's child
+    # (pexpect reaps it, and kills its process group once the cancel is seen).
+    _gone, alive = psutil.wait_procs(under, timeout=grace_s)
+    for proc in alive:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
 
 
 def _extravars_file(private: Path, ident: str, extravars: Mapping[str, Any]) -> Path:
