@@ -716,6 +716,8 @@ def _meta(doc: Mapping[str, Any]) -> str:
         rows.append(("desired state", doc["drift"]["source"]))
     if doc["kind"] == "tune" and doc["tune"]["tuned_desired"]:
         rows.append(("tuned desired state", doc["tune"]["tuned_desired"]))
+    if doc["kind"] == "tune" and doc["tune"].get("lossless"):
+        rows.append(("lossless class", doc["tune"]["lossless"]["says"]))
     return (
         '<table class="meta">'
         + "".join(f"<tr><td>{escape(k)}</td><td>{escape(str(v))}</td></tr>" for k, v in rows)
