@@ -24,6 +24,9 @@ than the nearest bridge receive nothing from the switch (it sends to the nearest
 Everything else (set commands, the local TLVs, stats, the TLVs of other modules) is not emulated
 and says so on stderr, exit 1.
 
+The RoCE ports' agents are taken as receiving (``adminStatus=rx`` or ``rxtx``, set once with
+``lldptool -L``; lldpad's own default is disabled, ``lldp/agent.c`` ``lldp_init_agent``).
+
 The switch: it is not willing (a switch is the configuration source); it advertises PFC on its
 ``pfc_priorities`` (8 PFC-capable classes, no MACsec bypass); ETS with each priority in its own
 traffic class, the bandwidth split as lldptool-ets(8)'s example; and, when it trusts DSCP, APP
