@@ -120,3 +120,14 @@ def test_mlnx_qos_warns_while_lldpad_runs(
     assert lines[:3] == [
         "****** WARNING: lldpad service is running and may overwrite your settings ******", "",
         "DCBX mode: OS controlled"]
+
+
+def test_the_products_parser_reads_what_the_emulator_prints(
+    lldpad: None, roce: NodeState, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tests.unit.modules.conftest import load_util
+
+    fabric = _fabric(tmp_path, pfc_priorities=[4], dscp2prio={"34": 4})
+    texts = [_run(["-t", "-n", "-i", IF, "-V", key], roce, fabric, capsys)[1] for key in ("PFC", "APP")]
+    peer = load_util("fabric_lldp").parse_peer("".join(texts))
+    assert peer == {"willing": False, "pfc": [4], "dscp2prio": {d: 4 for d in range(32, 40)}}
