@@ -130,4 +130,4 @@ def test_the_products_parser_reads_what_the_emulator_prints(
     fabric = _fabric(tmp_path, pfc_priorities=[4], dscp2prio={"34": 4})
     texts = [_run(["-t", "-n", "-i", IF, "-V", key], roce, fabric, capsys)[1] for key in ("PFC", "APP")]
     peer = load_util("fabric_lldp").parse_peer("".join(texts))
-    assert peer == {"willing": False, "pfc": [4], "dscp2prio": {d: 4 for d in range(32, 40)}}
+    assert peer == {"willing": False, "pfc": [4], "dscp2prio": dict.fromkeys(range(32, 40), 4)}
