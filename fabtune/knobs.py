@@ -171,6 +171,7 @@ class View:
     lossless: LosslessClass | None = None
     sm_flavor: str = "upstream"  # the SM: upstream opensm, or NVIDIA's (mlnx: ar_* engines)
     vlan_tagged: bool = False  # the RoCEv2 IPv4 GID is on a VLAN device: RoCE frames carry a PCP
+    lossless_source: str | None = None  # where ``lossless`` came from, or why the plan guesses
 
 
 def lossless_change(prio: int, cnp_prio: int = 6, *, dscp: int | None = None, cnp_dscp: int = 48,
@@ -231,19 +232,24 @@ def changes_anything(view: View, change: Change) -> bool:
     return _differs(view.nic, change.nic) or _differs(view.nccl, change.nccl) or _differs(view.sm, change.sm)
 
 
+DECLARED = "declared in the inventory (fabtune_lossless)"
+GUESSED = "guessed: no class declared in the inventory (fabtune_lossless)"
+
+
 def _lossless(view: View) -> list[Candidate]:
-    """The class the inventory declares, else a guess in the usual order (and the why says which)."""
+    """The class the fabric runs (declared in the inventory or advertised by the switch over LLDP:
+    ``fabtune.tune.lossless``), else a guess in the usual order; the why says which."""
     if view.fabric != "roce":
         return []
-    declared = view.lossless
-    if declared is not None:
-        p, d = declared.priority, declared.dscp
-        change = lossless_change(p, declared.cnp_priority, dscp=d, cnp_dscp=declared.cnp_dscp,
+    known = view.lossless
+    if known is not None:
+        p, d = known.priority, known.dscp
+        change = lossless_change(p, known.cnp_priority, dscp=d, cnp_dscp=known.cnp_dscp,
                                  tagged=view.vlan_tagged)
         why = (
-            f"declared in the inventory (fabtune_lossless): PFC, DSCP trust and ToS agree on priority {p}, "
-            f"DSCP {d}, with ECN/DCQCN on it and CNPs on priority {declared.cnp_priority}, "
-            f"DSCP {declared.cnp_dscp}"
+            f"{view.lossless_source or DECLARED}: PFC, DSCP trust and ToS agree on priority {p}, "
+            f"DSCP {d}, with ECN/DCQCN on it and CNPs on priority {known.cnp_priority}, "
+            f"DSCP {known.cnp_dscp}"
         )
         return [Candidate("lossless", f"lossless priority {p}, DSCP {d}", change, why)]
     return [
@@ -251,7 +257,7 @@ def _lossless(view: View) -> list[Candidate]:
             "lossless",
             f"lossless priority {p}",
             lossless_change(p, tagged=view.vlan_tagged),
-            f"no lossless class declared: trying priority {p} (a guess; the inventory's fabtune_lossless "
+            f"{view.lossless_source or GUESSED}: trying priority {p} (the inventory's fabtune_lossless "
             f"names the switches' class): PFC, DSCP trust and ToS agree on it, with ECN/DCQCN on it",
         )
         for p in LOSSLESS_ORDER

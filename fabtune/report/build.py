@@ -224,6 +224,26 @@ def _slow_pair(line: str, phase: str) -> dict[str, Any]:
     }
 
 
+LOSSLESS_CHECK = "lossless class (LLDP)"
+
+
+def _lossless_check(host: str, line: str) -> dict[str, Any]:
+    return {"phase": "plan", "check": LOSSLESS_CHECK, "host": host, "verdict": "warn", "summary": line,
+            "evidence": line}
+
+
+def _lossless(steps: Sequence[Step]) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+    """Where the plan's lossless class came from, and the LLDP findings and warnings as checks."""
+    p = next((s.payload for s in steps if s.kind == "phase" and s.name == "lossless class"
+              and s.state == "done"), None)
+    if p is None:
+        return None, []
+    checks = [_lossless_check("*", str(line)) for line in p.get("findings") or []]
+    checks += [_lossless_check(str(line).split(" ", 1)[0], str(line)) for line in p.get("warnings") or []]
+    return {"source": str(p.get("source") or ""), "says": str(p.get("says") or ""),
+            "class": _jsonable(p.get("class"))}, checks
+
+
 def _pair(
     raw: Mapping[str, Any], source: str, threshold: float | None, retest: bool = False
 ) -> dict[str, Any]:
@@ -596,6 +616,8 @@ def build_tune(run: Run, steps: Sequence[Step], journal: Journal) -> dict[str, A
     doc = _empty("tune", run, steps, facts.fabric_type)
     doc["hosts"] = list(facts.hosts)
     acc = _tune_steps(doc, run, steps, journal)
+    lossless, lossless_checks = _lossless(steps)
+    doc["checks"] += lossless_checks
     _tune_pairs(doc, steps)
     first = journal.first_snapshot(run.id)
     final = acc.final_state
@@ -625,6 +647,7 @@ def build_tune(run: Run, steps: Sequence[Step], journal: Journal) -> dict[str, A
         "tuned_desired": tuned or summary.get("tuned_desired"),
         "resumed": bool(summary.get("resumed")),
         "error": summary.get("error"),
+        "lossless": lossless,
     }
     status, doc["headline"] = _tune_headline(run, doc["tune"])
     if status is not None:

@@ -573,6 +573,8 @@ def _meta(doc: Mapping[str, Any]) -> list[tuple[str, str]]:
         rows.append(("desired state", doc["drift"]["source"]))
     if doc["kind"] == "tune" and doc["tune"]["tuned_desired"]:
         rows.append(("tuned desired state", doc["tune"]["tuned_desired"]))
+    if doc["kind"] == "tune" and doc["tune"].get("lossless"):
+        rows.append(("lossless class", doc["tune"]["lossless"]["says"]))
     return [(k, str(v)) for k, v in rows]
 
 

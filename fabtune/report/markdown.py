@@ -6,7 +6,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from fabtune.report.build import move_label
+from fabtune.report.build import LOSSLESS_CHECK, move_label
 
 MAX_ROWS = 12
 
@@ -52,8 +52,10 @@ def _tune_lines(doc: Mapping[str, Any]) -> list[str]:
         )
     if t["tuned_desired"]:
         lines.append(f"- tuned desired state: `{t['tuned_desired']}`")
+    if t.get("lossless"):
+        lines.append(f"- lossless class: {t['lossless']['says']}")
     lines += [f"- {c['phase']}: {c['summary']}" for c in doc["checks"]
-              if c["check"] == "ib_write_bw pair (rdma_cm)"]
+              if c["check"] in ("ib_write_bw pair (rdma_cm)", LOSSLESS_CHECK)]
     rows = [
         [move_label(d, doc["hosts"]), d["outcome"].replace("_", " "), _ci(d["all_reduce"]),
          _ci(d["alltoall"]), d["reason"]]

@@ -42,6 +42,8 @@ TOOL_PATHS = {
     "alltoall_perf": "/usr/local/bin/alltoall_perf",
     "systemd-run": "/usr/bin/systemd-run",
     "systemctl": "/usr/bin/systemctl",
+    "lldptool": "/usr/sbin/lldptool",  # lldpad (dpkg -L lldpad on Debian 12)
+    "lldpad": "/usr/sbin/lldpad",
 }
 
 SSHD_CONFIG = """\
@@ -112,7 +114,7 @@ def _write(path: Path, text: str, mode: int = 0o644) -> None:
     path.chmod(mode)
 
 
-TOOL_PACKAGES = {"mlnx_qos": "mlnx-tools", "dcb": "iproute2"}
+TOOL_PACKAGES = {"mlnx_qos": "mlnx-tools", "dcb": "iproute2", "lldptool": "lldpad", "lldpad": "lldpad"}
 """The package a tool comes with, for the tools a spec can leave off a host (``tools: none``)."""
 
 
@@ -259,6 +261,33 @@ def _own_boot_units(upper: Path) -> None:
     os.setxattr(wants, "trusted.overlay.opaque", b"y")
 
 
+# openlldp's lldpad.service, enabled (it starts at boot), without its Requires=lldpad.socket: the
+# emulated systemd has no socket activation, and the daemon binds its socket itself.
+LLDPAD_UNIT = "usr/lib/systemd/system/lldpad.service"
+LLDPAD_SERVICE = """\
+[Unit]
+Description=Link Layer Discovery Protocol Agent Daemon.
+After=syslog.target network.target
+
+[Service]
+Type=simple
+Restart=always
+ExecStart=/usr/sbin/lldpad -t
+ExecReload=/bin/kill -HUP $MAINPID
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+
+def _lldpad_service(upper: Path) -> None:
+    """Install and enable lldpad.service (the emulated boot starts it before sshd)."""
+    _write(upper / LLDPAD_UNIT, LLDPAD_SERVICE)
+    link = upper / BOOT_WANTS / "lldpad.service"
+    link.unlink(missing_ok=True)
+    link.symlink_to("/" + LLDPAD_UNIT)
+
+
 def populate_host(spec: TestbedSpec, host: HostSpec, tb_dir: Path, keys: Keys) -> None:
     """Write what makes the host a GPU node: /etc files, SSH, emulated tools and hardware."""
     from fabtune.sim.node import provision  # the emulated hardware (sysfs, configfs, DCB state)
@@ -275,6 +304,8 @@ def populate_host(spec: TestbedSpec, host: HostSpec, tb_dir: Path, keys: Keys) -
     if spec.nonroot_login:
         _login_user(spec, host_dir, upper, keys)
     _install_tools(upper, host.tools)
+    if host.tools.get("lldpad", "none") != "none":
+        _lldpad_service(upper)
     if host.nccl_conf:
         _write(upper / "etc/nccl.conf", "".join(f"{k}={v}\n" for k, v in host.nccl_conf))
     node = layout.node_description(spec, host)

@@ -44,13 +44,16 @@ DEFAULT_INITIAL: dict[str, Any] = {
 
 # The userspace tools of a host, by package: Debian 12's iproute2 and NVIDIA's mlnx-tools unless
 # the spec says otherwise. The emulated tools behave as these releases (fabtune.sim.tools.dcb,
-# fabtune.sim.tools.mlnx_qos); "none" leaves the package's tools off the host.
-DEFAULT_TOOLS: dict[str, str] = {"iproute2": "6.1.0", "mlnx-tools": "25.07"}
+# fabtune.sim.tools.mlnx_qos); "none" leaves the package's tools off the host. lldpad (openlldp:
+# the daemon and lldptool, fabtune.sim.tools.lldptool) is off unless the spec installs it: most GPU
+# nodes do not run it (it would overwrite what mlnx_qos sets).
+DEFAULT_TOOLS: dict[str, str] = {"iproute2": "6.1.0", "mlnx-tools": "25.07", "lldpad": "none"}
 TOOL_KEYS = tuple(DEFAULT_TOOLS)
 IPROUTE2_RE = re.compile(r"(\d+)\.(\d+)\.(\d+)")
 IPROUTE2_OLDEST = (5, 11, 0)
 """The first iproute2 release with ``dcb`` (``dcb/`` appears at v5.11.0)."""
 MLNX_TOOLS_RELEASES = ("25.07", "none")
+LLDPAD_RELEASES = ("1.1.0", "none")  # openlldp 1.1.0, Debian 12's lldpad
 
 
 @dataclass(frozen=True)
@@ -353,6 +356,8 @@ def _check_tools(c: _Checker, path: str, raw: object, base: dict[str, str]) -> d
             out[key] = value
         elif key == "mlnx-tools":
             out[key] = c.choice(f"{path}.mlnx-tools", value, MLNX_TOOLS_RELEASES)
+        elif key == "lldpad":
+            out[key] = c.choice(f"{path}.lldpad", value, LLDPAD_RELEASES)
     return out
 
 

@@ -101,11 +101,13 @@ def _key(views: Sequence[View]) -> str:
 
 def host_groups(
     facts: Mapping[str, Mapping[str, Any]], fabric: str, lossless: LosslessClass | None = None,
-    sm_flavor: str | None = None,
+    sm_flavor: str | None = None, lossless_source: str | None = None,
 ) -> list[HostGroup]:
     """Every host's and NIC's state, hosts that share one grouped (in host order).
 
-    ``lossless``: the class the fabric declares (the inventory's ``fabtune_lossless``);
+    ``lossless``: the class the fabric runs (the inventory's ``fabtune_lossless``, or what the switch
+    advertises over LLDP: ``fabtune.tune.lossless.choose``), ``lossless_source`` where it came from
+    (or why the plan guesses);
     ``sm_flavor``: the SM's, as the inventory declares it (``fabtune_sm_flavor``), else as the SM
     host's opensm.conf shows it (an ``ar_*`` engine: NVIDIA's), else upstream opensm.
     """
@@ -116,7 +118,7 @@ def host_groups(
     for host in sorted(facts):
         own = facts[host]
         base = View("ib" if fabric == "ib" else "roce", {}, own.get("nccl") or {}, sm, None, len(facts),
-                    gpu_nic_distance(own), lossless, sm_flavor=flavor)
+                    gpu_nic_distance(own), lossless, sm_flavor=flavor, lossless_source=lossless_source)
         found = host_views(own, base)
         key = _key(found)
         members.setdefault(key, []).append(host)

@@ -32,6 +32,8 @@ from fabtune.errors import BenchmarkError, ExitStatus, FabtuneError, PlaybookFai
 from fabtune.journal import Journal
 from fabtune.knobs import LADDERS, Candidate, Change, LosslessClass, roles_of
 from fabtune.tune.hosts import changed_nics, host_groups, plan_rack
+from fabtune.tune.lossless import LosslessChoice
+from fabtune.tune.lossless import choose as choose_lossless
 from fabtune.tune.measure import Batch, FailedRun, Sample, merge_counters
 from fabtune.tune.pairs import PairDecision, PairRound, best_of, compare, confirm, slow_pairs
 from fabtune.tune.payloads import (
@@ -338,6 +340,21 @@ class Tuner:
         self.journal.finish_step(self.run_id, seq, "done", read.to_json())
         self.emit("phase", f"facts read from {len(facts)} hosts", {"hosts": sorted(facts)})
         return facts
+
+    def lossless_class(self, facts: Mapping[str, Mapping[str, Any]]) -> LosslessChoice:
+        """Where the plan's lossless class comes from (``fabtune.tune.lossless``), journaled and
+        printed with the switches that disagree and the inventory's class that LLDP contradicts."""
+        choice = choose_lossless(facts, self.options.lossless, self.fabric)
+        if self.fabric != "roce":
+            return choice  # InfiniBand has no lossless class to choose (credit-based flow control)
+        seq = self.journal.step(self.run_id, "phase", "lossless class", {})
+        self.journal.finish_step(self.run_id, seq, "done", choice.to_json())
+        self.emit("plan", f"lossless class: {choice.says}", {"source": choice.source})
+        for line in choice.findings:
+            self.emit("finding", line, {"source": "lldp"})
+        for line in choice.warnings:
+            self.emit("warning", line, {"source": "lldp"})
+        return choice
 
     def baseline(self) -> list[CheckResult]:
         seq = self.journal.step(self.run_id, "phase", "baseline", {})
@@ -860,8 +877,9 @@ class Tuner:
         baseline = _ar(self.reference)
         self.measure_pair_matrix("baseline")
         moves: list[MoveRecord] = list(self.repairs)
-        groups = plan_rack(host_groups(facts, self.fabric, self.options.lossless, self.options.sm_flavor),
-                           self.options.skip_groups)
+        choice = self.lossless_class(facts)
+        groups = plan_rack(host_groups(facts, self.fabric, choice.lossless, self.options.sm_flavor,
+                                       choice.says), self.options.skip_groups)
         for group in groups:
             for cand in group:
                 if cand.name in done:

@@ -120,17 +120,22 @@ def test_a_bad_nccl_conf_names_each_field_and_value() -> None:
 def test_tools_per_host_default_to_debian_12_and_are_validated() -> None:
     spec = build_spec({"hosts": 2, "tools": {"mlnx-tools": "none"},
                        "overrides": {"h02": {"tools": {"iproute2": "6.2.0"}}}})
-    assert spec.host("h01").tools == {"iproute2": "6.1.0", "mlnx-tools": "none"}
-    assert spec.host("h02").tools == {"iproute2": "6.2.0", "mlnx-tools": "none"}
+    assert spec.host("h01").tools == {"iproute2": "6.1.0", "mlnx-tools": "none", "lldpad": "none"}
+    assert spec.host("h02").tools == {"iproute2": "6.2.0", "mlnx-tools": "none", "lldpad": "none"}
     assert layout.node_description(spec, spec.host("h02"))["tools"] == {"iproute2": "6.2.0"}
-    assert build_spec({"hosts": 2}).host("h01").tools == {"iproute2": "6.1.0", "mlnx-tools": "25.07"}
+    assert build_spec({"hosts": 2}).host("h01").tools == {
+        "iproute2": "6.1.0", "mlnx-tools": "25.07", "lldpad": "none"}  # most hosts run no lldpad
+    lldpad = build_spec({"hosts": 2, "overrides": {"h02": {"tools": {"lldpad": "1.1.0"}}}})
+    assert [h.tools["lldpad"] for h in lldpad.hosts] == ["none", "1.1.0"]
     again = build_spec(spec_to_doc(spec))
     assert [h.tools for h in again.hosts] == [h.tools for h in spec.hosts]
     with pytest.raises(ConfigError) as err:
-        build_spec({"hosts": 2, "tools": {"iproute2": "5.10.0", "mlnx-tools": "5.9", "perl": "5"},
+        build_spec({"hosts": 2,
+                    "tools": {"iproute2": "5.10.0", "mlnx-tools": "5.9", "perl": "5", "lldpad": "on"},
                     "overrides": {"h01": {"tools": {"iproute2": 6.1}}}})
     problems = "\n".join(err.value.problems)
     for expected in ("tools.iproute2: '5.10.0'", "tools.mlnx-tools: '5.9'", "tools.perl: '5'",
+                     "tools.lldpad: 'on'",
                      "overrides.h01.tools.iproute2: 6.1"):
         assert expected in problems
 

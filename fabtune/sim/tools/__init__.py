@@ -43,6 +43,8 @@ ENTRIES: dict[str, tuple[str, str]] = {
     "alltoall_perf": ("nccl_tests", "alltoall_main"),
     "systemd-run": ("systemd", "run_main"),
     "systemctl": ("systemd", "systemctl_main"),
+    "lldptool": ("lldptool", "main"),
+    "lldpad": ("lldptool", "lldpad_main"),
 }
 
 

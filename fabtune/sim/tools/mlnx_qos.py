@@ -6,6 +6,7 @@ v25.07.0 is the first release without ``--defltprio`` and the ``default priority
 the interpreter line. Follows that script step by step: the same option grammar, the same order
 of applying options (dcbx, cable_len, -P/-F, PFC, dscp2prio, trust, buffers, rate limit, ETS),
 the same messages on stdout and exit status 1 on every error, and ``pretty_print`` at the end.
+When a process named lldpad runs (``ps -e``), the script's warning line comes first.
 The MLNX_OFED sysfs files exist (``is_trust_sysfs``), so trust, the DSCP map and buffers go
 through ``/sys/class/net/IF/qos``: ``--dscp2prio set,D,P`` writes the map file, ``del`` and
 ``flush`` do nothing there (the script acts on them only through netlink); PFC, ETS and rate
@@ -30,6 +31,7 @@ import optparse
 import os
 from collections import defaultdict
 from dataclasses import replace
+from pathlib import Path
 
 from fabtune.sim.node import (
     DCB_CAP_DCBX_HOST,
@@ -398,6 +400,21 @@ def _apply(run: _Run) -> int:
     return 0
 
 
+PROC = Path("/proc")
+
+
+def lldpad_running() -> bool:
+    """Whether ``ps -e`` lists a process named lldpad (the script checks ``b'lldpad' in output``
+    before it opens the interface, so the warning comes first whatever the command)."""
+    for comm in PROC.glob("[0-9]*/comm"):
+        try:
+            if "lldpad" in comm.read_text():
+                return True
+        except OSError:
+            continue  # the process ended
+    return False
+
+
 def main(argv: list[str], state: NodeState | None = None) -> int:
     """Run ``mlnx_qos`` with ``argv`` (without the program name).
 
@@ -421,6 +438,8 @@ def main(argv: list[str], state: NodeState | None = None) -> int:
         out("Interface name is required")
         parser.print_usage()
         return 1
+    if lldpad_running():
+        out("****** WARNING: lldpad service is running and may overwrite your settings ******\n")
     node = state_or_host(state)
     if opts.intf not in node.netdevs():
         return _unsupported()

@@ -15,6 +15,9 @@ description:
     or C(dcb); MTU, ECN per priority, CNP DSCP and priority from sysfs; rdma_cm ToS and mode from
     configfs), the NCCL settings of C(/etc/nccl.conf), the subnet manager's C(opensm.conf) keys,
     the GPU-NIC topology (C(nvidia-smi topo -m)) and the subnet manager seen by C(sminfo).
+  - Where C(lldptool) is installed and C(lldpad) answers, each RoCE port's peer (the switch) as
+    its DCBX TLVs say (PFC enabled priorities, willing, the APP TLV's DSCP map) in
+    C(hardware.lldp); C(null) when lldpad does not run or the tool is missing.
   - The result, C(fabric_facts), has the shape of C(fabric_desired) (plus read-only C(hardware)),
     so a snapshot is just these facts given back as the desired state.
 version_added: "1.0.0"
@@ -87,6 +90,12 @@ from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_host import 
     parse_sminfo,
     rdma_ports,
     read_nic_sysfs,
+)
+from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_lldp import (
+    TLV_ARGS,
+    LldpError,
+    lldptool_argv,
+    parse_peer,
 )
 from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_qos_backend import (
     QosError,
@@ -171,6 +180,25 @@ class Gatherer:
             self.module.warn(f"cannot parse the QoS state of {netdev}: {exc}")
             return {}
 
+    def lldp(self, netdevs: list[str]) -> dict[str, Any] | None:
+        """Each RoCE port's peer as lldpad received it (ports whose peer sends no PFC TLV left out);
+        None when lldptool is missing or lldpad does not answer (lldptool exits non-zero)."""
+        if not netdevs or self.module.get_bin_path("lldptool") is None:
+            return None
+        peers: dict[str, Any] = {}
+        for netdev in netdevs:
+            texts = [self.run(lldptool_argv(netdev, key)) for key in TLV_ARGS]
+            if any(t is None for t in texts):
+                return None
+            try:
+                peer = parse_peer("".join(t or "" for t in texts))
+            except LldpError as exc:
+                self.module.warn(f"cannot parse lldptool's TLVs of {netdev}: {exc}")
+                continue
+            if peer is not None:
+                peers[netdev] = peer
+        return peers
+
     def hardware(self, backend: str | None) -> dict[str, Any]:
         ports = []
         for item in rdma_ports("/"):
@@ -194,6 +222,7 @@ class Gatherer:
             nic.update(read_nic_sysfs("/", netdev))
             nics[netdev] = nic
         facts: dict[str, Any] = {"nics": nics, "hardware": self.hardware(backend)}
+        facts["hardware"]["lldp"] = self.lldp(roce)
         facts["nccl"] = _read_conf(self.module.params["nccl_conf"], fabric_formats.parse_nccl_conf)
         sm_text = _read_text(self.module.params["opensm_conf"])
         if sm_text is not None:
