@@ -262,3 +262,25 @@ def test_the_round_matrix_is_the_decisions_round_of_that_state(tmp_path: Path) -
     assert rounds_of == {"pairs baseline": {2}, "pairs final": {rack.rounds}}
     assert steps["pairs final"].payload["measured"] == "the decision round (rdma_cm)"
     assert len(steps["pairs final"].payload["pairs"]) == 2
+
+
+def test_a_pair_that_failed_before_and_runs_now_is_a_gain() -> None:
+    before = PairRound({PAIR: None, OTHER: 360.0}, {INCAST: None})
+    after = PairRound({PAIR: 358.0, OTHER: 361.0}, {INCAST: 340.0})
+    found = compare(before, after, 0.10, 0.10)
+    assert (found.verdict, found.metric) == ("better", f"pair {PAIR}")
+    assert found.reason == f"ib_write_bw (rdma_cm) pair {PAIR} failed before and runs now (358.0 Gb/s); 2 revived"
+    assert confirm(found, before, after, 0.10, 0.10).verdict == "better"
+    assert compare(before, PairRound({PAIR: None, OTHER: 360.0}, {INCAST: None}), 0.10, 0.10).verdict == "same"
+
+
+def test_a_gain_seen_on_both_rounds_stands_when_the_second_breaks_a_pair_once() -> None:
+    before = PairRound({PAIR: 360.0, OTHER: 360.0}, {INCAST: 240.0})
+    first = compare(before, PairRound({PAIR: 360.0, OTHER: 361.0}, {INCAST: 390.0}), 0.10, 0.10)
+    assert first.verdict == "better"
+    dipped = PairRound({PAIR: 360.0, OTHER: 280.0}, {INCAST: 389.0})  # one slow run of OTHER
+    held = confirm(first, before, dipped, 0.10, 0.10)
+    assert held.verdict == "better" and held.metric == f"incast {INCAST}"
+    assert f"pair {OTHER} x0.78" in held.reason and "on that round only" in held.reason
+    gone = PairRound({PAIR: 360.0, OTHER: 280.0}, {INCAST: 250.0})  # the gain was not seen again
+    assert confirm(first, before, gone, 0.10, 0.10).verdict == "same"
