@@ -223,8 +223,8 @@ def _value(found: PairRound, metric: str) -> float | None:
 
 def _revived(reference: PairRound, new: PairRound) -> list[str]:
     """Pairs and incast stages that failed (or moved nothing) in ``reference`` and run in ``new``."""
-    return [f"{kind} {label}"
-            for kind, old, now in (("pair", reference.pairs, new.pairs), ("incast", reference.incast, new.incast))
+    both = (("pair", reference.pairs, new.pairs), ("incast", reference.incast, new.incast))
+    return [f"{kind} {label}" for kind, old, now in both
             for label in sorted(now) if label in old and not old[label] and now[label]]
 
 

@@ -34,6 +34,7 @@ from fabtune.sim.model import best_config, collective, expected_busbw, p2p
 from fabtune.sim.model.config import (
     DEFAULT_DSCP2PRIO,
     DEFAULT_GIDS,
+    CollectiveOp,
     Distance,
     FabricConfig,
     Flow,
@@ -51,6 +52,7 @@ SIZE = 8 << 30  # the loop's and the oracle's size (MeasureSpec.sizes, testbed.o
 PRIO3 = tuple(p == 3 for p in range(8))
 SWITCH = SwitchConfig(pfc=PRIO3, ecn=PRIO3, trust="dscp", leaves=1)  # lossless priority 3, DSCP trust
 RATE_GBPS = 400.0
+OPS: tuple[CollectiveOp, ...] = ("all_reduce", "alltoall")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,7 +81,8 @@ def nic_model(port: NicConfig, knobs: Mapping[str, Any]) -> NicConfig:
     return dataclasses.replace(
         port, trust=knobs.get("trust", port.trust), dscp2prio=tuple(dmap), pfc=_flags(knobs.get("pfc")),
         ecn_np=_flags(ecn.get("np")), ecn_rp=_flags(ecn.get("rp")),
-        cnp_dscp=int(knobs.get("cnp_dscp", port.cnp_dscp)), cnp_prio=int(knobs.get("cnp_prio", port.cnp_prio)),
+        cnp_dscp=int(knobs.get("cnp_dscp", port.cnp_dscp)),
+        cnp_prio=int(knobs.get("cnp_prio", port.cnp_prio)),
         roce_tos=int(knobs.get("roce_tos", port.roce_tos)), mtu=int(knobs.get("mtu", port.mtu)),
         roce_mode=int(knobs.get("roce_mode", port.roce_mode)),
     )  # fmt: skip
@@ -106,7 +109,8 @@ class ModelRack:
         self.gpus, self.seed = gpus, seed
         self.runs = 0
         self.touched: list[tuple[str, list[str]]] = []  # (apply | rollback | confirm | extend, hosts)
-        self.tables = {h: GidTable(show_gids.parse(fixture_text(GIDS)), fixture_text(GIDS)) for h in self.state}
+        gids = fixture_text(GIDS)  # husky's show_gids: 2 RoCEv1 IPv4, 3 RoCEv2 IPv4, as DEFAULT_GIDS
+        self.tables = {h: GidTable(show_gids.parse(gids), gids) for h in self.state}
         self.best = best_config(self.fabric(), "all_reduce", SIZE)[1]
 
     # -- the model -------------------------------------------------------------------------------
@@ -139,7 +143,8 @@ class ModelRack:
         pass
 
     def _ok(self) -> RunOutcome:
-        return RunOutcome("successful", 0, {"failures": {}, "dark": {}, "changed": {}}, (), Path("/nonexistent"))
+        stats: dict[str, Any] = {"failures": {}, "dark": {}, "changed": {}}
+        return RunOutcome("successful", 0, stats, (), Path("/nonexistent"))
 
     def apply(self, desired: Mapping[str, Mapping[str, Any]], *, run_id: str | None = None,
               snapshots: Mapping[str, Mapping[str, Any]] | None = None, exact: bool = False,
@@ -173,8 +178,8 @@ class ModelRack:
         fabric, samples, failures, pauses = self.fabric(), [], [], 0
         for _ in range(repetitions):
             found = []
-            for op in ("all_reduce", "alltoall"):
-                res = collective(fabric, op, (SIZE,), self.runs)  # type: ignore[arg-type]
+            for op in OPS:
+                res = collective(fabric, op, (SIZE,), self.runs)
                 self.runs += 1
                 if res.failure is not None or not res.rows:
                     failures.append(FailedRun(f"{op}_perf", "h01", f"mpirun {op}_perf", 30,
@@ -204,7 +209,8 @@ class ModelRack:
         if stage:
             rates = self._flows(fabric, [(p.client, p.server) for p in stage])
             ok = [r for r in rates if r is not None]
-            incast[f"{len(stage)}:1 into {stage[0].server} mlx5_0"] = sum(ok) if len(ok) == len(rates) else None
+            label = f"{len(stage)}:1 into {stage[0].server} mlx5_0"
+            incast[label] = sum(ok) if len(ok) == len(rates) else None
         return PairRound(pairs, incast)
 
     def _flows(self, fabric: FabricConfig, pairs: Sequence[tuple[str, str]]) -> list[float | None]:

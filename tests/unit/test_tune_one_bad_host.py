@@ -23,8 +23,11 @@ from typing import Any
 
 import pytest
 
+from fabtune.bench.checks import affinity
+from fabtune.bench.parsers.topo import TopoMatrix
 from fabtune.journal import Journal
 from fabtune.knobs import lossless_change
+from fabtune.tune.hosts import host_groups, plan_rack
 from fabtune.tune.loop import TuneOptions, Tuner, TuneResult
 from tests.unit.modelrack import Hardware, ModelRack
 from tests.unit.test_tune_loop import FACTORY
@@ -70,13 +73,11 @@ FAULTS = {
 
 
 def rack_with(fault: Fault) -> ModelRack:
-    state = {h: {"nics": {"eth2": copy.deepcopy(TUNED)}, "nccl": {**NCCL, **fault.rack_nccl}} for h in HOSTS}
-    state["h02"]["nics"]["eth2"].update(copy.deepcopy(fault.nic))
-    for key, value in fault.nccl.items():
-        if value is UNSET:
-            state["h02"]["nccl"].pop(key)
-        else:
-            state["h02"]["nccl"][key] = value
+    nic = {**copy.deepcopy(TUNED), **copy.deepcopy(fault.nic)}
+    nccl = {**NCCL, **fault.rack_nccl, **fault.nccl}
+    state: dict[str, dict[str, Any]] = {
+        h: {"nics": {"eth2": copy.deepcopy(TUNED)}, "nccl": {**NCCL, **fault.rack_nccl}} for h in HOSTS}
+    state["h02"] = {"nics": {"eth2": nic}, "nccl": {k: v for k, v in nccl.items() if v is not UNSET}}
     return ModelRack(state, {"h02": fault.hardware} if fault.hardware else None)
 
 
@@ -113,11 +114,22 @@ def test_one_bad_host_is_tuned_to_the_oracles_best_by_moves_on_it_alone(name: st
     assert runs_gpudirect(h02["nccl"])
 
 
-def test_a_gdr_level_below_the_distance_gets_a_move_to_ncclss_default_on_its_host_alone() -> None:
-    from fabtune.tune.hosts import host_groups, plan_rack
-
+def test_a_gdr_level_below_the_distance_gets_a_move_to_nccls_default_on_its_host_alone() -> None:
     rack = rack_with(FAULTS["GPUDirect RDMA off"])
     (gdr,) = plan_rack(host_groups(rack.facts(), "roce"), ("lossless", "mtu", "qps"))
     assert [(c.name, c.change.nccl, c.hosts) for c in gdr] == [
         ("GPUDirect RDMA up to PXB", {"NCCL_NET_GDR_LEVEL": "PXB"}, ("h02",))]
     assert "NCCL_NET_GDR_LEVEL=LOC" in gdr[0].why
+
+
+def test_a_nic_on_the_far_socket_is_the_affinity_checks_failure_on_its_host() -> None:
+    """No knob moves a NIC: the check names the host (on the testbed too: test_bench_checks, h03)."""
+    facts = rack_with(FAULTS["NIC on the far socket"]).facts()
+    found = []
+    for host in HOSTS:
+        topo = facts[host]["hardware"]["topology"]
+        matrix = TopoMatrix(("GPU0", "GPU1", "NIC0"), topo["matrix"], nic_names=topo["nic_legend"])
+        found += affinity(host, matrix, [(0, "mlx5_0"), (1, "mlx5_0")])
+    assert {(r.host, r.verdict) for r in found} == {("h01", "pass"), ("h02", "fail"), ("h03", "pass")}
+    failed = [r.summary for r in found if r.verdict == "fail"]
+    assert failed == ["GPU0 <-> mlx5_0: SYS", "GPU1 <-> mlx5_0: SYS"]
