@@ -182,7 +182,11 @@ def lossless_change(prio: int, cnp_prio: int = 6, *, dscp: int | None = None, cn
 
     ``tagged`` (NCCL's GID is on a VLAN device): NCCL_IB_SL ``prio`` too, so the PCP of NCCL's
     frames names the same priority (mlx5 sends SL & 7 as the PCP) for switches that classify by
-    PCP. On untagged RoCE the SL reaches no frame and is left alone."""
+    PCP. On untagged RoCE the SL reaches no frame and is left alone.
+
+    RoCE v2 for rdma_cm (``roce_mode`` 2) is part of the class: RoCE v1 frames carry no IP header, so
+    no DSCP, and a switch that trusts DSCP cannot classify them (the collection's ``fabric_desired``
+    refuses trust dscp with roce_mode 1); a host left on v1 cannot reach its v2 peers over rdma_cm."""
     if dscp is None:
         dscp = prio * 8 + 2  # in the class selector of prio: 26 (AF31) for priority 3, the common choice
     tos = dscp << 2 | ECT0
@@ -194,6 +198,7 @@ def lossless_change(prio: int, cnp_prio: int = 6, *, dscp: int | None = None, cn
             "pfc": [prio],
             "ecn": {"np": [prio], "rp": [prio]},
             "roce_tos": tos,
+            "roce_mode": 2,
             "cnp_dscp": cnp_dscp,
             "cnp_prio": cnp,
         },
@@ -282,9 +287,12 @@ def _qps(view: View) -> list[Candidate]:
     ]
 
 
+GDR_LEVELS = ("LOC", "PIX", "PXB", "PHB", "SYS")  # NCCL_NET_GDR_LEVEL, nearest first
+
+
 def _gdr(view: View) -> list[Candidate]:
     if view.gpu_nic_distance not in ("NODE", "SYS", "PHB"):
-        return []  # NCCL's default already uses GPUDirect RDMA up to PXB
+        return _gdr_default(view)  # NCCL's default already uses GPUDirect RDMA up to PXB
     levels = ("PHB", "SYS")
     return [
         Candidate(
@@ -295,6 +303,17 @@ def _gdr(view: View) -> list[Candidate]:
         )
         for lvl in levels
     ]
+
+
+def _gdr_default(view: View) -> list[Candidate]:
+    """A GPU and NIC under one PCIe switch (PIX, PXB) with an ``NCCL_NET_GDR_LEVEL`` below that
+    distance: NCCL stages the traffic through host memory. The move sets NCCL's own default (PXB)."""
+    level = str(view.nccl.get("NCCL_NET_GDR_LEVEL") or "")
+    distance = view.gpu_nic_distance if view.gpu_nic_distance in GDR_LEVELS else "PIX"
+    if level not in GDR_LEVELS or GDR_LEVELS.index(level) >= GDR_LEVELS.index(distance):
+        return []
+    return [Candidate("gdr", "GPUDirect RDMA up to PXB", Change(nccl={"NCCL_NET_GDR_LEVEL": "PXB"}),
+                      f"NCCL_NET_GDR_LEVEL={level} turns GPUDirect RDMA off at GPU-NIC distance {distance}")]
 
 
 def _routing(view: View) -> list[Candidate]:

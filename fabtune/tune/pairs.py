@@ -172,6 +172,11 @@ def compare(reference: PairRound, new: PairRound, guard: float, gain: float) -> 
     if broken:
         reason = f"{_broke(broken[0], reference, new, guard)}; median pair x{median:.3f}"
         return dataclasses.replace(numbers, verdict="worse", reason=reason, metric=broken[0], broken=broken)
+    revived = _revived(reference, new)
+    if revived:
+        return dataclasses.replace(numbers, verdict="better", metric=revived[0], reason=(
+            f"ib_write_bw (rdma_cm) {revived[0]} failed before and runs now "
+            f"({_gbps(_value(new, revived[0]))} Gb/s); {len(revived)} revived"))
     high_stage = max(stages, key=lambda k: stages[k]) if stages else ""
     tail = f"median pair x{median:.3f}, worst pair {worst or '-'} x{numbers.worst_ratio:.3f}"
     if high_stage and stages[high_stage] > 1 + gain:
@@ -190,7 +195,11 @@ def confirm(
     first: PairDecision, reference: PairRound, again: PairRound, guard: float, gain: float
 ) -> PairDecision:
     """What a second round ``again`` leaves of ``first``: a pair or stage broken on both rounds (the
-    worst of them on the second named), a gain seen on both; else ``same``, with both reasons."""
+    worst of them on the second named), a gain seen on both; else ``same``, with both reasons.
+
+    A gain the second round shows again stands even where that round broke a pair the first did
+    not: broken on one round only is no broken pair (an ECMP collision, a slow run), as for ``worse``.
+    """
     second = compare(reference, again, guard, gain)
     if first.verdict == "worse":
         both = [m for m in second.broken if m in first.broken]
@@ -200,7 +209,35 @@ def confirm(
             return dataclasses.replace(second, reason=reason, metric=both[0], broken=tuple(both))
     elif first.verdict == second.verdict == "better":
         return second
+    elif first.verdict == "better" and _gain_held(first.metric, reference, again, gain):
+        once = f"{second.reason}, on that round only" if second.verdict == "worse" else second.reason
+        return dataclasses.replace(first, reason=f"{first.reason}; held on a second round ({once})")
     return PairDecision("same", f"{first.reason}, not seen again on a second round ({second.reason})")
+
+
+def _value(found: PairRound, metric: str) -> float | None:
+    """The Gb/s of ``metric`` ("pair <label>" or "incast <label>") in ``found``."""
+    kind, _, label = metric.partition(" ")
+    return (found.pairs if kind == "pair" else found.incast).get(label)
+
+
+def _revived(reference: PairRound, new: PairRound) -> list[str]:
+    """Pairs and incast stages that failed (or moved nothing) in ``reference`` and run in ``new``."""
+    both = (("pair", reference.pairs, new.pairs), ("incast", reference.incast, new.incast))
+    return [f"{kind} {label}" for kind, old, now in both
+            for label in sorted(now) if label in old and not old[label] and now[label]]
+
+
+def _gain_held(metric: str, reference: PairRound, again: PairRound, gain: float) -> bool:
+    """Whether ``again`` shows the gain that ``metric`` named (a revived pair or stage, an incast
+    stage or the median pair over ``gain``)."""
+    if metric == "median pair":
+        ratios = _ratios(reference.pairs, again.pairs)
+        return bool(ratios) and statistics.median(ratios.values()) > 1 + gain
+    old, now = _value(reference, metric), _value(again, metric)
+    if not old:
+        return bool(now)
+    return (now or 0.0) / old > 1 + gain
 
 
 def slow_pairs(found: PairRound, share: float = pairs.SLOW_SHARE) -> list[str]:

@@ -295,3 +295,27 @@ def test_a_slow_port_is_named_by_both_ends_in_the_loop_and_the_report(tmp_path: 
     assert [(c["phase"], c["host"], c["verdict"]) for c in warned] == [
         ("baseline", "h04->h03", "warn"), ("tuned state", "h04->h03", "warn")]
     assert f"- baseline: slow pair: {ends}: " in render_markdown(doc)
+
+
+def test_a_pair_that_failed_before_and_runs_now_is_a_gain() -> None:
+    before = PairRound({PAIR: None, OTHER: 360.0}, {INCAST: None})
+    after = PairRound({PAIR: 358.0, OTHER: 361.0}, {INCAST: 340.0})
+    found = compare(before, after, 0.10, 0.10)
+    assert (found.verdict, found.metric) == ("better", f"pair {PAIR}")
+    assert found.reason == (
+        f"ib_write_bw (rdma_cm) pair {PAIR} failed before and runs now (358.0 Gb/s); 2 revived")
+    assert confirm(found, before, after, 0.10, 0.10).verdict == "better"
+    still = PairRound({PAIR: None, OTHER: 360.0}, {INCAST: None})
+    assert compare(before, still, 0.10, 0.10).verdict == "same"
+
+
+def test_a_gain_seen_on_both_rounds_stands_when_the_second_breaks_a_pair_once() -> None:
+    before = PairRound({PAIR: 360.0, OTHER: 360.0}, {INCAST: 240.0})
+    first = compare(before, PairRound({PAIR: 360.0, OTHER: 361.0}, {INCAST: 390.0}), 0.10, 0.10)
+    assert first.verdict == "better"
+    dipped = PairRound({PAIR: 360.0, OTHER: 280.0}, {INCAST: 389.0})  # one slow run of OTHER
+    held = confirm(first, before, dipped, 0.10, 0.10)
+    assert held.verdict == "better" and held.metric == f"incast {INCAST}"
+    assert f"pair {OTHER} x0.78" in held.reason and "on that round only" in held.reason
+    gone = PairRound({PAIR: 360.0, OTHER: 280.0}, {INCAST: 250.0})  # the gain was not seen again
+    assert confirm(first, before, gone, 0.10, 0.10).verdict == "same"
