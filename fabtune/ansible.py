@@ -12,6 +12,7 @@ With no observer a run is exactly what it is without them.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shlex
@@ -308,6 +309,30 @@ def _run(kind: str, on_task: TaskCallback | None, timeout_s: int, **kwargs: Any)
         tasks=tuple(collector.tasks), artifact_dir=Path(runner.config.artifact_dir),
     )
     for observer in observers:
+        observer.finished(kind, outcome)
+    return outcome
+
+
+def recorded(kind: str, tasks: Sequence[TaskResult]) -> RunOutcome:
+    """The outcome of host work done outside Ansible (``fabtune.sshdirect``), shaped as a run's: a
+    failed task fails its host (``stats``), an unreachable one is ``dark``; the results are kept as
+    ``results.json`` in an artifact directory of their own under the home, and the observers see it
+    (the journal links it) like any run of ``kind``."""
+    private, ident = _private_dir(kind)
+    artifacts = private_dir(private / "artifacts" / ident)
+    (artifacts / "results.json").write_text(json.dumps([dataclasses.asdict(t) for t in tasks], indent=1))
+    stats: dict[str, dict[str, int]] = {"ok": {}, "changed": {}, "failures": {}, "dark": {}}
+    for t in tasks:
+        key = {"runner_on_failed": "failures", "runner_on_unreachable": "dark"}.get(t.event, "ok")
+        stats[key][t.host] = stats[key].get(t.host, 0) + 1
+        if t.changed:
+            stats["changed"][t.host] = stats["changed"].get(t.host, 0) + 1
+    failed = any(t.failed for t in tasks)
+    outcome = RunOutcome(status="failed" if failed else "successful", rc=2 if failed else 0,
+                         stats=stats, tasks=tuple(tasks), artifact_dir=artifacts)
+    for observer in _observers():
+        for task in tasks:
+            observer.task(kind, task)
         observer.finished(kind, outcome)
     return outcome
 
