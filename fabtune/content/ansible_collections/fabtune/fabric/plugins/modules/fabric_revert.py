@@ -30,6 +30,8 @@ description:
     done, and the controller before each batch of measurements, so the deadline counts from the
     controller's last sign of life, not from the start of the move. It fails, as confirming does,
     when the host has already reverted the run, and when the run is not armed on the host.
+    C(fabtune-revert --extend RUN_ID DEADLINE_S) runs the same code (fabtune's tuning loop calls it
+    over SSH instead of a playbook run).
   - The snapshot is validated against this host's ports (couplings not enforced) before anything
     is armed; a revert that could not apply is refused up front.
 version_added: "1.0.0"
