@@ -13,6 +13,7 @@ With no observer a run is exactly what it is without them.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import shlex
@@ -398,6 +399,30 @@ def _stop_tree(pid: int | None, grace_s: float = 5.0) -> None:
     for proc in alive:
         with contextlib.suppress(psutil.Error):
             proc.kill()
+
+
+def recorded(kind: str, tasks: Sequence[TaskResult]) -> RunOutcome:
+    """The outcome of host work done outside Ansible (``fabtune.sshdirect``), shaped as a run's: a
+    failed task fails its host (``stats``), an unreachable one is ``dark``; the results are kept as
+    ``results.json`` in an artifact directory of their own under the home, and the observers see it
+    (the journal links it) like any run of ``kind``."""
+    private, ident = _private_dir(kind)
+    artifacts = private_dir(private / "artifacts" / ident)
+    (artifacts / "results.json").write_text(json.dumps([dataclasses.asdict(t) for t in tasks], indent=1))
+    stats: dict[str, dict[str, int]] = {"ok": {}, "changed": {}, "failures": {}, "dark": {}}
+    for t in tasks:
+        key = {"runner_on_failed": "failures", "runner_on_unreachable": "dark"}.get(t.event, "ok")
+        stats[key][t.host] = stats[key].get(t.host, 0) + 1
+        if t.changed:
+            stats["changed"][t.host] = stats["changed"].get(t.host, 0) + 1
+    failed = any(t.failed for t in tasks)
+    outcome = RunOutcome(status="failed" if failed else "successful", rc=2 if failed else 0,
+                         stats=stats, tasks=tuple(tasks), artifact_dir=artifacts)
+    for observer in _observers():
+        for task in tasks:
+            observer.task(kind, task)
+        observer.finished(kind, outcome)
+    return outcome
 
 
 def _extravars_file(private: Path, ident: str, extravars: Mapping[str, Any]) -> Path:

@@ -148,6 +148,18 @@ def read_inventory(path: Path) -> InventoryInfo:
                                                   for h in _group_hosts(data, "subnet_managers")}))
 
 
+def host_vars(path: Path) -> dict[str, dict[str, Any]]:
+    """Each host's variables as Ansible resolves them (``ansible-inventory --list``: ``_meta.hostvars``,
+    group variables merged; templates are not rendered).
+
+    Raises:
+        ConfigError: when ansible-inventory cannot read the file.
+    """
+    data = _ansible_inventory(Path(path).absolute())
+    found = data.get("_meta", {}).get("hostvars", {})
+    return {h: dict(found.get(h) or {}) for h in _group_hosts(data, "all")}
+
+
 BENCH_TIMEOUT = "fabtune_bench_timeout_s"
 MAX_BENCH_TIMEOUT_S = 86400
 

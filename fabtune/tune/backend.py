@@ -9,19 +9,44 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fabtune import ansible
+from fabtune import ansible, sshdirect
 from fabtune.bench import diagnose, pairs, rdmacounters
 from fabtune.bench.argv import PerftestOptions
 from fabtune.bench.fabric import HostView, read_hosts
 from fabtune.bench.pairs import PairResult
 from fabtune.bench.schedule import covering_rounds, pair_rounds, rail_pairs
 from fabtune.errors import ConfigError, PlaybookFailed
-from fabtune.inventory import InventoryInfo
+from fabtune.inventory import InventoryInfo, host_vars
 from fabtune.tune import pairs as rdma_cm
 from fabtune.tune.measure import Batch, MeasureSpec, busbw_ceilings, measure
 
+# The host-side revert program (role fabric_revert) and its extension verb (fabric_apply.EXTEND_FLAG).
+REVERT_SCRIPT = "/usr/local/sbin/fabtune-revert"
+EXTEND_FLAG = "--extend"
+EXTEND_TASK = "Extend the revert deadline (the controller is alive)"  # the role's task of extend.yml
 # Where each host keeps a run's pre-run record (the fabric_revert module writes it on first arming).
 REVERT_STATE_DIR = "/var/lib/fabtune/revert"
+
+
+def extend_result(done: sshdirect.Result) -> ansible.TaskResult:
+    """One host's ``fabtune-revert --extend`` as the extend task's result (its JSON line: ``armed``,
+    ``deadline``, ``reverted``, ``msg``); a host that could not be reached is unreachable."""
+    result: dict[str, Any] = {}
+    if done.rc is not None:
+        try:
+            line = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else "{}"
+            result = dict(json.loads(line))
+        except ValueError:
+            result = {}
+        if done.rc != 0:
+            result.setdefault("msg", (done.stderr.strip() or done.stdout.strip() or f"rc {done.rc}")[-500:])
+            result["rc"] = done.rc
+    else:
+        result = {"msg": done.error, "unreachable": True}
+    event = ("runner_on_ok" if done.ok else "runner_on_unreachable" if done.rc is None
+             else "runner_on_failed")
+    return ansible.TaskResult(host=done.host, task=EXTEND_TASK, action="fabtune.fabric.fabric_revert",
+                              event=event, changed=done.ok, result=result)
 
 
 def prerun_record_path(run_id: str) -> str:
@@ -42,6 +67,7 @@ class AnsibleBackend:
     hw_reads: Mapping[str, list[dict[str, Any]]] = field(default_factory=dict)
     views: dict[str, HostView] = field(default_factory=dict)  # read once, for the pair rounds
     hosts: Sequence[str] | None = None  # only these hosts (a rollback of a run that changed some)
+    _hostvars: dict[str, dict[str, Any]] | None = field(default=None, repr=False)
 
     @property
     def inventory(self) -> Path:
@@ -136,9 +162,33 @@ class AnsibleBackend:
     def extend(self, run_id: str, *, hosts: Sequence[str] | None = None) -> ansible.RunOutcome:
         """Move the revert deadline of ``run_id`` on ``hosts`` (None: every host; each must hold the
         run armed) to ``deadline_s`` from now (fails where a host already reverted it: the result
-        says ``reverted``)."""
-        return ansible.run_playbook("extend.yml", self.inventory, extravars={
-            "fabric_run_id": run_id, "fabric_revert_deadline_s": self.deadline_s}, limit=self._limit(hosts))
+        says ``reverted``).
+
+        Over a direct SSH channel (``fabtune-revert --extend``, the module's own code), one command per
+        host; through playbooks/extend.yml where the inventory's connection settings are not ones the
+        channel follows (``sshdirect.Unsupported``).
+
+        Raises:
+            HostKeyRejected: a host's SSH host key is unknown or changed.
+        """
+        limit = self._limit(hosts)
+        chosen = sorted(self.info.hosts) if limit is None else limit.split(",")
+        try:
+            found = self._targets(chosen)
+        except sshdirect.Unsupported:
+            return ansible.run_playbook("extend.yml", self.inventory, extravars={
+                "fabric_run_id": run_id, "fabric_revert_deadline_s": self.deadline_s}, limit=limit)
+        argv = [REVERT_SCRIPT, EXTEND_FLAG, run_id, str(int(self.deadline_s))]
+        done = sshdirect.run(found, argv, forks=ansible.forks_for(self.inventory), root=True)
+        return ansible.recorded("extend", [extend_result(r) for r in done.values()])
+
+    def _targets(self, hosts: Sequence[str]) -> dict[str, sshdirect.Target]:
+        """The direct channel's targets (the inventory is read once per backend)."""
+        if self._hostvars is None:
+            self._hostvars = host_vars(self.inventory)
+        if any(v.get("fabric_revert_script") not in (None, REVERT_SCRIPT) for v in self._hostvars.values()):
+            raise sshdirect.Unsupported(str(self.inventory), ["fabric_revert_script: not the default"])
+        return sshdirect.targets(self._hostvars, hosts)
 
     def prerun(self, run_id: str) -> dict[str, dict[str, Any]]:
         """Per host, the pre-run snapshot the host kept for ``run_id`` (hosts without one are left out).

@@ -95,7 +95,7 @@ def reverted_hosts(outcome: ansible.RunOutcome) -> list[str]:
 
 
 # What the loop leaves between the next batch's expected end and the revert deadline before it extends
-# it: the extend playbook's own start-up and any stall of the controller.
+# it: the extension's own time (a direct SSH command per host, or extend.yml) and any stall of the controller.
 HOLD_MARGIN_S = 30.0
 REBOOT_WHY = "the host rebooted"  # what fabtune-boot writes in the record of a run it reverted
 

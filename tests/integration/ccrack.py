@@ -14,9 +14,11 @@ import yaml
 from fabtune import ansible
 from fabtune.ansible import PROFILES
 from fabtune.bench.parsers import mlnx_qos
+from fabtune.inventory import read_inventory
 from fabtune.testbed import layout
 from fabtune.testbed.access import ssh_argv
 from fabtune.testbed.spec import TestbedSpec
+from fabtune.tune.backend import AnsibleBackend
 from tests.integration.conftest import make_testbed
 
 REPO = Path(__file__).resolve().parents[2]
@@ -82,12 +84,19 @@ def armed_deadline(outcome: ansible.RunOutcome) -> float:
     return max(deadlines)
 
 
-def shorten(spec: TestbedSpec, run_id: str, seconds: int) -> float:
-    """Move the armed revert of ``run_id`` to ``seconds`` from now on every host (extend.yml, as the
-    loop extends it), once the apply is done: a test then waits that long, not the DEADLINE an apply
-    under load needs. Returns the latest new deadline (epoch seconds)."""
-    outcome = ansible.run_playbook("extend.yml", inventory(spec), extravars={
-        "fabric_run_id": run_id, "fabric_revert_deadline_s": seconds}).raise_for_failure("extend")
+def shorten(spec: TestbedSpec, run_id: str, seconds: int, *, playbook: bool = False) -> float:
+    """Move the armed revert of ``run_id`` to ``seconds`` from now on every host, once the apply is
+    done: a test then waits that long, not the DEADLINE an apply under load needs. As the loop
+    extends it (the backend's direct SSH channel, ``fabtune-revert --extend``), or with ``playbook``
+    through extend.yml (what operators run). Returns the latest new deadline (epoch seconds)."""
+    if playbook:
+        outcome = ansible.run_playbook("extend.yml", inventory(spec), extravars={
+            "fabric_run_id": run_id, "fabric_revert_deadline_s": seconds})
+    else:
+        backend = AnsibleBackend(read_inventory(inventory(spec)), deadline_s=seconds)
+        outcome = backend.extend(run_id)
+        assert (outcome.artifact_dir / "results.json").is_file()  # the direct channel, not the playbook
+    outcome.raise_for_failure("extend")
     extended = outcome.results("Extend the revert deadline (the controller is alive)")
     deadlines = [float(r["deadline"]) for r in extended.values() if r.get("deadline")]
     assert len(deadlines) == len(HOSTS), extended

@@ -116,3 +116,54 @@ def test_the_installed_fabtune_revert_runs_without_ansible(lib_dir: Path, tmp_pa
     none = _bare_python(str(script), "r9")
     assert none.returncode == 0, none.stderr
     assert "run r9: nothing armed" in log.read_text()
+
+
+def _fake_systemd(bin_dir: Path, calls: Path) -> None:
+    """systemctl and systemd-run that log their argv (one JSON line each) and succeed."""
+    bin_dir.mkdir()
+    for name in ("systemctl", "systemd-run"):
+        tool = bin_dir / name
+        tool.write_text(f"#!{sys.executable}\nimport json, sys\n"
+                        f"open({str(calls)!r}, 'a').write(json.dumps(sys.argv[1:]) + '\\n')\n")
+        tool.chmod(0o755)
+
+
+def test_fabtune_revert_extend_moves_the_deadline_with_the_modules_code(lib_dir: Path,
+                                                                       tmp_path: Path) -> None:
+    state_dir, calls = tmp_path / "state", tmp_path / "calls"
+    _fake_systemd(tmp_path / "bin", calls)
+    code = f"""
+import sys
+sys.path.insert(0, {str(lib_dir)!r})
+import fabric_apply
+if sys.argv[1] == "arm":
+    fabric_apply.write_record({str(state_dir)!r}, "r1", {{"deadline": 1.0, "script": "/x/fabtune-revert",
+                                                       "snapshot": {{"nccl": None}}}})
+    sys.exit(0)
+sys.exit(fabric_apply.revert_main(sys.argv[1:], state_dir={str(state_dir)!r},
+                                  log_file={str(tmp_path / "log")!r}))
+"""
+    env = {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin"}
+
+    def fabtune_revert(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-I", "-S", "-c", code, *args], capture_output=True, text=True,
+                              check=False, timeout=60, env=env)
+
+    assert fabtune_revert("--extend", "r1", "5").returncode == 2  # under the 10 s minimum
+    missing = fabtune_revert("--extend", "r1", "40")
+    assert missing.returncode == 1 and "not armed on this host" in json.loads(missing.stdout)["msg"]
+    assert fabtune_revert("arm").returncode == 0
+    done = fabtune_revert("--extend", "r1", "40")
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["armed"] is True and out["reverted"] is False and out["deadline"] > 1.0
+    record = json.loads((state_dir / "r1.json").read_text())
+    assert record["deadline"] == out["deadline"] and record["snapshot"] == {"nccl": None}
+    argvs = [json.loads(line) for line in calls.read_text().splitlines()]
+    assert argvs[0] == ["stop", "fabtune-revert-r1.timer"]
+    assert argvs[-1] == ["--unit=fabtune-revert-r1", "--on-active=40s", "--timer-property=AccuracySec=1s",
+                         "/x/fabtune-revert", "r1"]
+    (state_dir / "r1.json").rename(state_dir / "r1.reverted.json")  # the timer fired
+    gone = fabtune_revert("--extend", "r1", "40")
+    assert gone.returncode == 3 and json.loads(gone.stdout)["reverted"] is True
+    assert "already reverted" in json.loads(gone.stdout)["msg"]

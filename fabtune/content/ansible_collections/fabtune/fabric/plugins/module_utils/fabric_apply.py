@@ -494,10 +494,135 @@ def file_logger(name: str = LOG_FILE, tag: str = "fabtune-revert") -> Log:
     return log
 
 
+# --- moving an armed run's deadline (fabric_revert state=extended; fabtune-revert --extend) ------
+
+Exec = Callable[[Sequence[str]], Tuple[int, str, str]]
+"""``execute(argv) -> (rc, stdout, stderr)``: the module's ``run_command``, or :func:`exec_argv`."""
+EXTEND_FLAG = "--extend"
+EXIT_REVERTED = 3  # fabtune-revert --extend: the host already reverted the run
+
+
+class RevertError(Exception):
+    """An extension (or a confirmation) that cannot be done; ``reverted``: the host already reverted
+    the run (the change is gone, and the controller must know)."""
+
+    def __init__(self, msg: str, reverted: bool = False) -> None:
+        super().__init__(msg)
+        self.reverted = reverted
+
+
+def done_kinds(state_dir: str, run_id: str) -> list[str]:
+    """The kinds of done record the host has for the run (``reverted``, ``failed``)."""
+    return [k for k in ("reverted", "failed") if Path(record_path(state_dir, run_id, k)).exists()]
+
+
+def reverted_when(path: str) -> str:
+    """When and why the done record ``path`` says its run was reverted (the path if it cannot say)."""
+    try:
+        with Path(path).open() as handle:
+            record = json.load(handle)
+        stamp, why = record.get("reverted_at"), record.get("reverted_why")
+        when = f"at {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(stamp))}" if stamp else path
+        return f"{when}: {why}" if why else when
+    except (OSError, ValueError):
+        return path
+
+
+def check_not_reverted(state_dir: str, run_id: str) -> None:
+    """Raise RevertError(reverted=True) when the host already reverted the run (record renamed)."""
+    kinds = done_kinds(state_dir, run_id)
+    if kinds and not Path(record_path(state_dir, run_id)).exists():
+        done = record_path(state_dir, run_id, kinds[0])
+        raise RevertError(f"run {run_id} was already reverted on this host ({reverted_when(done)}): "
+                          "the change is gone", reverted=True)
+
+
+def stop_timer(execute: Exec, systemctl: str, run_id: str) -> None:
+    """Stop the run's revert timer; not loaded (rc 5) is fine."""
+    timer = unit_name(run_id) + ".timer"
+    rc, out, err = execute([systemctl, "stop", timer])
+    if rc not in (0, 5):
+        raise RevertError(f"systemctl stop {timer} failed (rc {rc:d}): {(out + err).strip()}")
+    execute([systemctl, "reset-failed", unit_name(run_id) + ".service", timer])
+
+
+def extend_armed(run_id: str, deadline_s: int, *, state_dir: str, execute: Exec, systemctl: str,
+                 systemd_run: str, script: str = SCRIPT) -> dict[str, Any]:
+    """Move the revert deadline of the armed run ``run_id`` to ``deadline_s`` from now (the saved
+    snapshot is kept); ``{"armed", "deadline", "commands"}``.
+
+    Raises:
+        RevertError: the host already reverted the run (``reverted``), the run is not armed here,
+            or systemd refused the timer.
+    """
+    with locked(state_dir):
+        check_not_reverted(state_dir, run_id)
+        try:
+            record = json.loads(Path(record_path(state_dir, run_id)).read_text())
+        except (OSError, ValueError) as exc:
+            raise RevertError(f"run {run_id} is not armed on this host ({exc})") from exc
+        argv = arm_argv(systemd_run, run_id, deadline_s, record.get("script") or script)
+        stop_timer(execute, systemctl, run_id)
+        now = time.time()
+        record.update(deadline=now + deadline_s, deadline_s=deadline_s, extended_at=now)
+        write_record(state_dir, run_id, record)
+        rc, out, err = execute(argv)
+        if rc != 0:
+            raise RevertError(f"cannot re-arm the revert timer (rc {rc:d}): {(out + err).strip()}")
+    return {"armed": True, "deadline": record["deadline"], "commands": [argv]}
+
+
+def exec_argv(timeout_s: int = COMMAND_TIMEOUT_S) -> Exec:
+    """An :data:`Exec` over subprocess, each command held to ``timeout_s`` (rc 124 past it)."""
+    def execute(argv: Sequence[str]) -> tuple[int, str, str]:
+        try:
+            proc = subprocess.run(list(argv), capture_output=True, text=True, check=False, timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return 124, "", f"{argv[0]} did not finish within {timeout_s:d} s"
+        except OSError as exc:
+            return 127, "", str(exc)
+        return proc.returncode, proc.stdout, proc.stderr
+    return execute
+
+
+def extend_main(argv: Sequence[str], state_dir: str = STATE_DIR, log: Log | None = None) -> int:
+    """``fabtune-revert --extend RUN_ID DEADLINE_S``: the module's extension, for a direct SSH call.
+
+    Prints one JSON object (``run_id``, ``armed``, ``deadline``, ``reverted``, ``msg`` on failure);
+    exits 0 when extended, EXIT_REVERTED when the host already reverted the run, 1 on another failure.
+    """
+    log = log or (lambda text: None)
+    if (len(argv) != 2 or not RUN_ID_RE.match(argv[0]) or not argv[1].isdigit()
+            or int(argv[1]) < MIN_DEADLINE_S):
+        sys.stderr.write(f"usage: fabtune-revert {EXTEND_FLAG} RUN_ID DEADLINE_S   "
+                         f"(DEADLINE_S: whole seconds, at least {MIN_DEADLINE_S:d})\n")
+        return 2
+    run_id, deadline_s = argv[0], int(argv[1])
+    runner = command_runner()
+    tools = [runner.which("systemctl"), runner.which("systemd-run")]
+    result: dict[str, Any] = {"run_id": run_id, "armed": False, "deadline": None, "reverted": False}
+    try:
+        if tools[0] is None or tools[1] is None:
+            raise RevertError("systemctl or systemd-run not found: cannot re-arm a revert timer")
+        result.update(extend_armed(run_id, deadline_s, state_dir=state_dir, execute=exec_argv(),
+                                   systemctl=tools[0], systemd_run=tools[1]))
+    except RevertError as exc:
+        result.update(reverted=exc.reverted, msg=str(exc))
+        log(f"run {run_id}: extend failed: {exc}")
+        sys.stdout.write(json.dumps(result, sort_keys=True) + "\n")
+        return EXIT_REVERTED if exc.reverted else 1
+    log(f"run {run_id}: deadline extended to {deadline_s:d} s from now")
+    sys.stdout.write(json.dumps(result, sort_keys=True) + "\n")
+    return 0
+
+
 def revert_main(argv: Sequence[str], state_dir: str = STATE_DIR, log_file: str = LOG_FILE,
                 root: str = "/") -> int:
-    """``fabtune-revert RUN_ID``: the command the revert timer runs."""
+    """``fabtune-revert RUN_ID``: the command the revert timer runs; ``fabtune-revert --extend RUN_ID
+    DEADLINE_S``: move the run's deadline (:func:`extend_main`)."""
     log = file_logger(log_file)
+    if argv[:1] == [EXTEND_FLAG]:
+        return extend_main(argv[1:], state_dir, log)
     if len(argv) != 1 or not RUN_ID_RE.match(argv[0]):
         sys.stderr.write("usage: fabtune-revert RUN_ID   (RUN_ID: letters, digits, _ . -)\n")
         return 2

@@ -30,6 +30,8 @@ description:
     done, and the controller before each batch of measurements, so the deadline counts from the
     controller's last sign of life, not from the start of the move. It fails, as confirming does,
     when the host has already reverted the run, and when the run is not armed on the host.
+    C(fabtune-revert --extend RUN_ID DEADLINE_S) runs the same code (fabtune's tuning loop calls it
+    over SSH instead of a playbook run).
   - The snapshot is validated against this host's ports (couplings not enforced) before anything
     is armed; a revert that could not apply is refused up front.
 version_added: "1.0.0"
@@ -123,17 +125,22 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any, ContextManager
+from typing import Any, ContextManager, Sequence
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_apply import (
     MIN_DEADLINE_S,
     RUN_ID_RE,
+    RevertError,
     arm_argv,
+    check_not_reverted,
+    done_kinds,
+    extend_armed,
     keep_prerun,
     kept_files,
     locked,
     record_path,
+    stop_timer,
     unit_name,
     write_record,
 )
@@ -164,10 +171,12 @@ class Revert:
     def result(self, **kwargs: Any) -> dict[str, Any]:
         return dict({"unit": self.timer, "path": self.path, "armed": False, "deadline": None}, **kwargs)
 
-    def systemctl(self, *args: str) -> tuple[int, str, str]:
-        argv = [self.module.get_bin_path("systemctl", required=True), *args]
-        rc, out, err = self.module.run_command(argv)
+    def execute(self, argv: Sequence[str]) -> tuple[int, str, str]:
+        rc, out, err = self.module.run_command(list(argv))
         return rc, out, err
+
+    def systemctl(self, *args: str) -> tuple[int, str, str]:
+        return self.execute([self.module.get_bin_path("systemctl", required=True), *args])
 
     def active(self) -> bool:
         rc, out, _err = self.systemctl("is-active", self.timer)
@@ -175,12 +184,10 @@ class Revert:
 
     def stop(self) -> None:
         """Stop the timer; not loaded (rc 5) is fine."""
-        rc, out, err = self.systemctl("stop", self.timer)
-        if rc not in (0, 5):
-            output = (out + err).strip()
-            self.module.fail_json(msg=f"systemctl stop {self.timer} failed (rc {rc:d}): {output}",
-                                  **self.result())
-        self.systemctl("reset-failed", self.unit + ".service", self.timer)
+        try:
+            stop_timer(self.execute, self.module.get_bin_path("systemctl", required=True), self.run_id)
+        except RevertError as exc:
+            self.module.fail_json(msg=str(exc), **self.result())
 
     def _lock(self) -> ContextManager[None]:
         """The revert lock; none in check mode (nothing is written then)."""
@@ -193,8 +200,7 @@ class Revert:
 
     def _reverted(self) -> list[str]:
         """The kinds of done record the host has for the run (``reverted``, ``failed``)."""
-        return [k for k in ("reverted", "failed")
-                if Path(record_path(self.state_dir, self.run_id, k)).exists()]
+        return done_kinds(self.state_dir, self.run_id)
 
     def arm(self) -> dict[str, Any]:
         params = self.module.params
@@ -237,46 +243,45 @@ class Revert:
                                       rc=rc, stdout=out, stderr=err, **self.result())
         return self.result(changed=True, armed=True, deadline=deadline, commands=[argv], prerun=prerun)
 
-    def _fail_reverted(self, kind: str) -> None:
-        done = record_path(self.state_dir, self.run_id, kind)
-        self.module.fail_json(msg=f"run {self.run_id} was already reverted on this host ({_when(done)}): "
-                              "the change is gone", reverted=True, **self.result())
-
     def gone(self) -> None:
         """Fail when the host already reverted the run (its record renamed by the revert)."""
-        reverted = self._reverted()
-        if reverted and not Path(self.path).exists():
-            self._fail_reverted(reverted[0])
+        try:
+            check_not_reverted(self.state_dir, self.run_id)
+        except RevertError as exc:
+            self.module.fail_json(msg=str(exc), reverted=True, **self.result())
 
     def extend(self) -> dict[str, Any]:
+        """Move the deadline (fabric_apply.extend_armed: the code of ``fabtune-revert --extend`` too)."""
         deadline_s: int = self.module.params["deadline_s"]
         self._deadline_checked(deadline_s)
-        with self._lock():
-            self.gone()
-            if self.module.check_mode and not Path(self.path).exists():
-                # An apply in check mode armed nothing: its extension would move that deadline.
-                return self.result(changed=True, armed=False, reverted=False,
-                                   msg="check mode: would extend the revert armed by this apply")
-            try:
-                with Path(self.path).open() as handle:
-                    record = json.load(handle)
-            except (OSError, ValueError) as exc:
-                self.module.fail_json(msg=f"run {self.run_id} is not armed on this host ({exc})",
-                                      reverted=False, **self.result())
-            argv = arm_argv(self.module.get_bin_path("systemd-run", required=True), self.run_id, deadline_s,
-                            record.get("script") or self.module.params["script"])
-            if self.module.check_mode:
-                return self.result(changed=True, armed=True, deadline=record.get("deadline"), reverted=False,
-                                   commands=[argv])
-            self.stop()
-            record.update(deadline=time.time() + deadline_s, deadline_s=deadline_s, extended_at=time.time())
-            write_record(self.state_dir, self.run_id, record)
-            rc, out, err = self.module.run_command(argv)
-            if rc != 0:
-                output = (out + err).strip()
-                self.module.fail_json(msg=f"cannot re-arm the revert timer (rc {rc:d}): {output}",
-                                      rc=rc, reverted=False, **self.result())
-        return self.result(changed=True, armed=True, deadline=record["deadline"], reverted=False,
+        if self.module.check_mode:
+            return self._extend_checked(deadline_s)
+        get = self.module.get_bin_path
+        try:
+            done = extend_armed(self.run_id, deadline_s, state_dir=self.state_dir, execute=self.execute,
+                                systemctl=get("systemctl", required=True),
+                                systemd_run=get("systemd-run", required=True),
+                                script=self.module.params["script"])
+        except RevertError as exc:
+            self.module.fail_json(msg=str(exc), reverted=exc.reverted, **self.result())
+        return self.result(changed=True, reverted=False, **done)
+
+    def _extend_checked(self, deadline_s: int) -> dict[str, Any]:
+        """What an extension would do (check mode: nothing is written, stopped or armed)."""
+        self.gone()
+        if not Path(self.path).exists():
+            # An apply in check mode armed nothing: its extension would move that deadline.
+            return self.result(changed=True, armed=False, reverted=False,
+                               msg="check mode: would extend the revert armed by this apply")
+        try:
+            with Path(self.path).open() as handle:
+                record = json.load(handle)
+        except (OSError, ValueError) as exc:
+            self.module.fail_json(msg=f"run {self.run_id} is not armed on this host ({exc})",
+                                  reverted=False, **self.result())
+        argv = arm_argv(self.module.get_bin_path("systemd-run", required=True), self.run_id, deadline_s,
+                        record.get("script") or self.module.params["script"])
+        return self.result(changed=True, armed=True, deadline=record.get("deadline"), reverted=False,
                            commands=[argv])
 
     def confirm(self) -> dict[str, Any]:
@@ -285,24 +290,13 @@ class Revert:
             active = self.active()
             reverted = self._reverted()
             if reverted and not saved:
-                self._fail_reverted(reverted[0])
+                self.gone()
             changed = saved or active
             if changed and not self.module.check_mode:
                 self.stop()
                 if saved:
                     Path(self.path).unlink()
         return self.result(changed=changed, reverted=False)
-
-
-def _when(path: str) -> str:
-    try:
-        with Path(path).open() as handle:
-            record = json.load(handle)
-        stamp, why = record.get("reverted_at"), record.get("reverted_why")
-        when = f"at {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(stamp))}" if stamp else path
-        return f"{when}: {why}" if why else when
-    except (OSError, ValueError):
-        return path
 
 
 def main() -> None:

@@ -1,0 +1,254 @@
+"""Direct SSH commands to inventory hosts (paramiko), where a playbook run costs more than the work.
+
+A host's connection settings are the ones Ansible uses for it, read from the inventory's hostvars
+(``ansible-inventory --list``): ``ansible_host``, ``ansible_port``, ``ansible_user``,
+``ansible_ssh_private_key_file`` and, inside ``ansible_ssh_common_args``/``ansible_ssh_extra_args``,
+``UserKnownHostsFile`` (default ``~/.ssh/known_hosts``). Host keys are always checked: the
+known_hosts files are loaded and an unknown or changed key is refused (paramiko's RejectPolicy),
+whatever ``StrictHostKeyChecking`` says. Settings this channel cannot follow faithfully (another
+connection plugin, a proxy, a templated value) make the inventory :class:`Unsupported`: the caller
+then uses the playbook. Commands are argv lists, quoted for the remote shell; a command that needs
+root runs under ``sudo -n`` when the login user is not root (as Ansible's ``become``). Every connect
+and every command has a deadline; hosts run in parallel, as many as Ansible's forks.
+"""
+
+from __future__ import annotations
+
+import getpass
+import shlex
+import time
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import paramiko
+
+from fabtune.errors import ConfigError, PlaybookFailed
+
+CONNECT_TIMEOUT_S = 20
+COMMAND_TIMEOUT_S = 60
+MAX_OUTPUT = 1 << 20  # bytes kept of a command's stdout and of its stderr
+DEFAULT_KNOWN_HOSTS = ("~/.ssh/known_hosts", "/etc/ssh/ssh_known_hosts")
+SSH_CONNECTIONS = (None, "ssh", "smart", "paramiko", "paramiko_ssh", "ansible.builtin.ssh",
+                   "ansible.builtin.paramiko_ssh", "ansible.legacy.ssh")
+# ssh options that send the connection somewhere else than ansible_host:ansible_port
+PROXY_OPTIONS = ("proxycommand", "proxyjump")
+_POLL_S = 0.05
+
+
+class Unsupported(ConfigError):
+    """A host's connection settings that this channel cannot follow as Ansible does."""
+
+
+class HostKeyRejected(PlaybookFailed):
+    """Hosts whose SSH host key is not the one in their known_hosts (unknown or changed)."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """How to reach one inventory host, as Ansible does."""
+
+    host: str  # the inventory name
+    address: str
+    port: int
+    user: str
+    key_file: str | None
+    known_hosts: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Result:
+    """One host's command: ``rc`` None when it did not run to the end (``error`` says why)."""
+
+    host: str
+    rc: int | None
+    stdout: str
+    stderr: str
+    error: str | None = None
+    hostkey: bool = False  # the error is a refused host key
+
+    @property
+    def ok(self) -> bool:
+        return self.rc == 0
+
+
+def _ssh_options(host: str, vars_: Mapping[str, Any]) -> dict[str, str]:
+    """The ``-o Key=Value`` options (keys in lower case) of a host's ssh args; ``-J`` counts as ProxyJump.
+
+    Raises:
+        Unsupported: args that cannot be parsed.
+    """
+    words: list[str] = []
+    for var in ("ansible_ssh_common_args", "ansible_ssh_extra_args"):
+        text = vars_.get(var) or ""
+        try:
+            words += shlex.split(str(text))
+        except ValueError as err:
+            raise Unsupported(host, [f"{var}: {text!r} cannot be parsed: {err}"]) from err
+    options: dict[str, str] = {}
+    pending: str | None = None
+    for word in words:
+        if pending is not None:
+            option, pending = (word if pending == "-o" else f"ProxyJump={word}"), None
+        elif word in ("-o", "-J"):
+            pending = word
+            continue
+        elif word.startswith("-o"):
+            option = word[2:]
+        else:
+            continue
+        key, _sep, value = option.replace("=", " ", 1).partition(" ")
+        options.setdefault(key.strip().lower(), value.strip())  # ssh keeps an option's first value
+    return options
+
+
+def _value(host: str, vars_: Mapping[str, Any], *names: str) -> str | None:
+    """The first of ``names`` the host has, as text; a Jinja template is Unsupported."""
+    for name in names:
+        value = vars_.get(name)
+        if value is None:
+            continue
+        if not isinstance(value, (str, int)) or "{{" in str(value) or "{%" in str(value):
+            raise Unsupported(host, [f"{name}: {value!r} is not a plain value (only Ansible resolves it)"])
+        return str(value)
+    return None
+
+
+def _port(host: str, vars_: Mapping[str, Any]) -> int:
+    raw = _value(host, vars_, "ansible_port", "ansible_ssh_port") or "22"
+    if not raw.isdigit() or not 1 <= int(raw) <= 65535:
+        raise ConfigError(host, [f"ansible_port: {raw!r} is not a port number"])
+    return int(raw)
+
+
+def target(host: str, vars_: Mapping[str, Any]) -> Target:
+    """The connection settings Ansible uses for ``host`` (its hostvars ``vars_``).
+
+    Raises:
+        Unsupported: a connection this channel cannot make as Ansible would.
+        ConfigError: a port that is not one.
+    """
+    connection = _value(host, vars_, "ansible_connection")
+    if connection not in SSH_CONNECTIONS:
+        raise Unsupported(host, [f"ansible_connection: {connection!r} is not ssh"])
+    options = _ssh_options(host, vars_)
+    proxies = [k for k in PROXY_OPTIONS if k in options]
+    if proxies:
+        raise Unsupported(host, [f"ssh args: {proxies[0]} is not followed by the direct channel"])
+    files = options.get("userknownhostsfile")
+    known = tuple(str(Path(f).expanduser()) for f in (shlex.split(files) if files else DEFAULT_KNOWN_HOSTS))
+    key = _value(host, vars_, "ansible_ssh_private_key_file", "ansible_private_key_file")
+    return Target(
+        host=host,
+        address=_value(host, vars_, "ansible_host", "ansible_ssh_host") or host,
+        port=_port(host, vars_),
+        user=_value(host, vars_, "ansible_user", "ansible_ssh_user") or getpass.getuser(),
+        key_file=str(Path(key).expanduser()) if key else None,
+        known_hosts=known,
+    )
+
+
+def targets(hostvars: Mapping[str, Mapping[str, Any]], hosts: Sequence[str]) -> dict[str, Target]:
+    """``{host: Target}`` of ``hosts`` from the inventory's hostvars.
+
+    Raises:
+        Unsupported, ConfigError: as :func:`target`.
+    """
+    return {h: target(h, hostvars.get(h, {})) for h in hosts}
+
+
+def command_line(argv: Sequence[str], *, root: bool, user: str) -> str:
+    """The remote shell's command for ``argv``, each word quoted; ``root``: under ``sudo -n`` unless
+    ``user`` is root already (no password is ever sent: sudo must not ask)."""
+    words = ["sudo", "-n", "--", *argv] if root and user != "root" else list(argv)
+    return " ".join(shlex.quote(w) for w in words)
+
+
+def _client(t: Target, connect_timeout_s: float) -> paramiko.SSHClient:
+    """An SSH client connected to ``t``, its host key checked against ``t.known_hosts``.
+
+    Raises:
+        paramiko.BadHostKeyException, paramiko.SSHException, OSError: the connection failed.
+    """
+    client = paramiko.SSHClient()
+    for name in t.known_hosts:
+        if Path(name).is_file():
+            client.get_host_keys().load(name)
+    client.set_missing_host_key_policy(paramiko.RejectPolicy())
+    client.connect(
+        t.address, port=t.port, username=t.user, key_filename=t.key_file,
+        allow_agent=t.key_file is None, look_for_keys=t.key_file is None,
+        timeout=connect_timeout_s, banner_timeout=connect_timeout_s, auth_timeout=connect_timeout_s,
+        channel_timeout=connect_timeout_s,
+    )
+    return client
+
+
+def _collect(chan: paramiko.Channel, deadline: float) -> tuple[int, bytes, bytes]:
+    """Read a channel's output until its exit status.
+
+    Raises:
+        TimeoutError: past ``deadline`` (monotonic seconds).
+    """
+    out, err = bytearray(), bytearray()
+    while True:
+        while chan.recv_ready():
+            out += chan.recv(65536)[: max(0, MAX_OUTPUT - len(out))]
+        while chan.recv_stderr_ready():
+            err += chan.recv_stderr(65536)[: max(0, MAX_OUTPUT - len(err))]
+        if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
+            return chan.recv_exit_status(), bytes(out), bytes(err)
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError
+        chan.status_event.wait(min(remaining, _POLL_S))
+
+
+def run_one(t: Target, argv: Sequence[str], *, root: bool = False,
+            connect_timeout_s: float = CONNECT_TIMEOUT_S, timeout_s: float = COMMAND_TIMEOUT_S) -> Result:
+    """Run ``argv`` on ``t``; the result says what failed (never raises for one host's failure)."""
+    where = f"{t.user}@{t.address}:{t.port}"
+    try:
+        client = _client(t, connect_timeout_s)
+    except (paramiko.BadHostKeyException, paramiko.SSHException) as err:
+        hostkey = isinstance(err, paramiko.BadHostKeyException) or "not found in known_hosts" in str(err)
+        why = (f"host key of {where} unknown or changed (known_hosts: {', '.join(t.known_hosts)}): refused"
+               if hostkey else f"cannot connect to {where}: {err}")
+        return Result(t.host, None, "", "", why, hostkey=hostkey)
+    except (OSError, EOFError) as err:
+        return Result(t.host, None, "", "", f"cannot connect to {where}: {err or type(err).__name__}")
+    try:
+        chan = client.get_transport().open_session(timeout=connect_timeout_s)  # type: ignore[union-attr]
+        chan.exec_command(command_line(argv, root=root, user=t.user))
+        rc, out, errors = _collect(chan, time.monotonic() + timeout_s)
+        return Result(t.host, rc, out.decode(errors="replace"), errors.decode(errors="replace"))
+    except TimeoutError:
+        return Result(t.host, None, "", "", f"{argv[0]} on {where} did not finish within {timeout_s:g} s")
+    except (paramiko.SSHException, OSError, EOFError) as exc:
+        return Result(t.host, None, "", "", f"{argv[0]} on {where} failed: {exc or type(exc).__name__}")
+    finally:
+        client.close()
+
+
+def run(found: Mapping[str, Target], argv: Sequence[str], *, forks: int, root: bool = False,
+        connect_timeout_s: float = CONNECT_TIMEOUT_S,
+        timeout_s: float = COMMAND_TIMEOUT_S) -> dict[str, Result]:
+    """Run ``argv`` on every target, ``forks`` hosts at a time: ``{host: Result}``.
+
+    Raises:
+        HostKeyRejected: a host's key is unknown or changed (the others' results are lost with it:
+            nothing is trusted from a rack whose keys do not match).
+    """
+    hosts = sorted(found)
+    if not hosts:
+        return {}
+    workers = max(1, min(forks, len(hosts)))
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sshdirect") as pool:
+        done = list(pool.map(lambda h: run_one(found[h], argv, root=root, connect_timeout_s=connect_timeout_s,
+                                               timeout_s=timeout_s), hosts))
+    refused = [r for r in done if r.hostkey]
+    if refused:
+        raise HostKeyRejected("; ".join(f"{r.host}: {r.error}" for r in refused))
+    return {r.host: r for r in done}

@@ -1,0 +1,222 @@
+"""fabtune.sshdirect: connection settings from hostvars, and a real SSH server on loopback (paramiko's
+own server side): host keys checked, deadlines kept, argv quoted, sudo only for a non-root login."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import paramiko
+import pytest
+
+from fabtune import ansible, sshdirect
+from fabtune.errors import ConfigError
+from fabtune.inventory import InventoryInfo
+from fabtune.tune import backend as backend_mod
+from fabtune.tune.backend import AnsibleBackend, extend_result
+from fabtune.tune.loop import reverted_hosts
+
+
+def test_settings_come_from_the_hosts_ansible_variables(tmp_path: Path) -> None:
+    t = sshdirect.target("h01", {
+        "ansible_host": "10.0.0.5", "ansible_port": 2222, "ansible_user": "ops",
+        "ansible_ssh_private_key_file": "/k/id", "ansible_ssh_common_args":
+            f"-o UserKnownHostsFile='{tmp_path}/kh {tmp_path}/kh2' -o StrictHostKeyChecking=yes -C",
+    })
+    assert (t.address, t.port, t.user, t.key_file) == ("10.0.0.5", 2222, "ops", "/k/id")
+    assert t.known_hosts == (f"{tmp_path}/kh", f"{tmp_path}/kh2")
+    other = sshdirect.target("h02", {"ansible_ssh_extra_args": "-oUserKnownHostsFile=/a/kh"})
+    assert other.address == "h02" and other.port == 22 and other.known_hosts == ("/a/kh",)
+    assert sshdirect.target("h03", {}).known_hosts[0] == str(Path("~/.ssh/known_hosts").expanduser())
+
+
+@pytest.mark.parametrize("hostvars", [
+    {"ansible_connection": "local"}, {"ansible_ssh_common_args": "-o ProxyCommand='ssh -W %h:%p b'"},
+    {"ansible_ssh_common_args": "-J bastion"}, {"ansible_host": "{{ inventory_hostname }}.x"},
+])
+def test_settings_the_channel_cannot_follow_are_unsupported(hostvars: dict[str, Any]) -> None:
+    with pytest.raises(sshdirect.Unsupported):
+        sshdirect.target("h01", hostvars)
+
+
+def test_a_port_that_is_not_one_is_refused() -> None:
+    with pytest.raises(ConfigError, match="ansible_port: '99999'"):
+        sshdirect.target("h01", {"ansible_port": 99999})
+
+
+def test_commands_are_quoted_argv_and_sudo_only_for_a_non_root_login() -> None:
+    argv = ["/usr/local/sbin/fabtune-revert", "--extend", "r; rm -rf /", "40"]
+    assert sshdirect.command_line(argv, root=True, user="root") == \
+        "/usr/local/sbin/fabtune-revert --extend 'r; rm -rf /' 40"
+    assert sshdirect.command_line(argv, root=True, user="ops").startswith("sudo -n -- /usr/local/sbin/")
+    assert sshdirect.command_line(argv, root=False, user="ops").startswith("/usr/local/sbin/")
+
+
+class _Server(paramiko.ServerInterface):
+    """Accepts the client key; a command ``sleep`` never answers, any other is echoed with rc 0."""
+
+    def __init__(self, client_key: paramiko.PKey, commands: list[str]) -> None:
+        self.client_key = client_key
+        self.commands = commands
+
+    def get_allowed_auths(self, username: str) -> str:
+        return "publickey"
+
+    def check_auth_publickey(self, username: str, key: paramiko.PKey) -> int:
+        ok = key.get_base64() == self.client_key.get_base64()
+        return int(paramiko.common.AUTH_SUCCESSFUL if ok else paramiko.common.AUTH_FAILED)
+
+    def check_channel_request(self, kind: str, chanid: int) -> int:
+        return int(paramiko.common.OPEN_SUCCEEDED)
+
+    def check_channel_exec_request(self, channel: paramiko.Channel, command: bytes) -> bool:
+        text = command.decode()
+        self.commands.append(text)
+        if not text.startswith("sleep"):
+            def answer() -> None:
+                channel.sendall(b'{"armed": true, "deadline": 123.0, "reverted": false}\n')
+                channel.send_exit_status(0)
+            threading.Thread(target=answer, daemon=True).start()
+        return True
+
+
+@pytest.fixture
+def sshd(tmp_path: Path) -> Iterator[dict[str, Any]]:
+    host_key = paramiko.ECDSAKey.generate()
+    client_key = paramiko.ECDSAKey.generate()
+    client_key.write_private_key_file(str(tmp_path / "id"))
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    port = listener.getsockname()[1]
+    commands: list[str] = []
+    transports: list[paramiko.Transport] = []
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _addr = listener.accept()
+            except OSError:
+                return
+            transport = paramiko.Transport(conn)
+            transport.add_server_key(host_key)
+            transport.start_server(server=_Server(client_key, commands))
+            transports.append(transport)
+
+    threading.Thread(target=serve, daemon=True).start()
+    known = tmp_path / "known_hosts"
+    known.write_text(f"[127.0.0.1]:{port} {host_key.get_name()} {host_key.get_base64()}\n")
+    yield {"port": port, "known": known, "key": tmp_path / "id", "commands": commands, "host_key": host_key}
+    listener.close()
+    for transport in transports:
+        transport.close()
+
+
+def _target(sshd: dict[str, Any], known: Path) -> sshdirect.Target:
+    return sshdirect.target("h01", {"ansible_host": "127.0.0.1", "ansible_port": sshd["port"],
+                                    "ansible_user": "ops", "ansible_ssh_private_key_file": str(sshd["key"]),
+                                    "ansible_ssh_common_args": f"-o UserKnownHostsFile={known}"})
+
+
+def test_a_command_runs_with_the_known_host_key_and_sudo(sshd: dict[str, Any]) -> None:
+    done = sshdirect.run({"h01": _target(sshd, sshd["known"])}, ["fabtune-revert", "--extend", "r1", "40"],
+                         forks=4, root=True)
+    assert done["h01"].ok and '"armed": true' in done["h01"].stdout
+    assert sshd["commands"] == ["sudo -n -- fabtune-revert --extend r1 40"]
+    task = extend_result(done["h01"])
+    assert task.event == "runner_on_ok" and task.result["deadline"] == 123.0
+
+
+@pytest.mark.parametrize("known_text", ["", "[127.0.0.1]:{port} ecdsa-sha2-nistp256 {other}\n"])
+def test_an_unknown_or_changed_host_key_is_refused(sshd: dict[str, Any], tmp_path: Path,
+                                                   known_text: str) -> None:
+    other = paramiko.ECDSAKey.generate().get_base64()
+    known = tmp_path / "other_known_hosts"
+    known.write_text(known_text.format(port=sshd["port"], other=other))
+    refused = r"h01: host key of ops@127.0.0.1:\d+ unknown or changed"
+    with pytest.raises(sshdirect.HostKeyRejected, match=refused):
+        sshdirect.run({"h01": _target(sshd, known)}, ["true"], forks=1)
+    assert sshd["commands"] == []  # nothing ran on a host that is not the one known
+
+
+def test_a_command_past_its_deadline_is_given_up(sshd: dict[str, Any]) -> None:
+    done = sshdirect.run({"h01": _target(sshd, sshd["known"])}, ["sleep", "600"], forks=1, timeout_s=0.5)
+    assert done["h01"].rc is None and "did not finish within 0.5 s" in str(done["h01"].error)
+    task = extend_result(done["h01"])
+    assert task.event == "runner_on_unreachable" and task.failed
+
+
+def test_a_host_that_does_not_answer_is_unreachable_by_its_connect_deadline() -> None:
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    closed.close()
+    t = sshdirect.target("h09", {"ansible_host": "127.0.0.1", "ansible_port": port})
+    done = sshdirect.run({"h09": t}, ["true"], forks=1, connect_timeout_s=2)
+    assert done["h09"].rc is None and "cannot connect to" in str(done["h09"].error)
+
+
+def test_a_reverted_host_reads_as_the_modules_reverted_failure() -> None:
+    gone = sshdirect.Result("h02", 3, '{"reverted": true, "msg": "run r1 was already reverted"}\n', "")
+    task = extend_result(gone)
+    assert task.event == "runner_on_failed" and task.result["reverted"] is True
+    outcome = ansible.RunOutcome("failed", 2, {"failures": {"h02": 1}}, (task,), Path("/x"))
+    assert reverted_hosts(outcome) == ["h02"]
+
+
+def _backend(tmp_path: Path) -> AnsibleBackend:
+    info = InventoryInfo(tmp_path / "inv.yml", "rack", "roce", ("h01", "h02"), (), "mpirun", None)
+    return AnsibleBackend(info, deadline_s=45)
+
+
+def test_the_backend_extends_over_the_direct_channel(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("FABTUNE_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(backend_mod, "host_vars", lambda path: {
+        "h01": {"ansible_host": "10.9.0.1", "ansible_user": "ops"}, "h02": {"ansible_host": "10.9.0.2"}})
+    seen: dict[str, Any] = {}
+
+    def direct(found: dict[str, sshdirect.Target], argv: list[str], **kw: Any) -> dict[str, Any]:
+        seen.update(found=found, argv=argv, **kw)
+        ok = '{"armed": true, "deadline": 9.0, "reverted": false}\n'
+        return {"h01": sshdirect.Result("h01", 0, ok, ""),
+                "h02": sshdirect.Result("h02", 3, '{"reverted": true, "msg": "already reverted"}', "")}
+
+    monkeypatch.setattr(sshdirect, "run", direct)
+    monkeypatch.setattr(ansible, "run_playbook", lambda *a, **k: pytest.fail("no playbook when direct"))
+    watched: list[str] = []
+
+    class Watch:
+        def task(self, kind: str, result: ansible.TaskResult) -> None:
+            watched.append(f"task {kind} {result.host}")
+
+        def finished(self, kind: str, outcome: ansible.RunOutcome) -> None:
+            watched.append(f"finished {kind} {outcome.status}")
+
+    with ansible.observing(Watch()):
+        outcome = _backend(tmp_path).extend("r1", hosts=["h02", "h01"])
+    assert seen["argv"] == ["/usr/local/sbin/fabtune-revert", "--extend", "r1", "45"] and seen["root"] is True
+    assert sorted(seen["found"]) == ["h01", "h02"] and seen["found"]["h01"].user == "ops"
+    assert reverted_hosts(outcome) == ["h02"] and outcome.failed_hosts == ["h02"]
+    assert outcome.results("Extend the revert deadline (the controller is alive)")["h01"]["deadline"] == 9.0
+    assert watched[-1] == "finished extend failed" and (outcome.artifact_dir / "results.json").is_file()
+
+
+def test_the_backend_extends_through_the_playbook_where_the_channel_cannot_follow(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(backend_mod, "host_vars", lambda path: {
+        "h01": {"ansible_connection": "community.docker.docker"}, "h02": {}})
+    monkeypatch.setattr(sshdirect, "run", lambda *a, **k: pytest.fail("no direct channel"))
+    calls: list[Any] = []
+    sentinel = object()
+
+    def playbook(*args: Any, **kwargs: Any) -> object:
+        calls.append((args, kwargs))
+        return sentinel
+
+    monkeypatch.setattr(ansible, "run_playbook", playbook)
+    assert _backend(tmp_path).extend("r1") is sentinel
+    assert calls[0][0][0] == "extend.yml" and calls[0][1]["extravars"] == {
+        "fabric_run_id": "r1", "fabric_revert_deadline_s": 45}
