@@ -72,13 +72,13 @@ from fabtune.sim.model import collective
 from fabtune.sim.model.calibration import TUNED_SWITCH
 from fabtune.sim.model.collective import bus_factor
 from fabtune.sim.model.config import (
-    DEFAULT_DSCP2PRIO,
     CollectiveOp,
     FabricConfig,
     HostConfig,
     NicConfig,
     SmConfig,
 )
+from fabtune.sim.observe import merge_knobs, nic_from_knobs
 from fabtune.tune.loop import TuneOptions, Tuner, TuneResult
 from fabtune.tune.measure import Batch, MeasureSpec, Sample
 from fabtune.tune.pairs import PairRound
@@ -96,39 +96,6 @@ FACTORY: dict[str, Any] = {
 MEASURED_S = {"apply": 10.9, "confirm": 2.0}  # one wave, the 2-host testbed (the lead's measurement)
 PAIR_RUN_S = 4.0  # an assumption: ib_write_bw -D 2, plus server start and rdma_cm connection
 STATES = ("factory-defaults", "already-tuned")
-
-
-def _flags(prios: Any) -> tuple[bool, ...]:
-    on = {int(p) for p in prios or ()}
-    return tuple(p in on for p in range(8))
-
-
-def nic_model(port: NicConfig, knobs: Mapping[str, Any]) -> NicConfig:
-    """The model's port with the knobs of a host's desired/fact tree (``nics.<netdev>``)."""
-    dmap = list(DEFAULT_DSCP2PRIO)
-    for dscp, prio in (knobs.get("dscp2prio") or {}).items():
-        dmap[int(dscp)] = int(prio)
-    ecn = knobs.get("ecn") or {}
-    return dataclasses.replace(
-        port, trust=knobs.get("trust", port.trust), dscp2prio=tuple(dmap), pfc=_flags(knobs.get("pfc")),
-        ecn_np=_flags(ecn.get("np")), ecn_rp=_flags(ecn.get("rp")),
-        cnp_dscp=int(knobs.get("cnp_dscp", port.cnp_dscp)),
-        cnp_prio=int(knobs.get("cnp_prio", port.cnp_prio)),
-        roce_tos=int(knobs.get("roce_tos", port.roce_tos)),
-        mtu=int(knobs.get("mtu", port.mtu)), roce_mode=int(knobs.get("roce_mode", port.roce_mode)),
-    )  # fmt: skip
-
-
-def _merge(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
-    """A port's knobs after an apply: maps (dscp2prio, ecn) merged per key, other knobs replaced
-    (as the collection's ``fabric_apply.merge_persisted`` does)."""
-    out = copy.deepcopy(dict(old))
-    for key, value in new.items():
-        if key in ("dscp2prio", "ecn") and isinstance(out.get(key), dict) and isinstance(value, dict):
-            out[key] = {**out[key], **copy.deepcopy(value)}
-        else:
-            out[key] = copy.deepcopy(value)
-    return out
 
 
 def waves(hosts: int, forks: int) -> int:
@@ -179,7 +146,8 @@ class ModelRack:
             tree = self.state[name]
             key = json.dumps(tree, sort_keys=True)
             if key not in shared:
-                nics = tuple(nic_model(p, (tree.get("nics") or {}).get(p.netdev, {})) for p in self.ports)
+                knobs = tree.get("nics") or {}
+                nics = tuple(nic_from_knobs(p, knobs.get(p.netdev, {})) for p in self.ports)
                 env = tuple(sorted((k, str(v)) for k, v in (tree.get("nccl") or {}).items()))
                 shared[key] = nics, env
             nics, env = shared[key]
@@ -204,7 +172,7 @@ class ModelRack:
                 self.state[host] = copy.deepcopy(dict(tree))
                 continue
             old = self.state[host]
-            nics = {dev: _merge((old.get("nics") or {}).get(dev, {}), knobs)
+            nics = {dev: merge_knobs((old.get("nics") or {}).get(dev, {}), knobs)
                     for dev, knobs in (tree.get("nics") or {}).items()}
             self.state[host] = {**copy.deepcopy(dict(tree)), "nics": nics}
         self.fabric = self._model()

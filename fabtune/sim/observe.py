@@ -19,6 +19,7 @@ them during the benchmarks' out-of-band handshake.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import os
@@ -28,6 +29,7 @@ from typing import Any, cast
 
 from fabtune.formats import parse_nccl_conf
 from fabtune.sim.model.config import (
+    DEFAULT_DSCP2PRIO,
     Distance,
     FabricConfig,
     FabricKind,
@@ -171,6 +173,36 @@ def local_host(environ: Mapping[str, str] | None = None, state: NodeState | None
 def _prio_flags(prios: Any) -> tuple[bool, ...]:
     on = {int(p) for p in prios or ()}
     return tuple(p in on for p in range(8))
+
+
+def nic_from_knobs(port: NicConfig, knobs: Mapping[str, Any]) -> NicConfig:
+    """The model's port with one NIC's knobs as a desired-state or facts tree holds them
+    (``nics.<netdev>``): for model-backed stand-ins of a rack (bench/projection.py, the unit tests'
+    model rack) that keep state as trees instead of as emulated hosts."""
+    dmap = list(DEFAULT_DSCP2PRIO)
+    for dscp, prio in (knobs.get("dscp2prio") or {}).items():
+        dmap[int(dscp)] = int(prio)
+    ecn = knobs.get("ecn") or {}
+    return dataclasses.replace(
+        port, trust=knobs.get("trust", port.trust), dscp2prio=tuple(dmap), pfc=_prio_flags(knobs.get("pfc")),
+        ecn_np=_prio_flags(ecn.get("np")), ecn_rp=_prio_flags(ecn.get("rp")),
+        cnp_dscp=int(knobs.get("cnp_dscp", port.cnp_dscp)),
+        cnp_prio=int(knobs.get("cnp_prio", port.cnp_prio)),
+        roce_tos=int(knobs.get("roce_tos", port.roce_tos)), mtu=int(knobs.get("mtu", port.mtu)),
+        roce_mode=int(knobs.get("roce_mode", port.roce_mode)),
+    )  # fmt: skip
+
+
+def merge_knobs(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    """A port's knobs after an apply of ``new``: maps (dscp2prio, ecn) merged per key, the other
+    knobs replaced (as the collection's ``fabric_apply.merge_persisted`` does)."""
+    out = copy.deepcopy(dict(old))
+    for key, value in new.items():
+        if key in ("dscp2prio", "ecn") and isinstance(out.get(key), dict) and isinstance(value, dict):
+            out[key] = {**out[key], **copy.deepcopy(value)}
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
 
 
 def switch_config(raw: Mapping[str, Any], hosts: int) -> SwitchConfig:

@@ -19,14 +19,11 @@ from fabtune.testbed.spec import TestbedSpec
 from fabtune.tune import run as tune_run
 from fabtune.tune.state import differences
 from tests.integration.conftest import make_testbed
-from tests.integration.tunerack import current_state, inventory
+from tests.integration.tunerack import TUNED_NCCL, TUNED_NICS, current_state, inventory
 
 pytestmark = pytest.mark.testbed
 
-# Every host as the switches expect (lossless priority 3, DSCP trust, ToS 106, MTU 4200).
-TUNED = {"trust": "dscp", "pfc": [0, 0, 0, 1, 0, 0, 0, 0], "ecn_np": [0, 0, 0, 1, 0, 0, 0, 0],
-         "ecn_rp": [0, 0, 0, 1, 0, 0, 0, 0], "roce_tos": 106, "mtu": 4200}
-NCCL = {"NCCL_IB_TC": 106}
+TUNED, NCCL = TUNED_NICS, TUNED_NCCL  # every host tuned but the odd ones (the overrides below)
 
 
 @pytest.fixture(scope="module")

@@ -14,6 +14,11 @@ from tests.integration.conftest import make_testbed
 
 FACTORY_NICS = {"trust": "pcp", "pfc": [0] * 8, "roce_tos": 0, "mtu": 1500}
 FAST = {"max_runs": 6, "baseline_runs": 4, "skip_groups": ["qps", "gdr"]}
+# Every NIC as the switches expect (lossless priority 3, DSCP trust, ToS 106, MTU 4200), and the
+# nccl.conf that puts NCCL's traffic in that class: a tuned rack, for racks with one odd host.
+TUNED_NICS = {"trust": "dscp", "pfc": [0, 0, 0, 1, 0, 0, 0, 0], "ecn_np": [0, 0, 0, 1, 0, 0, 0, 0],
+              "ecn_rp": [0, 0, 0, 1, 0, 0, 0, 0], "roce_tos": 106, "mtu": 4200}
+TUNED_NCCL = {"NCCL_IB_TC": 106}
 State = dict[str, dict[str, object]]
 
 

@@ -32,7 +32,6 @@ from fabtune.bench.parsers import show_gids
 from fabtune.bench.schedule import covering_rounds, incast_stage
 from fabtune.sim.model import best_config, collective, expected_busbw, p2p
 from fabtune.sim.model.config import (
-    DEFAULT_DSCP2PRIO,
     DEFAULT_GIDS,
     CollectiveOp,
     Distance,
@@ -43,6 +42,7 @@ from fabtune.sim.model.config import (
     NicConfig,
     SwitchConfig,
 )
+from fabtune.sim.observe import merge_knobs, nic_from_knobs
 from fabtune.tune.measure import Batch, FailedRun, Sample
 from fabtune.tune.pairs import PairRound
 from tests.conftest import fixture_text
@@ -67,38 +67,6 @@ class Hardware:
         return next((i for i, g in enumerate(self.gids) if (g.version, g.scope) == ("v2", "ipv4")), None)
 
 
-def _flags(prios: Any) -> tuple[bool, ...]:
-    on = {int(p) for p in prios or ()}
-    return tuple(p in on for p in range(8))
-
-
-def nic_model(port: NicConfig, knobs: Mapping[str, Any]) -> NicConfig:
-    """The model's port with one NIC's knobs (``nics.<netdev>`` of a state tree)."""
-    dmap = list(DEFAULT_DSCP2PRIO)
-    for dscp, prio in (knobs.get("dscp2prio") or {}).items():
-        dmap[int(dscp)] = int(prio)
-    ecn = knobs.get("ecn") or {}
-    return dataclasses.replace(
-        port, trust=knobs.get("trust", port.trust), dscp2prio=tuple(dmap), pfc=_flags(knobs.get("pfc")),
-        ecn_np=_flags(ecn.get("np")), ecn_rp=_flags(ecn.get("rp")),
-        cnp_dscp=int(knobs.get("cnp_dscp", port.cnp_dscp)),
-        cnp_prio=int(knobs.get("cnp_prio", port.cnp_prio)),
-        roce_tos=int(knobs.get("roce_tos", port.roce_tos)), mtu=int(knobs.get("mtu", port.mtu)),
-        roce_mode=int(knobs.get("roce_mode", port.roce_mode)),
-    )  # fmt: skip
-
-
-def merge(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
-    """A port's knobs after an apply: dscp2prio and ecn merged per key, the other knobs replaced."""
-    out = copy.deepcopy(dict(old))
-    for key, value in new.items():
-        if key in ("dscp2prio", "ecn") and isinstance(out.get(key), dict) and isinstance(value, dict):
-            out[key] = {**out[key], **copy.deepcopy(value)}
-        else:
-            out[key] = copy.deepcopy(value)
-    return out
-
-
 class ModelRack:
     """The loop's backend (``fabtune.tune.loop.Backend``) over the fabric model; see the module."""
 
@@ -120,7 +88,7 @@ class ModelRack:
         for name, tree in self.state.items():
             hw = self.hardware[name]
             port = NicConfig(rate_gbps=RATE_GBPS, gids=hw.gids, gpu_distance=hw.gpu_distance)
-            nic = nic_model(port, (tree.get("nics") or {}).get(port.netdev, {}))
+            nic = nic_from_knobs(port, (tree.get("nics") or {}).get(port.netdev, {}))
             env = tuple(sorted((k, str(v)) for k, v in (tree.get("nccl") or {}).items()))
             hosts.append(HostConfig(name, (nic,), gpus=self.gpus, nccl_env=env))
         return FabricConfig("roce", tuple(hosts), SWITCH, seed=self.seed)
@@ -155,7 +123,7 @@ class ModelRack:
                 self.state[host] = copy.deepcopy(dict(tree))
                 continue
             old = self.state[host]
-            nics = {dev: merge((old.get("nics") or {}).get(dev, {}), knobs)
+            nics = {dev: merge_knobs((old.get("nics") or {}).get(dev, {}), knobs)
                     for dev, knobs in (tree.get("nics") or {}).items()}
             self.state[host] = {**copy.deepcopy(dict(tree)), "nics": nics}
         return self._ok()
