@@ -56,7 +56,9 @@ def test_a_signal_mid_playbook_cancels_it_then_acts_as_before(
     def stop(_signum: int, _frame: object) -> None:
         raise Stopped
 
+    # A pytest-xdist worker ignores SIGINT: give both signals the handlers a CLI process has.
     before = signal.signal(signal.SIGTERM, stop)
+    before_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         timer = threading.Timer(4.0, os.kill, (os.getpid(), sig))
         timer.start()
@@ -70,14 +72,19 @@ def test_a_signal_mid_playbook_cancels_it_then_acts_as_before(
         assert signal.getsignal(signal.SIGTERM) is stop  # the caller's handler is back
     finally:
         signal.signal(signal.SIGTERM, before)
+        signal.signal(signal.SIGINT, before_int)
 
 
 def test_after_a_run_the_handlers_are_the_callers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FABTUNE_HOME", str(tmp_path / "home"))
     book, inventory = _book(tmp_path, "0.1")
-    outcome = ansible.run_playbook(book, inventory, timeout_s=120)
-    assert outcome.ok
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    before_int = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        outcome = ansible.run_playbook(book, inventory, timeout_s=120)
+        assert outcome.ok
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, before_int)
 
 
 def test_a_run_past_its_deadline_is_a_timeout_and_leaves_nothing_running(
