@@ -78,7 +78,7 @@ from fabtune.sim.model.config import (
     NicConfig,
     SmConfig,
 )
-from fabtune.sim.observe import merge_knobs, nic_from_knobs
+from fabtune.sim.observe import applied_tree, nic_from_knobs
 from fabtune.tune.loop import TuneOptions, Tuner, TuneResult
 from fabtune.tune.measure import Batch, MeasureSpec, Sample
 from fabtune.tune.pairs import PairRound
@@ -168,13 +168,7 @@ class ModelRack:
               roles: Sequence[str] | None = None) -> RunOutcome:
         self.costs.calls["rollback apply" if exact else "armed apply"] += 1
         for host, tree in desired.items():
-            if exact:
-                self.state[host] = copy.deepcopy(dict(tree))
-                continue
-            old = self.state[host]
-            nics = {dev: merge_knobs((old.get("nics") or {}).get(dev, {}), knobs)
-                    for dev, knobs in (tree.get("nics") or {}).items()}
-            self.state[host] = {**copy.deepcopy(dict(tree)), "nics": nics}
+            self.state[host] = applied_tree(self.state[host], tree, exact)
         self.fabric = self._model()
         return self.ok
 

@@ -205,6 +205,16 @@ def merge_knobs(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any
     return out
 
 
+def applied_tree(old: Mapping[str, Any], tree: Mapping[str, Any], exact: bool = False) -> dict[str, Any]:
+    """A host's state tree after an apply of ``tree``: each NIC's knobs merged (:func:`merge_knobs`),
+    or, ``exact`` (a rollback to a snapshot), ``tree`` as it is."""
+    if exact:
+        return copy.deepcopy(dict(tree))
+    nics = {dev: merge_knobs((old.get("nics") or {}).get(dev, {}), knobs)
+            for dev, knobs in (tree.get("nics") or {}).items()}
+    return {**copy.deepcopy(dict(tree)), "nics": nics}
+
+
 def switch_config(raw: Mapping[str, Any], hosts: int) -> SwitchConfig:
     """``SwitchConfig`` from ``fabric.json``'s ``"switch"`` entry."""
     per_leaf = int(raw.get("nodes_per_leaf", 32))

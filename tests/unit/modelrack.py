@@ -42,7 +42,7 @@ from fabtune.sim.model.config import (
     NicConfig,
     SwitchConfig,
 )
-from fabtune.sim.observe import merge_knobs, nic_from_knobs
+from fabtune.sim.observe import applied_tree, nic_from_knobs
 from fabtune.tune.measure import Batch, FailedRun, Sample
 from fabtune.tune.pairs import PairRound
 from tests.conftest import fixture_text
@@ -119,13 +119,7 @@ class ModelRack:
               roles: Sequence[str] | None = None) -> RunOutcome:
         self.touched.append(("rollback" if exact else "apply", sorted(desired)))
         for host, tree in desired.items():
-            if exact:
-                self.state[host] = copy.deepcopy(dict(tree))
-                continue
-            old = self.state[host]
-            nics = {dev: merge_knobs((old.get("nics") or {}).get(dev, {}), knobs)
-                    for dev, knobs in (tree.get("nics") or {}).items()}
-            self.state[host] = {**copy.deepcopy(dict(tree)), "nics": nics}
+            self.state[host] = applied_tree(self.state[host], tree, exact)
         return self._ok()
 
     def confirm(self, run_id: str, *, hosts: Sequence[str] | None = None) -> RunOutcome:
