@@ -65,9 +65,9 @@ from pathlib import Path
 from typing import Any
 
 from fabtune.ansible import RunOutcome
-from fabtune.bench.deadline import sweep
-from fabtune.bench.diagnose import Diagnosis
 from fabtune.journal import Journal
+from fabtune.perf.deadline import sweep
+from fabtune.perf.diagnose import Diagnosis
 from fabtune.sim.model import collective
 from fabtune.sim.model.calibration import TUNED_SWITCH
 from fabtune.sim.model.collective import bus_factor

@@ -23,7 +23,7 @@ Bus bandwidth reference (GB/s)::
     busbw_ref = R x C_min / 8
 
 ``R`` is the number of RDMA NICs per host (fewest over hosts), ``C_min`` the lowest physical
-goodput ceiling over every rail in Gb/s (``fabtune.bench.pairs.rail_ceiling``: link rate less
+goodput ceiling over every rail in Gb/s (``fabtune.perf.pairs.rail_ceiling``: link rate less
 header overhead at the port's MTU). A multi-node ring all_reduce moves, per GPU, the bus
 bandwidth a node's rails carry, so it can approach but never exceed ``R x C / 8``; NCCL's own
 protocol overhead and the message-size ramp keep a healthy rack at about 0.9 of it at 8 GiB, so
@@ -44,14 +44,6 @@ from typing import Any
 from fabtune import ansible
 from fabtune.advise.gate import GateResult, Goal, gate
 from fabtune.advise.measured import from_steps
-from fabtune.bench import checks, diagnose, nccl, pairs
-from fabtune.bench.argv import NcclOptions, PerftestOptions
-from fabtune.bench.checkrun import static_checks
-from fabtune.bench.checks import CheckResult
-from fabtune.bench.deadline import timed_out
-from fabtune.bench.fabric import HostView, read_hosts
-from fabtune.bench.parsers.ibstat import IbStat
-from fabtune.bench.schedule import Pair, pair_rounds
 from fabtune.changes import knob_changes
 from fabtune.errors import ExitStatus, FabtuneError
 from fabtune.events import Event, quiet
@@ -59,6 +51,14 @@ from fabtune.hostpackages import check_tools
 from fabtune.inventory import InventoryInfo, read_inventory
 from fabtune.journal import Journal
 from fabtune.lifecycle import RunContext, journaled_run
+from fabtune.perf import checks, diagnose, nccl, pairs
+from fabtune.perf.argv import NcclOptions, PerftestOptions
+from fabtune.perf.checkrun import static_checks
+from fabtune.perf.checks import CheckResult
+from fabtune.perf.deadline import timed_out
+from fabtune.perf.fabric import HostView, read_hosts
+from fabtune.perf.parsers.ibstat import IbStat
+from fabtune.perf.schedule import Pair, pair_rounds
 from fabtune.profile import Profile, check_against_rack
 
 

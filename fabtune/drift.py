@@ -24,10 +24,6 @@ from pathlib import Path
 from typing import Any
 
 from fabtune import ansible
-from fabtune.bench import nccl, pairs
-from fabtune.bench.argv import NcclOptions, PerftestOptions
-from fabtune.bench.fabric import HostView, read_hosts
-from fabtune.bench.schedule import Pair, covering_rounds, rail_pairs
 from fabtune.changes import knob_changes
 from fabtune.desired import TunedState, load_tuned, tuned_path
 from fabtune.errors import ConfigError, ExitStatus, FabtuneError, PlaybookFailed
@@ -35,6 +31,10 @@ from fabtune.events import Event, quiet
 from fabtune.inventory import InventoryInfo
 from fabtune.journal import Journal
 from fabtune.lifecycle import RunContext, journaled_run
+from fabtune.perf import nccl, pairs
+from fabtune.perf.argv import NcclOptions, PerftestOptions
+from fabtune.perf.fabric import HostView, read_hosts
+from fabtune.perf.schedule import Pair, covering_rounds, rail_pairs
 from fabtune.profile import HOSTS_SECTION, check_against_rack, load_profile, validate_desired
 
 VALIDATE_MODULE = "fabric_validate"

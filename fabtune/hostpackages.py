@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Literal
 
 from fabtune import ansible
-from fabtune.bench.checks import CheckResult
 from fabtune.inventory import InventoryInfo
+from fabtune.perf.checks import CheckResult
 
 Family = Literal["debian", "rhel", "unknown"]
 # Ansible's ansible_os_family for the two families fabtune names packages for.
@@ -68,6 +68,9 @@ TOOLS: Mapping[str, HostTool] = {
         HostTool("systemd-run", "systemd", "systemd", "tune (commit-confirmed revert timer)"),
         HostTool("timeout", "coreutils", "coreutils", "bench, tune (benchmark deadlines)"),
         HostTool("opensm", "opensm", "opensm", "subnet manager hosts (ib_sm)"),
+        # optional: never in needs(); without it the inventory's fabtune_lossless or a guess decides
+        HostTool("lldptool", "lldpad", "lldpad",
+                 "tune: the lossless class the switch advertises over LLDP (optional)"),
     )
 }
 # A need met by any one of its tools.

@@ -1,7 +1,7 @@
 """Link physics of one RDMA port: the active RDMA MTU, the bytes each packet adds on the wire and the
 goodput ceiling those leave of the link rate.
 
-The product's acceptance thresholds (``fabtune.bench.pairs.rail_ceiling``) and the emulator's fabric
+The product's acceptance thresholds (``fabtune.perf.pairs.rail_ceiling``) and the emulator's fabric
 model (``fabtune.sim.model.link``) use these same functions, so a pair judged at its ceiling is
 judged against what the model can deliver. Sources are the rows of ``../shared/calibration.md``
 (cal §x), tagged as there: [S] sourced, [D] derived from sourced numbers, [E] estimate.

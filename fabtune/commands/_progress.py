@@ -3,7 +3,7 @@
 Events are ``(kind, message, data)`` (:mod:`fabtune.events`), the one type every library emits: the
 tuning loop's (``run``, ``phase``, ``baseline``, ``move``, ``measure``, ``decision``, ``rollback``),
 bootstrap's and drift's ``phase`` events, and the pair rounds' ``round`` events with ``round``,
-``rounds`` and ``eta_s`` (``fabtune.bench.pairs.run_rounds``). On a terminal: a line per event, a
+``rounds`` and ``eta_s`` (``fabtune.perf.pairs.run_rounds``). On a terminal: a line per event, a
 spinner with the current phase, a bar and the ETA for rounds. Not on a terminal: ``[  12s] kind:
 message`` lines on stderr. With ``jsonl``: one JSON object per event on stdout (``t``, ``kind``,
 ``message`` and the event's data), for automation.

@@ -8,14 +8,14 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from fabtune.bench import nccl, pairs
-from fabtune.bench.argv import NCCL_TESTS, PERFTEST_VERBS, NcclOptions, PerftestOptions
-from fabtune.bench.fabric import read_hosts
-from fabtune.bench.schedule import incast_stage, pair_rounds
 from fabtune.commands import _console
 from fabtune.commands._common import INVENTORY_OPTION, OOB_OPTION, ResultOutput, require_file, result_output
 from fabtune.errors import BenchmarkError, ConfigError
 from fabtune.inventory import read_inventory
+from fabtune.perf import nccl, pairs
+from fabtune.perf.argv import NCCL_TESTS, PERFTEST_VERBS, NcclOptions, PerftestOptions
+from fabtune.perf.fabric import read_hosts
+from fabtune.perf.schedule import incast_stage, pair_rounds
 
 
 @click.group("bench")

@@ -7,10 +7,10 @@ from pathlib import Path
 import click
 from rich.table import Table
 
-from fabtune.bench.checkrun import run_checks
 from fabtune.commands import _console
 from fabtune.commands._common import INVENTORY_OPTION, OOB_OPTION, ResultOutput, require_file, result_output
 from fabtune.errors import ChecksFailed
+from fabtune.perf.checkrun import run_checks
 
 STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red"}
 

@@ -14,7 +14,9 @@ import click
 from rich.table import Table
 from rich.text import Text
 
-from fabtune.bench.parsers import (
+from fabtune.commands._common import ResultOutput, result_output
+from fabtune.errors import ConfigError, ParseError
+from fabtune.perf.parsers import (
     dcb,
     ethtool,
     ibdev2netdev,
@@ -26,8 +28,6 @@ from fabtune.bench.parsers import (
     show_gids,
     topo,
 )
-from fabtune.commands._common import ResultOutput, result_output
-from fabtune.errors import ConfigError, ParseError
 
 PARSERS: dict[str, Callable[[str], Any]] = {
     "ib_write_bw": perftest.parse,

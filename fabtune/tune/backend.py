@@ -10,13 +10,13 @@ from pathlib import Path
 from typing import Any
 
 from fabtune import ansible, sshdirect
-from fabtune.bench import diagnose, pairs, rdmacounters
-from fabtune.bench.argv import PerftestOptions
-from fabtune.bench.fabric import HostView, read_hosts
-from fabtune.bench.pairs import PairResult
-from fabtune.bench.schedule import covering_rounds, pair_rounds, rail_pairs
 from fabtune.errors import ConfigError, PlaybookFailed
 from fabtune.inventory import InventoryInfo, host_vars
+from fabtune.perf import diagnose, pairs, rdmacounters
+from fabtune.perf.argv import PerftestOptions
+from fabtune.perf.fabric import HostView, read_hosts
+from fabtune.perf.pairs import PairResult
+from fabtune.perf.schedule import covering_rounds, pair_rounds, rail_pairs
 from fabtune.tune import pairs as rdma_cm
 from fabtune.tune.measure import Batch, MeasureSpec, busbw_ceilings, measure
 
@@ -63,7 +63,7 @@ class AnsibleBackend:
     gpus: int = 0
     netdevs: Mapping[str, list[str]] | None = None
     ceilings: Mapping[str, float] | None = None
-    # per host, the reads of its ports' RDMA hw_counters (fabtune.bench.rdmacounters)
+    # per host, the reads of its ports' RDMA hw_counters (fabtune.perf.rdmacounters)
     hw_reads: Mapping[str, list[dict[str, Any]]] = field(default_factory=dict)
     views: dict[str, HostView] = field(default_factory=dict)  # read once, for the pair rounds
     hosts: Sequence[str] | None = None  # only these hosts (a rollback of a run that changed some)

@@ -25,12 +25,12 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn, Protocol
 
 from fabtune import ansible, events
-from fabtune.bench.checks import CheckResult
-from fabtune.bench.diagnose import Diagnosis
-from fabtune.bench.pairs import PairResult
 from fabtune.errors import BenchmarkError, ExitStatus, FabtuneError, PlaybookFailed
 from fabtune.journal import Journal
 from fabtune.knobs import LADDERS, Candidate, Change, LosslessClass, roles_of
+from fabtune.perf.checks import CheckResult
+from fabtune.perf.diagnose import Diagnosis
+from fabtune.perf.pairs import PairResult
 from fabtune.tune.hosts import changed_nics, host_groups, plan_rack
 from fabtune.tune.lossless import LosslessChoice
 from fabtune.tune.lossless import choose as choose_lossless

@@ -4,7 +4,7 @@ Each repetition runs all_reduce (the primary metric: bus bandwidth at the larges
 alltoall (many-to-many traffic that loads the lossless class like an incast: the guard metric),
 and the RDMA ports' pause counters are read around each batch.
 
-Every launch has a deadline (``fabtune.bench.deadline``). A launch that misses it, exits non-zero,
+Every launch has a deadline (``fabtune.perf.deadline``). A launch that misses it, exits non-zero,
 prints no readable table, or reports a bus bandwidth that cannot be (zero, negative, not a number,
 above what the NICs' line rate allows) gives no sample: it is a :class:`FailedRun` with the
 evidence, and its repetition's other metric is dropped with it.
@@ -19,12 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from fabtune import ansible
-from fabtune.bench import diagnose, nccl, pairs, rdmacounters
-from fabtune.bench.argv import NcclOptions
-from fabtune.bench.checks import CheckResult
-from fabtune.bench.deadline import nccl_deadline_s, run_timeout_s, timed_out
-from fabtune.bench.parsers import ethtool, nccl_debug, nccl_tests
 from fabtune.errors import ParseError
+from fabtune.perf import diagnose, nccl, pairs, rdmacounters
+from fabtune.perf.argv import NcclOptions
+from fabtune.perf.checks import CheckResult
+from fabtune.perf.deadline import nccl_deadline_s, run_timeout_s, timed_out
+from fabtune.perf.parsers import ethtool, nccl_debug, nccl_tests
 from fabtune.tune.stats import impossible
 
 PAUSE_KEYS = ("rx_prio{}_pause", "tx_prio{}_pause")
@@ -95,7 +95,7 @@ class MeasureSpec:
     sizes: Mapping[str, str] = field(default_factory=lambda: {"all_reduce_perf": "8G", "alltoall_perf": "1G"})
     deadline_s: int | None = None  # each launch's deadline; None: derived from the sweep and host count
     ceilings: Mapping[str, float] = field(default_factory=dict)  # per test, the busbw ceiling (GB/s)
-    # per host, the reads of its ports' RDMA hw_counters ({netdev, argv}: fabtune.bench.rdmacounters)
+    # per host, the reads of its ports' RDMA hw_counters ({netdev, argv}: fabtune.perf.rdmacounters)
     hw_reads: Mapping[str, Sequence[Mapping[str, Any]]] = field(default_factory=dict)
 
     def options(self, test: str) -> NcclOptions:

@@ -26,11 +26,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fabtune.bench import pairs
-from fabtune.bench.argv import PerftestOptions
-from fabtune.bench.fabric import HostView
-from fabtune.bench.pairs import PairResult
-from fabtune.bench.schedule import Pair, covering_rounds, incast_stage, rail_pairs
+from fabtune.perf import pairs
+from fabtune.perf.argv import PerftestOptions
+from fabtune.perf.fabric import HostView
+from fabtune.perf.pairs import PairResult
+from fabtune.perf.schedule import Pair, covering_rounds, incast_stage, rail_pairs
 
 INCAST_FAN_IN = 4  # clients per incast stage (fewer on a smaller rack): enough to overload a port
 OPTIONS = PerftestOptions(duration_s=2, rdma_cm=True)

@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from fabtune.bench.checks import CheckResult
-from fabtune.bench.diagnose import Diagnosis
 from fabtune.knobs import Change
+from fabtune.perf.checks import CheckResult
+from fabtune.perf.diagnose import Diagnosis
 
 GROUP = "repair"
 KNOB = "NCCL_IB_GID_INDEX"

@@ -18,9 +18,9 @@ import pytest
 import yaml
 
 from fabtune import cli
-from fabtune.bench.deadline import task_timeout_s
 from fabtune.errors import ExitStatus
 from fabtune.journal import Journal
+from fabtune.perf.deadline import task_timeout_s
 from fabtune.testbed.access import ssh_argv
 from fabtune.testbed.spec import TestbedSpec
 from tests.integration.ccrack import inventory

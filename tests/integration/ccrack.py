@@ -13,8 +13,8 @@ import yaml
 
 from fabtune import ansible
 from fabtune.ansible import PROFILES
-from fabtune.bench.parsers import mlnx_qos
 from fabtune.inventory import read_inventory
+from fabtune.perf.parsers import mlnx_qos
 from fabtune.testbed import layout
 from fabtune.testbed.access import ssh_argv
 from fabtune.testbed.spec import TestbedSpec

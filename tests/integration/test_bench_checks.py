@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from fabtune.bench import checkrun, nccl, pairs
-from fabtune.bench.argv import NcclOptions, PerftestOptions
-from fabtune.bench.fabric import HostView, read_hosts
-from fabtune.bench.schedule import all_pairs_rounds, incast_stage, rail_pairs
+from fabtune.perf import checkrun, nccl, pairs
+from fabtune.perf.argv import NcclOptions, PerftestOptions
+from fabtune.perf.fabric import HostView, read_hosts
+from fabtune.perf.schedule import all_pairs_rounds, incast_stage, rail_pairs
 from fabtune.testbed import layout
 from fabtune.testbed.access import ssh_argv
 from fabtune.testbed.spec import TestbedSpec

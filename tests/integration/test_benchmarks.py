@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from fabtune.bench.parsers import ethtool, nccl_debug, nccl_tests, perftest
+from fabtune.perf.parsers import ethtool, nccl_debug, nccl_tests, perftest
 from fabtune.sim.model import NicConfig, ceiling_gbps
 from fabtune.testbed import layout
 from fabtune.testbed.access import ssh_argv

@@ -57,7 +57,7 @@ def _bootstrap(inventory: Path, profile: Path, report: Path) -> int:
 
 def _nics(inventory: Path) -> dict[str, str]:
     """Each host's current MTU of its rail (to prove preflight applied nothing)."""
-    from fabtune.bench.fabric import read_hosts
+    from fabtune.perf.fabric import read_hosts
 
     return {h: str(v.rails[0].mtu) for h, v in read_hosts(inventory).items()}
 

@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from fabtune.bench.parsers import dcb, ethtool, ibdev2netdev, ibstat, mlnx_qos, show_gids, topo
+from fabtune.perf.parsers import dcb, ethtool, ibdev2netdev, ibstat, mlnx_qos, show_gids, topo
 from fabtune.testbed import layout
 from fabtune.testbed.access import ssh_argv
 from fabtune.testbed.spec import TestbedSpec

@@ -17,9 +17,9 @@ import pytest
 
 from fabtune import drift
 from fabtune.ansible import run_playbook
-from fabtune.bench import nccl
-from fabtune.bench.argv import NcclOptions
 from fabtune.inventory import read_inventory
+from fabtune.perf import nccl
+from fabtune.perf.argv import NcclOptions
 from fabtune.profile import load_profile
 from fabtune.profile import packaged as packaged_profile
 from fabtune.testbed import build

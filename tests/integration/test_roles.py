@@ -1,7 +1,7 @@
 """The fabric roles over SSH on an emulated rack: apply, idempotence, check mode, drift, refusal, restore.
 
 State is read back with the emulated node tools over SSH (``mlnx_qos -i IF`` parsed by
-``fabtune.bench.parsers.mlnx_qos``, ``cat`` of sysfs/configfs files), never from the roles' own output.
+``fabtune.perf.parsers.mlnx_qos``, ``cat`` of sysfs/configfs files), never from the roles' own output.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import yaml
 
 from fabtune import ansible
 from fabtune.ansible import PROFILES
-from fabtune.bench.parsers import mlnx_qos
+from fabtune.perf.parsers import mlnx_qos
 from fabtune.testbed import layout
 from fabtune.testbed.access import ssh_argv
 from fabtune.testbed.spec import TestbedSpec

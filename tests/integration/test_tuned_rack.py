@@ -1,21 +1,34 @@
-"""An already-tuned RoCE rack (fabtune/testbed/specs/roce-tuned.yml): nothing to plan, zero moves."""
+"""An already-tuned RoCE rack (fabtune/testbed/specs/roce-tuned.yml): nothing to plan, zero moves.
+
+The verbs run here as a wheel built without the emulator would run them (issue 18): a child
+interpreter in which ``fabtune.sim`` and ``fabtune.testbed`` cannot be imported runs ``tune`` (no
+oracle), ``drift``, ``apply`` and ``bootstrap`` against the rack, all from one profile file: the
+tuned desired state the tune run leaves, with the tuning options added beside it.
+"""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
+from fabtune.desired import tuned_path
 from fabtune.inventory import read_inventory
-from fabtune.testbed import oracle as testbed_model
+from fabtune.journal import Journal
 from fabtune.testbed.spec import TestbedSpec
-from fabtune.tune import run as tune_run
 from fabtune.tune.backend import AnsibleBackend
 from fabtune.tune.hosts import host_groups, plan_rack
 from tests.integration.conftest import example_testbed
-from tests.integration.tunerack import inventory
+from tests.integration.tunerack import current_state, inventory
+from tests.noemulator import run_cli
 
 pytestmark = pytest.mark.testbed
+
+OPTIONS = {"max_runs": 6, "baseline_runs": 4}
 
 
 @pytest.fixture(scope="module")
@@ -29,8 +42,36 @@ def test_an_already_tuned_rack_has_nothing_to_plan(rack: TestbedSpec) -> None:
     assert view == [], [[c.name for c in group] for group in view]
 
 
-@pytest.mark.timeout(1500)  # a whole tune on the testbed: minutes, more on a loaded machine
-def test_tune_keeps_zero_moves_on_an_already_tuned_rack(rack: TestbedSpec) -> None:
-    result, _report = tune_run.tune(inventory(rack), {"max_runs": 6, "baseline_runs": 4},
-                                    oracle=testbed_model.testbed_oracle)
-    assert [(m.name, m.outcome) for m in result.moves] == []
+def verb(*argv: str) -> dict[str, Any]:
+    """One verb, emulator absent, its JSON result on stdout; fails the test with its stderr."""
+    done = run_cli([*argv, "--json"])
+    assert done.returncode == 0, (argv, done.returncode, done.stderr[-3000:])
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+@pytest.mark.timeout(2400)  # a whole tune and a bootstrap on the testbed: minutes, more under load
+def test_every_verb_runs_without_the_emulator_from_one_profile(rack: TestbedSpec, tmp_path: Path) -> None:
+    inv = str(inventory(rack))
+    options = tmp_path / "options.yml"
+    options.write_text(yaml.safe_dump({"fabtune_tune": OPTIONS}))
+    before = current_state(rack)
+
+    tuned = verb("tune", "-i", inv, "--profile", str(options))
+    assert tuned["result"]["moves"] == [], tuned["result"]
+
+    # the tuned state the run left plus the tuning options: one file for every verb
+    profile = tmp_path / "profile.yml"
+    state = yaml.safe_load(tuned_path(read_inventory(Path(inv)).fabric).read_text())
+    profile.write_text(yaml.safe_dump({**state, "fabtune_tune": OPTIONS}))
+    drift = verb("drift", "-i", inv, "--profile", str(profile))
+    assert drift["exit"] == 0 and drift["result"]["report"]["items"] == [], drift
+    applied = verb("apply", "-i", inv, "--profile", str(profile))
+    assert applied["ok"] is True and not any(applied["changes"].values()), applied
+    accepted = verb("bootstrap", "-i", inv, "--profile", str(profile))
+    assert accepted["passed"] is True, accepted
+
+    assert current_state(rack) == before  # nothing to change on a tuned rack, by any verb
+    kinds = [r.kind for r in Journal().runs(limit=10)]
+    assert kinds[:4] == ["bootstrap", "apply", "drift", "tune"], kinds
+    assert applied["run_id"] == Journal().runs(limit=10)[1].id  # the children journaled into this home

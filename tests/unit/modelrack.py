@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from fabtune.ansible import RunOutcome
-from fabtune.bench.diagnose import Diagnosis, GidTable, diagnose_job
-from fabtune.bench.parsers import show_gids
-from fabtune.bench.schedule import covering_rounds, incast_stage
+from fabtune.perf.diagnose import Diagnosis, GidTable, diagnose_job
+from fabtune.perf.parsers import show_gids
+from fabtune.perf.schedule import covering_rounds, incast_stage
 from fabtune.sim.model import best_config, collective, expected_busbw, p2p
 from fabtune.sim.model.config import (
     DEFAULT_GIDS,

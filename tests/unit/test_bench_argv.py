@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from fabtune.bench.argv import (
+from fabtune.cli import cli
+from fabtune.errors import ConfigError, ExitStatus
+from fabtune.perf.argv import (
     NcclOptions,
     PerftestOptions,
     mpirun_argv,
@@ -17,8 +19,6 @@ from fabtune.bench.argv import (
     perftest_argv,
     srun_argv,
 )
-from fabtune.cli import cli
-from fabtune.errors import ConfigError, ExitStatus
 
 CASES = [
     PerftestOptions(),

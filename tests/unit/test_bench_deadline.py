@@ -10,10 +10,10 @@ import yaml
 
 from fabtune import ansible
 from fabtune.ansible import PLAYBOOKS
-from fabtune.bench import deadline, pairs
-from fabtune.bench.argv import NcclOptions, PerftestOptions
 from fabtune.errors import ConfigError
 from fabtune.inventory import bench_timeout
+from fabtune.perf import deadline, pairs
+from fabtune.perf.argv import NcclOptions, PerftestOptions
 
 
 def test_an_nccl_deadline_grows_with_the_sweep_the_iterations_and_the_hosts() -> None:

@@ -20,10 +20,10 @@ from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar, trust_as_template
 
 from fabtune.ansible import PLAYBOOKS
-from fabtune.bench import pairs
-from fabtune.bench.argv import PerftestOptions
-from fabtune.bench.fabric import HostView, Rail
-from fabtune.bench.schedule import Pair
+from fabtune.perf import pairs
+from fabtune.perf.argv import PerftestOptions
+from fabtune.perf.fabric import HostView, Rail
+from fabtune.perf.schedule import Pair
 from fabtune.sim.node import NodeState
 from fabtune.sim.tools import _rdma_cm, rdma
 from fabtune.tune import pairs as tune_pairs

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from fabtune import bootstrap as b
-from fabtune.bench.pairs import PairResult
-from fabtune.bench.parsers.ibstat import IbCa, IbStat
-from fabtune.bench.schedule import pair_rounds
 from fabtune.errors import ExitStatus
+from fabtune.perf.pairs import PairResult
+from fabtune.perf.parsers.ibstat import IbCa, IbStat
+from fabtune.perf.schedule import pair_rounds
 
 
 def _stat(fw: str) -> IbStat:
@@ -115,7 +115,7 @@ def test_odd_host_count_matrix_covers_every_pair() -> None:
 
 
 def test_failures_carry_the_raw_tool_line_as_evidence() -> None:
-    from fabtune.bench.fabric import HostView
+    from fabtune.perf.fabric import HostView
 
     topo = "\tGPU0\tNIC0\tCPU Affinity\nGPU0\t X \tSYS\t0-47\nNIC0\tSYS\t X \t\n"
     gids = (

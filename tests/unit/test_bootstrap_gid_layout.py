@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from fabtune.bench.checks import gid_index
-from fabtune.bench.parsers import show_gids
 from fabtune.errors import ConfigError
+from fabtune.perf.checks import gid_index
+from fabtune.perf.parsers import show_gids
 from fabtune.sim.node import Layout, NodeDescription, NodeState, provision
 from fabtune.sim.tools import show_gids as show_gids_tool
 from fabtune.testbed import layout

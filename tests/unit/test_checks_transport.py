@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from fabtune.bench import checks
-from fabtune.bench.parsers import nccl_debug
+from fabtune.perf import checks
+from fabtune.perf.parsers import nccl_debug
 from tests.conftest import fixture_text
 
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from fabtune.bench.diagnose import GidTable, diagnose_job, failure_line, gid_fix, gid_row, host_result
-from fabtune.bench.parsers import show_gids
+from fabtune.perf.diagnose import GidTable, diagnose_job, failure_line, gid_fix, gid_row, host_result
+from fabtune.perf.parsers import show_gids
 from tests.conftest import fixture_text
 
 GIDS = "show_gids__roce_v1_v2_ipv4_tabs__husky.txt"  # mlx5_0: index 2 RoCEv1 IPv4, 3 RoCEv2 IPv4

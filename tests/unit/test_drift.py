@@ -12,10 +12,10 @@ import pytest
 
 from fabtune import drift
 from fabtune.ansible import RunOutcome, TaskResult
-from fabtune.bench.pairs import PairResult
 from fabtune.cli import main
 from fabtune.errors import ConfigError, ExitStatus
 from fabtune.inventory import InventoryInfo
+from fabtune.perf.pairs import PairResult
 
 IF = "enp25s0np0"
 

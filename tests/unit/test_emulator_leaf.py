@@ -17,27 +17,19 @@ REPO = Path(__file__).resolve().parents[2]
 # Run in a child interpreter: a meta-path finder refuses the emulator's packages as if the wheel
 # had been built without them, then the script imports every product module and runs the verbs.
 SCRIPT = r"""
-import contextlib, importlib, importlib.abc, io, json, pkgutil, sys
+import contextlib, importlib, io, json, pkgutil, sys
 
-BLOCKED = ("fabtune.sim", "fabtune.testbed")
+sys.path.insert(0, sys.argv[2])
+from tests.noemulator import BLOCKED, block, is_emulator
 
-
-class NoEmulator(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path, target=None):
-        if any(name == b or name.startswith(b + ".") for b in BLOCKED):
-            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-        return None
-
-
-sys.meta_path.insert(0, NoEmulator())
+block()
 
 import fabtune
 from fabtune.cli import main
 
 modules = []
 for info in pkgutil.walk_packages(fabtune.__path__, "fabtune."):
-    emulator = any(info.name == b or info.name.startswith(b + ".") for b in BLOCKED)
-    if not emulator and not info.name.endswith(".__main__"):  # __main__ runs the CLI
+    if not is_emulator(info.name) and not info.name.endswith(".__main__"):  # __main__ runs the CLI
         importlib.import_module(info.name)
         modules.append(info.name)
 
@@ -65,7 +57,7 @@ def without_emulator(tmp_path_factory: pytest.TempPathFactory) -> dict[str, obje
     home = tmp_path_factory.mktemp("home")
     env = {**os.environ, "FABTUNE_HOME": str(home)}
     done = subprocess.run(
-        [sys.executable, "-c", SCRIPT, json.dumps(argvs)],
+        [sys.executable, "-c", SCRIPT, json.dumps(argvs), str(REPO)],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False,
     )
     assert done.returncode == 0, done.stderr[-3000:]
@@ -76,7 +68,7 @@ def without_emulator(tmp_path_factory: pytest.TempPathFactory) -> dict[str, obje
 def test_every_product_module_imports_without_the_emulator(without_emulator: dict[str, object]) -> None:
     modules = without_emulator["modules"]
     assert isinstance(modules, list)
-    for name in ("fabtune.cli", "fabtune.commands.tune", "fabtune.tune.run", "fabtune.bench.pairs",
+    for name in ("fabtune.cli", "fabtune.commands.tune", "fabtune.tune.run", "fabtune.perf.pairs",
                  "fabtune.linkrate", "fabtune.plugins"):
         assert name in modules
     assert without_emulator["loaded"] == []

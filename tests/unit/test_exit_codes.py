@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from fabtune.bench.checks import CheckResult
 from fabtune.cli import main
 from fabtune.errors import ExitStatus
+from fabtune.perf.checks import CheckResult
 
 
 def test_a_failed_check_exits_7_naming_the_check_and_host(

@@ -65,6 +65,13 @@ def test_the_launcher_and_subnet_manager_decide_what_is_needed() -> None:
     assert ("all_reduce_perf",) not in needs(info(), "h01", with_nccl=False)
 
 
+def test_lldptool_is_named_but_never_needed() -> None:
+    """lldpad is optional (docs/real-cluster.md): its package is in the table, no host fails without it."""
+    assert TOOLS["lldptool"].package("debian") == "lldpad"
+    for rack in (info(), info("ib", sm=("h01",)), info(launcher="srun")):
+        assert not any("lldptool" in need for need in needs(rack, "h01"))
+
+
 def test_unknown_family_names_both_packages() -> None:
     assert TOOLS["dcb"].package("unknown") == "iproute2 (Debian/Ubuntu), iproute (RHEL-like)"
     assert TOOLS["ib_write_bw"].package("unknown") == "perftest"

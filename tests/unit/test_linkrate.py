@@ -8,8 +8,8 @@ import itertools
 import pytest
 
 from fabtune import linkrate
-from fabtune.bench.fabric import Rail
-from fabtune.bench.pairs import rail_ceiling
+from fabtune.perf.fabric import Rail
+from fabtune.perf.pairs import rail_ceiling
 from fabtune.sim.model import NicConfig, active_mtu, ceiling_gbps
 
 

@@ -1,7 +1,7 @@
 """Every verb that runs host pairs takes them from the one schedule, for odd host counts too.
 
 The benchmark launches are replaced by recorders: the tests read which rounds each code path hands
-to ``fabtune.bench.pairs`` and compare them with :func:`fabtune.bench.schedule.all_pairs_rounds`.
+to ``fabtune.perf.pairs`` and compare them with :func:`fabtune.perf.schedule.all_pairs_rounds`.
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ import pytest
 from click.testing import CliRunner
 
 from fabtune import bootstrap, drift
-from fabtune.bench import pairs
-from fabtune.bench.fabric import HostView, Rail
-from fabtune.bench.schedule import Pair, all_pairs_rounds
 from fabtune.cli import cli
 from fabtune.events import quiet
 from fabtune.inventory import InventoryInfo
+from fabtune.perf import pairs
+from fabtune.perf.fabric import HostView, Rail
+from fabtune.perf.schedule import Pair, all_pairs_rounds
 
 bench = importlib.import_module("fabtune.commands.bench")  # the package exports the group by this name
 

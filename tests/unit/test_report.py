@@ -21,12 +21,12 @@ from fabtune import ansible, report
 from fabtune import bootstrap as b
 from fabtune import drift as d
 from fabtune.ansible import RunOutcome, TaskResult
-from fabtune.bench.checks import CheckResult
-from fabtune.bench.pairs import PairResult
-from fabtune.bench.schedule import covering_rounds, pair_rounds, rail_pairs
 from fabtune.inventory import InventoryInfo
 from fabtune.journal import Journal
 from fabtune.lifecycle import journaled_run
+from fabtune.perf.checks import CheckResult
+from fabtune.perf.pairs import PairResult
+from fabtune.perf.schedule import covering_rounds, pair_rounds, rail_pairs
 from fabtune.profile import Profile
 from fabtune.tune import run as tune_run
 from fabtune.tune.loop import TuneOptions, Tuner

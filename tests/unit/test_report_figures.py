@@ -23,15 +23,15 @@ import yaml
 
 from fabtune import linkrate, report
 from fabtune.ansible import RunOutcome, TaskResult
-from fabtune.bench import pairs, rdmacounters
-from fabtune.bench.argv import PerftestOptions
-from fabtune.bench.fabric import HostView, Rail
-from fabtune.bench.pairs import PairResult
-from fabtune.bench.schedule import Pair
 from fabtune.commands.tune import print_result
 from fabtune.errors import ConfigError, PlaybookFailed
 from fabtune.journal import Journal
 from fabtune.lifecycle import journaled_run
+from fabtune.perf import pairs, rdmacounters
+from fabtune.perf.argv import PerftestOptions
+from fabtune.perf.fabric import HostView, Rail
+from fabtune.perf.pairs import PairResult
+from fabtune.perf.schedule import Pair
 from fabtune.profile import tune_options
 from fabtune.report.build import diff_states, median_ci
 from fabtune.tune import measure

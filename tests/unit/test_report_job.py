@@ -21,12 +21,12 @@ from fabtune import linkrate, report
 from fabtune.advise.gate import Goal, gate
 from fabtune.advise.job import parse_job
 from fabtune.advise.measured import Measured
-from fabtune.bench.fabric import HostView, Rail
 from fabtune.commands._common import ResultOutput
 from fabtune.commands.tune import _print_job
 from fabtune.inventory import InventoryInfo
 from fabtune.journal import Journal
 from fabtune.lifecycle import journaled_run
+from fabtune.perf.fabric import HostView, Rail
 from fabtune.tune import run as tune_run
 from fabtune.tune.loop import TuneOptions, Tuner
 from tests.unit.test_report import HOSTS

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from fabtune.bench.checks import CheckResult
 from fabtune.cli import cli
 from fabtune.commands.parse import parse
 from fabtune.journal import Journal
+from fabtune.perf.checks import CheckResult
 
 PERFTEST = """\
 ---------------------------------------------------------------------------------------

@@ -6,7 +6,8 @@ import itertools
 
 import pytest
 
-from fabtune.bench.schedule import (
+from fabtune.errors import ConfigError
+from fabtune.perf.schedule import (
     all_pairs_rounds,
     covering_rounds,
     idle_hosts,
@@ -14,7 +15,6 @@ from fabtune.bench.schedule import (
     pair_rounds,
     rail_pairs,
 )
-from fabtune.errors import ConfigError
 
 
 @pytest.mark.parametrize("n", [2, 4, 6, 8, 16])

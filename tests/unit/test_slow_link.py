@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from fabtune.bench import checks
-from fabtune.bench.pairs import PairResult, slow_pairs
-from fabtune.bench.parsers.ibstat import parse as parse_ibstat
 from fabtune.errors import ConfigError
+from fabtune.perf import checks
+from fabtune.perf.pairs import PairResult, slow_pairs
+from fabtune.perf.parsers.ibstat import parse as parse_ibstat
 from fabtune.sim import observe
 from fabtune.sim.model import expected_busbw, p2p
 from fabtune.sim.model.config import FabricConfig, Flow, SwitchConfig

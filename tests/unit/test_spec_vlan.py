@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from fabtune.bench.parsers import show_gids
 from fabtune.errors import ConfigError
+from fabtune.perf.parsers import show_gids
 from fabtune.sim.node import Layout, NicDescription, NodeState, provision
 from fabtune.sim.observe import host_config
 from fabtune.sim.tools import show_gids as show_gids_tool

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from fabtune.bench.checks import CheckResult
-from fabtune.bench.diagnose import Diagnosis
 from fabtune.journal import Journal
 from fabtune.knobs import Candidate
+from fabtune.perf.checks import CheckResult
+from fabtune.perf.diagnose import Diagnosis
 from fabtune.tune.hosts import host_groups, plan_rack
 from fabtune.tune.loop import BenchmarkFailed, PreflightFailed, TuneOptions, Tuner
 from fabtune.tune.measure import Batch, FailedRun, MeasureSpec, Sample, busbw_ceilings, judge_runs

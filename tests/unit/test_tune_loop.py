@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from fabtune.ansible import RunOutcome, TaskResult
-from fabtune.bench.diagnose import Diagnosis
-from fabtune.bench.pairs import PairResult
 from fabtune.journal import Journal
 from fabtune.knobs import View, lossless_change, plan
+from fabtune.perf.diagnose import Diagnosis
+from fabtune.perf.pairs import PairResult
 from fabtune.tune.loop import RevertFired, RollbackFailed, TuneOptions, Tuner
 from fabtune.tune.measure import Batch, Sample
 from fabtune.tune.pairs import PairRound

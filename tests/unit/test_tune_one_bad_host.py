@@ -23,10 +23,10 @@ from typing import Any
 
 import pytest
 
-from fabtune.bench.checks import affinity
-from fabtune.bench.parsers.topo import TopoMatrix
 from fabtune.journal import Journal
 from fabtune.knobs import lossless_change
+from fabtune.perf.checks import affinity
+from fabtune.perf.parsers.topo import TopoMatrix
 from fabtune.tune.hosts import host_groups, plan_rack
 from fabtune.tune.loop import TuneOptions, Tuner, TuneResult
 from tests.unit.modelrack import Hardware, ModelRack

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from fabtune.bench.pairs import PairResult
 from fabtune.commands.tune import print_result
 from fabtune.errors import PlaybookFailed
 from fabtune.journal import Journal
 from fabtune.knobs import Change, LosslessClass, lossless_change
+from fabtune.perf.pairs import PairResult
 from fabtune.report import render_markdown, validate
 from fabtune.report.build import build
 from fabtune.tune.loop import TuneOptions, Tuner, touches_rdma_cm

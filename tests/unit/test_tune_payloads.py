@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from fabtune.bench.pairs import PairResult
 from fabtune.errors import BenchmarkError
 from fabtune.journal import Step
+from fabtune.perf.pairs import PairResult
 from fabtune.report.build import build
 from fabtune.tune.payloads import (
     BaselineFailedPayload,

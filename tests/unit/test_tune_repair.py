@@ -18,10 +18,10 @@ import pytest
 
 from fabtune import report
 from fabtune.ansible import RunOutcome
-from fabtune.bench.diagnose import Diagnosis, GidTable, diagnose_job
-from fabtune.bench.parsers import show_gids
 from fabtune.errors import PlaybookFailed
 from fabtune.journal import Journal
+from fabtune.perf.diagnose import Diagnosis, GidTable, diagnose_job
+from fabtune.perf.parsers import show_gids
 from fabtune.tune import run as tune_run
 from fabtune.tune.loop import PreflightFailed, TuneOptions, Tuner
 from fabtune.tune.measure import Batch, FailedRun

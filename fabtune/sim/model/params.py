@@ -8,7 +8,7 @@ from __future__ import annotations
 
 # --- §1b/1c: per-packet overhead and the physical ceiling ------------------------------------
 # In the product's fabtune.linkrate (HDR_*, IB_LINK_EFF, ROCE_MTU_HEADROOM, IB_MTUS), with the same
-# source comments: the acceptance thresholds of fabtune.bench use them too.
+# source comments: the acceptance thresholds of fabtune.perf use them too.
 
 # --- §1a: perftest message rate and the single-QP shortfall ----------------------------------
 QP_MSG_RATE = 2.90e6  # [D] cal §1a row 7: 380.0 Gb/s at 16 KiB with 1 QP => 2.90 M msg/s

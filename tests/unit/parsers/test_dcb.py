@@ -10,8 +10,8 @@ from collections.abc import Callable
 
 import pytest
 
-from fabtune.bench.parsers import dcb
 from fabtune.errors import ParseError
+from fabtune.perf.parsers import dcb
 
 Loader = Callable[[str], str]
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from fabtune.bench.parsers import ethtool
 from fabtune.errors import ParseError
+from fabtune.perf.parsers import ethtool
 
 SAMPLE = """NIC statistics:
      rx_packets: 1234567

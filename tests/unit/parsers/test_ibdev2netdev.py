@@ -6,8 +6,8 @@ from collections.abc import Callable
 
 import pytest
 
-from fabtune.bench.parsers import ibdev2netdev
 from fabtune.errors import ParseError
+from fabtune.perf.parsers import ibdev2netdev
 
 Loader = Callable[[str], str]
 

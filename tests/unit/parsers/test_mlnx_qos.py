@@ -6,8 +6,8 @@ from collections.abc import Callable
 
 import pytest
 
-from fabtune.bench.parsers import mlnx_qos
 from fabtune.errors import ParseError
+from fabtune.perf.parsers import mlnx_qos
 
 Loader = Callable[[str], str]
 

@@ -6,8 +6,8 @@ from collections.abc import Callable
 
 import pytest
 
-from fabtune.bench.parsers import nccl_tests
 from fabtune.errors import ParseError
+from fabtune.perf.parsers import nccl_tests
 
 Loader = Callable[[str], str]
 

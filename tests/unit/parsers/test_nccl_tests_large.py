@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from fabtune.bench.parsers import nccl_tests
 from fabtune.cli import main
 from fabtune.errors import ExitStatus, ParseError
+from fabtune.perf.parsers import nccl_tests
 
 SIZE = 50_000_000
 HEADER = (

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from fabtune.bench.parsers import ibstat
 from fabtune.commands.parse import PARSERS, parse
 from fabtune.errors import ConfigError, ParseError
+from fabtune.perf.parsers import ibstat
 
 Loader = Callable[[str], str]
 

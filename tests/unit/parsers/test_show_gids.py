@@ -6,8 +6,8 @@ from collections.abc import Callable
 
 import pytest
 
-from fabtune.bench.parsers import show_gids
 from fabtune.errors import ParseError
+from fabtune.perf.parsers import show_gids
 
 Loader = Callable[[str], str]
 

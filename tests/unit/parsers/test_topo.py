@@ -6,8 +6,8 @@ from collections.abc import Callable
 
 import pytest
 
-from fabtune.bench.parsers import topo
 from fabtune.errors import ParseError
+from fabtune.perf.parsers import topo
 
 Loader = Callable[[str], str]
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from fabtune.bench.parsers import nccl_debug, nccl_tests
+from fabtune.perf.parsers import nccl_debug, nccl_tests
 from fabtune.sim.model import SizeResult
 from fabtune.sim.tools import TOOLS
 from fabtune.sim.tools import _nccl_out as fmt

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from fabtune.bench.parsers import perftest as parser
+from fabtune.perf.parsers import perftest as parser
 from fabtune.sim.node import NodeState
 from fabtune.sim.tools import TOOLS, rdma
 from fabtune.sim.tools import _rdma_cm as cm

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from fabtune.bench.parsers import perftest as parser
+from fabtune.perf.parsers import perftest as parser
 from fabtune.sim.node import NodeState
 from fabtune.sim.tools import TOOLS, perftest
 from fabtune.sim.tools import _perftest_out as fmt

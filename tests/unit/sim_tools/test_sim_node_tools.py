@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fabtune.bench.parsers.ibstat import parse as parse_ibstat
+from fabtune.perf.parsers.ibstat import parse as parse_ibstat
 from fabtune.sim.node import NodeState
 from fabtune.sim.tools import (
     TOOLS,

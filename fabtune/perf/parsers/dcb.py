@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from fabtune.bench.parsers._common import content_lines, fail, split_pair, to_int
+from fabtune.perf.parsers._common import content_lines, fail, split_pair, to_int
 
 TOOL = "dcb"
 

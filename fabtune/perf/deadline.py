@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import re
 
-from fabtune.bench.argv import NcclOptions, PerftestOptions
+from fabtune.perf.argv import NcclOptions, PerftestOptions
 
 KILL_AFTER_S = 10  # SIGTERM at the deadline, SIGKILL this much later (the playbooks use the same)
 TASK_SLACK_S = 30  # the Ansible task's timeout: deadline + KILL_AFTER_S + TASK_SLACK_S

@@ -13,12 +13,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from fabtune.bench import checks, nccl
-from fabtune.bench.checks import CheckResult
-from fabtune.bench.fabric import HostView
-from fabtune.bench.parsers import nccl_debug
-from fabtune.bench.parsers.show_gids import ShowGids
 from fabtune.errors import ParseError
+from fabtune.perf import checks, nccl
+from fabtune.perf.checks import CheckResult
+from fabtune.perf.fabric import HostView
+from fabtune.perf.parsers import nccl_debug
+from fabtune.perf.parsers.show_gids import ShowGids
 
 CHECK = "transport"
 
@@ -191,7 +191,7 @@ def failure_line(rc: int | None, output: str) -> str:
 
 
 def gid_tables(views: Mapping[str, HostView]) -> dict[str, GidTable | None]:
-    """Each host's GID table from the fabric read (``fabtune.bench.fabric.read_hosts``)."""
+    """Each host's GID table from the fabric read (``fabtune.perf.fabric.read_hosts``)."""
     return {
         h: GidTable(v.gids, v.raw.get("gids", "")) if v.gids is not None else None for h, v in views.items()
     }

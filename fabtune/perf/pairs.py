@@ -12,14 +12,14 @@ from pathlib import Path
 from typing import Any
 
 from fabtune import ansible, linkrate
-from fabtune.bench import rdmacounters
-from fabtune.bench.argv import PerftestOptions, perftest_argv
-from fabtune.bench.deadline import perftest_deadline_s, run_timeout_s, timed_out
-from fabtune.bench.fabric import HostView, Rail
-from fabtune.bench.parsers import ethtool, perftest
-from fabtune.bench.schedule import Pair
 from fabtune.errors import BenchmarkError, ParseError
 from fabtune.events import Event, round_event
+from fabtune.perf import rdmacounters
+from fabtune.perf.argv import PerftestOptions, perftest_argv
+from fabtune.perf.deadline import perftest_deadline_s, run_timeout_s, timed_out
+from fabtune.perf.fabric import HostView, Rail
+from fabtune.perf.parsers import ethtool, perftest
+from fabtune.perf.schedule import Pair
 
 COUNTERS = ("rx_prio{}_pause", "tx_prio{}_pause")
 
@@ -132,7 +132,7 @@ def _run_spec(pair: Pair, views: Mapping[str, HostView], opts: PerftestOptions) 
         "client_command": {"id": run_id, "argv": perftest_argv(tuned, client.device, pair.port, server.ipv4)},
         "server_netdev": server.netdev,
         "client_netdev": client.netdev,
-        # perftest runs on the device's port 1 (-i 1, fabtune.bench.argv); pair.port is its TCP port
+        # perftest runs on the device's port 1 (-i 1, fabtune.perf.argv); pair.port is its TCP port
         "server_hw": rdmacounters.read_item(server.netdev, server.device, 1),
         "client_hw": rdmacounters.read_item(client.netdev, client.device, 1),
         "server_pattern": "^" + re.escape(" ".join(server_argv)) + "$",

@@ -27,8 +27,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from fabtune.bench.parsers._common import content_lines, fail, to_float, to_int
 from fabtune.errors import BenchmarkError
+from fabtune.perf.parsers._common import content_lines, fail, to_float, to_int
 
 TOOL = "perftest"
 

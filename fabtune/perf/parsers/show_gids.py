@@ -11,7 +11,7 @@ import ipaddress
 import re
 from dataclasses import dataclass
 
-from fabtune.bench.parsers._common import content_lines, fail
+from fabtune.perf.parsers._common import content_lines, fail
 
 TOOL = "show_gids"
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from fabtune.bench.parsers._common import content_lines, fail
+from fabtune.perf.parsers._common import content_lines, fail
 
 TOOL = "ethtool"
 

@@ -1,6 +1,6 @@
 """Fabric checks practitioners run by hand, each a pass/warn/fail verdict with its evidence line.
 
-Pure functions over parsed tool output (``fabtune.bench.parsers``): topology, NCCL transport,
+Pure functions over parsed tool output (``fabtune.perf.parsers``): topology, NCCL transport,
 GID tables, link state and the subnet manager.
 """
 
@@ -11,10 +11,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from fabtune.bench.parsers.ibstat import IbStat
-from fabtune.bench.parsers.nccl_debug import NcclDebugSummary
-from fabtune.bench.parsers.show_gids import ShowGids
-from fabtune.bench.parsers.topo import TopoMatrix
+from fabtune.perf.parsers.ibstat import IbStat
+from fabtune.perf.parsers.nccl_debug import NcclDebugSummary
+from fabtune.perf.parsers.show_gids import ShowGids
+from fabtune.perf.parsers.topo import TopoMatrix
 
 Verdict = Literal["pass", "warn", "fail"]
 GOOD_DISTANCES = ("X", "PIX", "PXB")

@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Literal
 
 from fabtune import ansible
-from fabtune.bench.argv import NcclOptions, mpirun_argv, nccl_test_argv, srun_argv
-from fabtune.bench.deadline import nccl_deadline_s, run_timeout_s, timed_out
-from fabtune.bench.parsers import nccl_debug, nccl_tests
 from fabtune.errors import BenchmarkError, ParseError
+from fabtune.perf.argv import NcclOptions, mpirun_argv, nccl_test_argv, srun_argv
+from fabtune.perf.deadline import nccl_deadline_s, run_timeout_s, timed_out
+from fabtune.perf.parsers import nccl_debug, nccl_tests
 
 Launcher = Literal["mpirun", "srun"]
 # NCCL's line prefix: "<hostname>:<pid>:<tid> [<dev>] NCCL INFO ..." (formats.md §3).

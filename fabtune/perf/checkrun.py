@@ -5,14 +5,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from fabtune.bench import checks, diagnose, nccl
-from fabtune.bench.argv import NcclOptions
-from fabtune.bench.checks import CheckResult
-from fabtune.bench.deadline import timed_out
-from fabtune.bench.fabric import HostView, read_hosts
 from fabtune.errors import ParseError
 from fabtune.hostpackages import check_tools
 from fabtune.inventory import read_inventory
+from fabtune.perf import checks, diagnose, nccl
+from fabtune.perf.argv import NcclOptions
+from fabtune.perf.checks import CheckResult
+from fabtune.perf.deadline import timed_out
+from fabtune.perf.fabric import HostView, read_hosts
 
 
 def affinity_results(views: Mapping[str, HostView]) -> list[CheckResult]:
@@ -65,7 +65,7 @@ def transport_checks(
     *,
     views: Mapping[str, HostView] | None = None,
 ) -> list[CheckResult]:
-    """A short all_reduce with NCCL_DEBUG=INFO, judged by host (``fabtune.bench.diagnose``).
+    """A short all_reduce with NCCL_DEBUG=INFO, judged by host (``fabtune.perf.diagnose``).
 
     The same judgement as the tuning run's preflight: a failed job fails the hosts at fault, named
     with the evidence (the NCCL log line, the ``show_gids`` row).

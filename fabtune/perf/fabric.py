@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from fabtune import ansible
-from fabtune.bench.checks import rocev2_index
-from fabtune.bench.parsers import ibdev2netdev, ibstat, show_gids, topo
 from fabtune.errors import BenchmarkError, ParseError
+from fabtune.perf.checks import rocev2_index
+from fabtune.perf.parsers import ibdev2netdev, ibstat, show_gids, topo
 
 RATE_RE = re.compile(r"^(\d+(?:\.\d+)?)")
 

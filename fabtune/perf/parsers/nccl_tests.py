@@ -27,7 +27,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal, TextIO
 
-from fabtune.bench.parsers._common import fail, stream_lines, text_lines, to_float, to_int
+from fabtune.perf.parsers._common import fail, stream_lines, text_lines, to_float, to_int
 
 TOOL = "nccl-tests"
 # Rows, device lines and failures kept: a real log has tens of rows per table and one device line

@@ -1,1 +1,0 @@
-"""Benchmarks: running them and reading their output (``fabtune.bench.parsers``)."""

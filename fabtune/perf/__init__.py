@@ -1,0 +1,1 @@
+"""Benchmarks: running them and reading their output (``fabtune.perf.parsers``)."""
