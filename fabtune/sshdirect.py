@@ -3,13 +3,19 @@
 A host's connection settings are the ones Ansible uses for it, read from the inventory's hostvars
 (``ansible-inventory --list``): ``ansible_host``, ``ansible_port``, ``ansible_user``,
 ``ansible_ssh_private_key_file`` and, inside ``ansible_ssh_common_args``/``ansible_ssh_extra_args``,
-``UserKnownHostsFile`` (default ``~/.ssh/known_hosts``). Host keys are always checked: the
-known_hosts files are loaded and an unknown or changed key is refused (paramiko's RejectPolicy),
-whatever ``StrictHostKeyChecking`` says. Settings this channel cannot follow faithfully (another
-connection plugin, a proxy, a templated value) make the inventory :class:`Unsupported`: the caller
-then uses the playbook. Commands are argv lists, quoted for the remote shell; a command that needs
-root runs under ``sudo -n`` when the login user is not root (as Ansible's ``become``). Every connect
-and every command has a deadline; hosts run in parallel, as many as Ansible's forks.
+``UserKnownHostsFile`` (default ``~/.ssh/known_hosts``). Ansible's ssh connection runs OpenSSH,
+which also reads the ssh config (``-F FILE`` in those args, else ``~/.ssh/config`` then
+``/etc/ssh/ssh_config``; the first value found wins, the command line's before either): its
+``HostName``, ``Port``, ``User``, ``IdentityFile`` and ``UserKnownHostsFile`` for the host are used
+where the inventory sets none. Host keys are always checked: the known_hosts files are loaded and an
+unknown or changed key is refused (paramiko's RejectPolicy). Settings this channel cannot follow
+faithfully (another connection plugin, a proxy or jump host, a templated value, an ssh config
+paramiko cannot read) make the inventory :class:`Unsupported`, and so does ``StrictHostKeyChecking``
+off (``no``/``off``/``accept-new``: OpenSSH would connect to a host whose key is not known, this
+channel never does): the caller then uses the playbook. Commands are argv lists, quoted for the
+remote shell; a command that needs root runs under ``sudo -n`` when the login user is not root (as
+Ansible's ``become``). Every connect and every command has a deadline; hosts run in parallel, as
+many as Ansible's forks.
 """
 
 from __future__ import annotations
@@ -35,6 +41,8 @@ SSH_CONNECTIONS = (None, "ssh", "smart", "paramiko", "paramiko_ssh", "ansible.bu
                    "ansible.builtin.paramiko_ssh", "ansible.legacy.ssh")
 # ssh options that send the connection somewhere else than ansible_host:ansible_port
 PROXY_OPTIONS = ("proxycommand", "proxyjump")
+SSH_CONFIGS = ("~/.ssh/config", "/etc/ssh/ssh_config")  # OpenSSH's, when no -F names another
+LAX_HOST_KEYS = ("no", "off", "accept-new")  # StrictHostKeyChecking values that accept unknown keys
 _POLL_S = 0.05
 
 
@@ -74,8 +82,12 @@ class Result:
         return self.rc == 0
 
 
+FLAG_OPTIONS = {"-J": "ProxyJump", "-F": "ConfigFile"}  # ssh flags that take a value, as options
+
+
 def _ssh_options(host: str, vars_: Mapping[str, Any]) -> dict[str, str]:
-    """The ``-o Key=Value`` options (keys in lower case) of a host's ssh args; ``-J`` counts as ProxyJump.
+    """The ``-o Key=Value`` options (keys in lower case) of a host's ssh args; ``-J`` counts as
+    ProxyJump, ``-F FILE`` as the option ``configfile``.
 
     Raises:
         Unsupported: args that cannot be parsed.
@@ -91,8 +103,8 @@ def _ssh_options(host: str, vars_: Mapping[str, Any]) -> dict[str, str]:
     pending: str | None = None
     for word in words:
         if pending is not None:
-            option, pending = (word if pending == "-o" else f"ProxyJump={word}"), None
-        elif word in ("-o", "-J"):
+            option, pending = (word if pending == "-o" else f"{FLAG_OPTIONS[pending]}={word}"), None
+        elif word in ("-o", *FLAG_OPTIONS):
             pending = word
             continue
         elif word.startswith("-o"):
@@ -116,11 +128,60 @@ def _value(host: str, vars_: Mapping[str, Any], *names: str) -> str | None:
     return None
 
 
-def _port(host: str, vars_: Mapping[str, Any]) -> int:
-    raw = _value(host, vars_, "ansible_port", "ansible_ssh_port") or "22"
+def _port(host: str, given: str | None) -> int:
+    raw = str(given or "22")
     if not raw.isdigit() or not 1 <= int(raw) <= 65535:
         raise ConfigError(host, [f"ansible_port: {raw!r} is not a port number"])
     return int(raw)
+
+
+def _config_files(options: Mapping[str, str]) -> tuple[str, ...]:
+    named = options.get("configfile")
+    return (named,) if named else SSH_CONFIGS
+
+
+def _looked_up(host: str, path: Path, address: str, depth: int = 0) -> list[dict[str, Any]]:
+    """``address``'s settings in one config file, then in the files it ``Include``s (paramiko
+    reads a file but does not follow its Include lines; OpenSSH reads them where they stand)."""
+    try:
+        found = dict(paramiko.SSHConfig.from_path(str(path)).lookup(address))
+    except Exception as err:  # paramiko raises several kinds for what it cannot read
+        problem = f"ssh config {path}: not readable by the direct channel ({err})"
+        raise Unsupported(host, [problem]) from err
+    out = [found]
+    for pattern in shlex.split(str(found.pop("include", "")))[:16] if depth < 8 else ():
+        # a relative Include is under /etc/ssh in the system config, else under ~/.ssh (ssh_config(5))
+        base = Path("/etc/ssh") if path.is_relative_to("/etc/ssh") else Path.home() / ".ssh"
+        full = Path(pattern).expanduser()
+        for each in sorted(full.parent.glob(full.name) if full.is_absolute() else base.glob(pattern)):
+            out += _looked_up(host, each, address, depth + 1) if each.is_file() else []
+    return out
+
+
+def ssh_config(host: str, address: str, options: Mapping[str, str]) -> dict[str, Any]:
+    """What OpenSSH's config files say for ``address`` (keys in lower case, the first value found
+    wins, as OpenSSH reads them); the ssh args' own options go first.
+
+    Raises:
+        Unsupported: a config file paramiko cannot read (``Match exec``, a bad line).
+    """
+    found: dict[str, Any] = dict(options)
+    for name in _config_files(options):
+        path = Path(name).expanduser()
+        for looked in _looked_up(host, path, address) if path.is_file() else ():
+            for key, value in looked.items():
+                found.setdefault(key, value)
+    return found
+
+
+def _follows(host: str, config: Mapping[str, Any]) -> None:
+    """Unsupported where OpenSSH would connect another way than this channel can."""
+    proxies = [k for k in PROXY_OPTIONS if config.get(k) not in (None, "none")]
+    if proxies:
+        raise Unsupported(host, [f"ssh {proxies[0]} is not followed by the direct channel"])
+    strict = str(config.get("stricthostkeychecking") or "").lower()
+    if strict in LAX_HOST_KEYS:
+        raise Unsupported(host, [f"ssh StrictHostKeyChecking={strict}: the direct channel needs a known key"])
 
 
 def target(host: str, vars_: Mapping[str, Any]) -> Target:
@@ -133,19 +194,20 @@ def target(host: str, vars_: Mapping[str, Any]) -> Target:
     connection = _value(host, vars_, "ansible_connection")
     if connection not in SSH_CONNECTIONS:
         raise Unsupported(host, [f"ansible_connection: {connection!r} is not ssh"])
-    options = _ssh_options(host, vars_)
-    proxies = [k for k in PROXY_OPTIONS if k in options]
-    if proxies:
-        raise Unsupported(host, [f"ssh args: {proxies[0]} is not followed by the direct channel"])
-    files = options.get("userknownhostsfile")
+    address = _value(host, vars_, "ansible_host", "ansible_ssh_host") or host
+    config = ssh_config(host, address, _ssh_options(host, vars_))
+    _follows(host, config)
+    files = config.get("userknownhostsfile")
     known = tuple(str(Path(f).expanduser()) for f in (shlex.split(files) if files else DEFAULT_KNOWN_HOSTS))
     key = _value(host, vars_, "ansible_ssh_private_key_file", "ansible_private_key_file")
+    keys = [key] if key else list(config.get("identityfile") or [])
+    login = _value(host, vars_, "ansible_user", "ansible_ssh_user") or config.get("user") or getpass.getuser()
     return Target(
         host=host,
-        address=_value(host, vars_, "ansible_host", "ansible_ssh_host") or host,
-        port=_port(host, vars_),
-        user=_value(host, vars_, "ansible_user", "ansible_ssh_user") or getpass.getuser(),
-        key_file=str(Path(key).expanduser()) if key else None,
+        address=str(config.get("hostname") or address),
+        port=_port(host, _value(host, vars_, "ansible_port", "ansible_ssh_port") or config.get("port")),
+        user=str(login),
+        key_file=str(Path(keys[0]).expanduser()) if keys else None,
         known_hosts=known,
     )
 

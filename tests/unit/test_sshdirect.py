@@ -42,6 +42,57 @@ def test_settings_the_channel_cannot_follow_are_unsupported(hostvars: dict[str, 
         sshdirect.target("h01", hostvars)
 
 
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A home of its own (``~/.ssh/config`` written by the test)."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / ".ssh").mkdir()
+    return tmp_path
+
+
+def test_the_ssh_config_fills_what_the_inventory_leaves_out(home: Path) -> None:
+    """OpenSSH (Ansible's ssh connection) reads ~/.ssh/config: an alias's HostName, Port, User,
+    IdentityFile and UserKnownHostsFile apply where the inventory sets none; the inventory's win."""
+    (home / ".ssh" / "config").write_text(
+        "Host gpu*\n  HostName 10.9.0.%h\n  Port 2200\n  User ops\n  IdentityFile ~/.ssh/id_rack\n"
+        "  UserKnownHostsFile ~/.ssh/rack_hosts\n"
+        "Host *\n  User nobody\n"
+    )
+    t = sshdirect.target("n1", {"ansible_host": "gpu7"})
+    assert (t.address, t.port, t.user) == ("10.9.0.gpu7", 2200, "ops")
+    assert t.key_file == str(home / ".ssh" / "id_rack")
+    assert t.known_hosts == (str(home / ".ssh" / "rack_hosts"),)
+    mine = sshdirect.target("n1", {"ansible_host": "gpu7", "ansible_user": "me", "ansible_port": 22,
+                                   "ansible_ssh_private_key_file": "/k/id"})
+    assert (mine.user, mine.port, mine.key_file) == ("me", 22, "/k/id")
+    assert sshdirect.target("n2", {"ansible_host": "10.1.1.1"}).user == "nobody"
+
+
+@pytest.mark.parametrize("config, args", [
+    ("Host gpu*\n  ProxyJump bastion\n", ""),  # a jump host for the rack
+    ("Include rack.d/*.conf\n", ""),  # ... in an included file (paramiko alone does not follow it)
+    ("Host *\n  StrictHostKeyChecking accept-new\n", ""),  # OpenSSH takes an unknown key; we never do
+    ("", "-o StrictHostKeyChecking=no"),
+    ("Host gpu*\n  ProxyCommand ssh -W %h:%p b\n", "-F {home}/.ssh/other"),  # -F: only that file
+])
+def test_a_config_the_channel_cannot_follow_sends_the_work_to_the_playbook(
+    home: Path, config: str, args: str,
+) -> None:
+    (home / ".ssh" / "rack.d").mkdir()
+    (home / ".ssh" / "rack.d" / "jump.conf").write_text("Host gpu*\n  ProxyJump bastion\n")
+    name = "other" if "-F" in args else "config"
+    (home / ".ssh" / name).write_text(config)
+    with pytest.raises(sshdirect.Unsupported):
+        sshdirect.target("n1", {"ansible_host": "gpu7", "ansible_ssh_common_args": args.format(home=home)})
+
+
+def test_a_config_named_by_dash_f_replaces_the_users(home: Path) -> None:
+    (home / ".ssh" / "config").write_text("Host *\n  ProxyJump bastion\n")
+    (home / "rack.conf").write_text("Host *\n  Port 2022\n")
+    t = sshdirect.target("n1", {"ansible_ssh_common_args": f"-F {home}/rack.conf"})
+    assert t.port == 2022
+
+
 def test_a_port_that_is_not_one_is_refused() -> None:
     with pytest.raises(ConfigError, match="ansible_port: '99999'"):
         sshdirect.target("h01", {"ansible_port": 99999})
