@@ -62,7 +62,7 @@ def test_every_verb_runs_without_the_emulator_from_one_profile(rack: TestbedSpec
 
     # the tuned state the run left plus the tuning options: one file for every verb
     profile = tmp_path / "profile.yml"
-    state = yaml.safe_load(tuned_path(read_inventory(Path(inv)).fabric).read_text())
+    state = yaml.safe_load(tuned_path(read_inventory(Path(inv)).name).read_text())
     profile.write_text(yaml.safe_dump({**state, "fabtune_tune": OPTIONS}))
     drift = verb("drift", "-i", inv, "--profile", str(profile))
     assert drift["exit"] == 0 and drift["result"]["report"]["items"] == [], drift
