@@ -73,6 +73,8 @@ TOOLS: Mapping[str, HostTool] = {
                  "tune: the lossless class the switch advertises over LLDP (optional)"),
     )
 }
+# host_tools.yml's tasks: the distribution facts, and the tools found with their paths
+DISTRIBUTION_TASK, FIND_TASK = "Read the distribution", "Find the tools on the search path"
 # A need met by any one of its tools.
 QOS_TOOLS = ("mlnx_qos", "dcb")
 
@@ -139,8 +141,8 @@ def check_tools(inventory: Path, info: InventoryInfo, *, with_nccl: bool = True)
     every = sorted({t for need in per_host.values() for alternatives in need for t in alternatives})
     outcome = ansible.run_playbook("host_tools.yml", inventory, extravars={"fabtune_tools": every})
     outcome.raise_for_failure("finding the tools on the hosts")
-    families = outcome.results("Read the distribution")
-    found = outcome.results("Find the tools on the search path")
+    families = outcome.results(DISTRIBUTION_TASK)
+    found = outcome.results(FIND_TASK)
     results: list[CheckResult] = []
     for host in info.hosts:
         os_family = (families.get(host, {}).get("ansible_facts") or {}).get("ansible_os_family")

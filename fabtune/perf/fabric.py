@@ -19,6 +19,15 @@ from fabtune.errors import BenchmarkError, ParseError
 from fabtune.perf.checks import rocev2_index
 from fabtune.perf.parsers import ibdev2netdev, ibstat, show_gids, topo
 
+# fabric_checks.yml's read tasks, by what each reads
+CHECK_TASKS = {
+    "topo": "Read GPU-NIC topology",
+    "gids": "Read GID tables",
+    "ibstat": "Read port state",
+    "ibdev2netdev": "Read RDMA device to netdev map",
+    "addr": "Read links and addresses",
+    "sminfo": "Ask for the subnet manager",
+}
 RATE_RE = re.compile(r"^(\d+(?:\.\d+)?)")
 
 
@@ -104,19 +113,11 @@ def read_hosts(inventory: Path) -> dict[str, HostView]:
         PlaybookFailed: when a host is unreachable or a read fails.
     """
     outcome = ansible.run_playbook("fabric_checks.yml", inventory).raise_for_failure("reading the fabric")
-    tasks = {
-        "topo": "Read GPU-NIC topology",
-        "gids": "Read GID tables",
-        "ibstat": "Read port state",
-        "ibdev2netdev": "Read RDMA device to netdev map",
-        "addr": "Read links and addresses",
-        "sminfo": "Ask for the subnet manager",
-    }
-    per_task = {key: outcome.results(name) for key, name in tasks.items()}
+    per_task = {key: outcome.results(name) for key, name in CHECK_TASKS.items()}
     hosts = sorted(per_task["addr"])
     views = {}
     for host in hosts:
-        raw = {key: _stdout(per_task[key], host) for key in tasks}
+        raw = {key: _stdout(per_task[key], host) for key in CHECK_TASKS}
         sm = per_task["sminfo"].get(host, {})
         rc = sm.get("rc") if "rc" in sm else None
         views[host] = _view(host, raw, int(rc) if rc is not None else None)

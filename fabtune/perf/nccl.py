@@ -15,6 +15,7 @@ from fabtune.perf.deadline import nccl_deadline_s, run_timeout_s, timed_out
 from fabtune.perf.parsers import nccl_debug, nccl_tests
 
 Launcher = Literal["mpirun", "srun"]
+LAUNCH_TASK = "Run the launcher"  # bench_nccl.yml: the launcher (mpirun/srun) on the first host
 # NCCL's line prefix: "<hostname>:<pid>:<tid> [<dev>] NCCL INFO ..." (formats.md §3).
 HOST_PREFIX_RE = re.compile(r"^(?:\[[^\]]*\] )?(?P<host>[A-Za-z0-9_.-]+):\d+:\d+ \[\d+\] ")
 
@@ -90,7 +91,7 @@ def run(
         "bench_nccl.yml", inventory, extravars=extravars, timeout_s=run_timeout_s(deadline, 1)
     )
     outcome.raise_for_failure("nccl-tests launch")
-    res = outcome.results("Run the launcher").get(hosts[0], {})
+    res = outcome.results(LAUNCH_TASK).get(hosts[0], {})
     output = f"{res.get('stdout', '')}\n{res.get('stderr', '')}"
     rc = int(res.get("rc", -1))
     result: nccl_tests.NcclTestsResult | None = None

@@ -50,6 +50,7 @@ class PairResult:
         return f"{self.client} {self.client_device or '?'} -> {self.server} {self.device}"
 
 
+CLIENTS_TASK = "Run clients"  # bench_ib_write_bw.yml: the ib_write_bw clients, per host
 SLOW_SHARE = 0.8  # a pair under this share of the other pairs' median is slow
 
 
@@ -154,8 +155,8 @@ def counter_map(results: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, int
 
 
 def _deltas(outcome: ansible.RunOutcome) -> dict[tuple[str, str], dict[str, int]]:
-    before, hw_before = rdmacounters.as_loops(outcome.results("Read counters before"))
-    after, hw_after = rdmacounters.as_loops(outcome.results("Read counters after"))
+    before, hw_before = rdmacounters.as_loops(outcome.results(rdmacounters.READ_BEFORE))
+    after, hw_after = rdmacounters.as_loops(outcome.results(rdmacounters.READ_AFTER))
     deltas = {}
     for host, res in after.items():
         b = counter_map(before.get(host, {}).get("results", []))
@@ -198,7 +199,7 @@ def _results(
 ) -> list[PairResult]:
     by_id = {}
     spec = {run["id"]: run for run in runs}
-    for host, res in outcome.results("Run clients").items():
+    for host, res in outcome.results(CLIENTS_TASK).items():
         if res.get("msg") == "Timeout exceeded" or res.get("timedout"):  # the task's own deadline
             for run in runs:
                 if run["client"] == host:

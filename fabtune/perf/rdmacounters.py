@@ -15,6 +15,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import PurePosixPath
 from typing import Any
 
+# the tasks that read the counters around a benchmark (bench_measure.yml, bench_ib_write_bw.yml)
+READ_BEFORE, READ_AFTER = "Read counters before", "Read counters after"
+
 HW_COUNTERS = ("np_cnp_sent", "rp_cnp_handled", "np_ecn_marked_roce_packets", "out_of_sequence")
 _LINE_RE = re.compile(r"^(?P<path>/\S+/hw_counters/(?P<name>[a-z0-9_]+)):(?P<value>\d+)\s*$")
 

@@ -181,7 +181,7 @@ def _pauses(results: Sequence[Mapping[str, Any]]) -> int:
     return total
 
 
-READ_BEFORE, READ_AFTER = "Read counters before", "Read counters after"  # bench_measure.yml's tasks
+READ_BEFORE, READ_AFTER = rdmacounters.READ_BEFORE, rdmacounters.READ_AFTER  # bench_measure.yml's tasks
 
 
 def counter_deltas(outcome: ansible.RunOutcome) -> dict[str, dict[str, int]]:
