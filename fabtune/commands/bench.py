@@ -111,9 +111,15 @@ def pairs_cmd(
     flat = [r for rnd in done for r in rnd]
     _print_pairs(flat, output.console())
     slow = pairs.slow_pairs(flat)
-    for found in slow:
+    ports = pairs.slow_ports(flat, slow)
+    for port in ports:  # a port that explains its slow pairs, each listed under it
+        output.echo(port.describe())
+        for found in port.pairs:
+            output.echo(f"  slow pair: {found.describe()}")
+    for found in pairs.unexplained(slow, ports):
         output.echo(f"slow pair: {found.describe()}")
-    output.write({"kind": "pairs", "rounds": done, "slow_pairs": [f.describe() for f in slow]})
+    output.write({"kind": "pairs", "rounds": done, "slow_pairs": [f.describe() for f in slow],
+                  "slow_ports": [p.to_json() for p in ports]})
 
 
 @bench.command("incast")

@@ -68,8 +68,14 @@ def print_result(result: TuneResult, report: Path, output: ResultOutput | None =
         f"all_reduce bus bandwidth: {base:.1f} -> {final:.1f} GB/s ({final / base - 1:+.1%}); "
         f"noise floor {result.noise_floor:.1%}"
     )
+    explained = {line for port in result.slow_ports for line in port.get("pairs", [])}
+    for port in result.slow_ports:  # a port that explains its slow pairs, each listed under it
+        console.print(f"ib_write_bw (rdma_cm): {port['summary']}", soft_wrap=True, highlight=False)
+        for line in port.get("pairs", []):
+            console.print(f"  slow pair: {line}", soft_wrap=True, highlight=False)
     for line in result.slow_pairs:
-        console.print(f"slow ib_write_bw pair (rdma_cm): {line}", soft_wrap=True, highlight=False)
+        if line not in explained:
+            console.print(f"slow ib_write_bw pair (rdma_cm): {line}", soft_wrap=True, highlight=False)
     html = report.with_suffix(".html")  # what a person opens; the JSON beside it is for scripts
     console.print(f"report: {html if html.is_file() else report}", soft_wrap=True, highlight=False)
     output.write({"kind": "tune", "run_id": result.run_id, "report": str(report),

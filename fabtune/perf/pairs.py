@@ -107,6 +107,108 @@ def slow_pairs(results: Sequence[PairResult], share: float = SLOW_SHARE) -> list
     return found
 
 
+Port = tuple[str, str]  # (host, device)
+
+
+@dataclass(frozen=True)
+class SlowPort:
+    """A port that is an end of several slow pairs, most of its pairs (``count``), and explains them:
+    its slow pairs, their median Gb/s against the median of the pairs not through it, and the link
+    ceilings (its pairs' and the others') as for :class:`SlowPair`."""
+
+    host: str
+    device: str
+    pairs: tuple[SlowPair, ...]
+    count: int
+    gbps: float
+    median_gbps: float
+    ceiling_gbps: float = 0.0
+    median_ceiling_gbps: float = 0.0
+    share: float = SLOW_SHARE
+
+    @property
+    def name(self) -> str:
+        return f"{self.host} {self.device}"
+
+    def describe(self) -> str:
+        ratio = self.gbps / self.median_gbps if self.median_gbps else 0.0
+        text = (f"port {self.name} is slow: {len(self.pairs)} of its {self.count} pairs under "
+                f"x{self.share:.2f} of the median of the other pairs; its pairs' median "
+                f"{self.gbps:.1f} Gb/s against {self.median_gbps:.1f} for the pairs not through it "
+                f"(x{ratio:.2f})")
+        if 0 < self.ceiling_gbps < SLOW_SHARE * self.median_ceiling_gbps:
+            return text + (f"; its link's ceiling is {self.ceiling_gbps:.1f} Gb/s against "
+                           f"{self.median_ceiling_gbps:.1f}: a port below the rack's speed")
+        if self.ceiling_gbps > 0:
+            return text + (f"; its link's ceiling is the rack's ({self.ceiling_gbps:.1f} Gb/s): a fault "
+                           "on its path or host (cable errors, switch port, PCIe)")
+        return text
+
+    def to_json(self) -> dict[str, Any]:
+        return {"port": self.name, "host": self.host, "device": self.device,
+                "summary": self.describe(), "pairs": [p.describe() for p in self.pairs]}
+
+
+def _port_ends(result: PairResult) -> list[Port]:
+    """The ports at both ends of a pair run (the client's only where its NIC is known)."""
+    ends = [(result.server, result.device)]
+    return [*ends, (result.client, result.client_device)] if result.client_device else ends
+
+
+def _most_suspect(through: Mapping[Port, Sequence[PairResult]], slow: set[str],
+                  named: Sequence[Port]) -> Port | None:
+    """The port with the largest share of slow pairs among its pairs that no named port explains,
+    where at least 2 of them and more than half are slow; None when no port is."""
+    explained = {r.ends for port in named for r in through[port]}
+    best, score = None, (0.0, 0)
+    for port, runs in sorted(through.items()):
+        pending = [r for r in runs if r.ends not in explained]
+        hits = sum(r.ends in slow for r in pending)
+        if hits >= 2 and 2 * hits > len(pending) and (hits / len(pending), hits) > score:
+            best, score = port, (hits / len(pending), hits)
+    return best
+
+
+def _median(values: Sequence[float]) -> float:
+    return statistics.median(values) if values else 0.0
+
+
+def _slow_port(port: Port, results: Sequence[PairResult], slow: Sequence[SlowPair],
+               share: float) -> SlowPort:
+    mine = [r for r in results if port in _port_ends(r)]
+    others = [r for r in results if port not in _port_ends(r)]
+    ends = {r.ends for r in mine}
+    return SlowPort(
+        port[0], port[1], tuple(p for p in slow if p.name in ends), len(mine),
+        _median([r.gbps or 0.0 for r in mine]), _median([r.gbps or 0.0 for r in others]),
+        _median([r.ceiling_gbps for r in mine]), _median([r.ceiling_gbps for r in others]), share,
+    )
+
+
+def slow_ports(
+    results: Sequence[PairResult], slow: Sequence[SlowPair], share: float = SLOW_SHARE
+) -> list[SlowPort]:
+    """The ports that explain slow pairs (``slow``, from :func:`slow_pairs` on ``results``): a port
+    (host and NIC) is named when at least 2 of its pairs are slow and more than half of them, most
+    suspect first; a pair it explains no longer counts for the ports at its other end. So one port
+    below the rack's speed is named alone, not its pairs' other ends, and two slow pairs with no
+    common end name no port."""
+    through: dict[Port, list[PairResult]] = {}
+    for r in results:
+        for port in _port_ends(r):
+            through.setdefault(port, []).append(r)
+    named: list[Port] = []
+    while (suspect := _most_suspect(through, {p.name for p in slow}, named)) is not None:
+        named.append(suspect)
+    return [_slow_port(port, results, slow, share) for port in named]
+
+
+def unexplained(slow: Sequence[SlowPair], ports: Sequence[SlowPort]) -> list[SlowPair]:
+    """The slow pairs that no slow port explains."""
+    explained = {p.name for port in ports for p in port.pairs}
+    return [p for p in slow if p.name not in explained]
+
+
 def rail_ceiling(rail: Rail) -> float:
     """The physical goodput ceiling of a rail (RoCEv2 or IB header overhead at its MTU; IB at 4096)."""
     ib = linkrate.is_ib(rail.link_layer)

@@ -31,6 +31,7 @@ from fabtune.tune.payloads import (
 )
 
 _RATE_RE = re.compile(r"^\s*(?P<gbps>\d+(?:\.\d+)?)\s*Gb/sec")
+SLOW_PORT_CHECK = "ib_write_bw port (rdma_cm)"
 SLOW_ENDS_RE = re.compile(r"^(?P<client>\S+) \S+ -> (?P<server>\S+) \S+: ")
 # A healthy rack's all_reduce busbw per GPU at 8 GiB is about 0.9 of R x C_min / 8 (NCCL's protocol
 # efficiency and the size ramp: docs/operations.md, bus bandwidth reference); bootstrap flags < 0.8.
@@ -222,6 +223,28 @@ def _slow_pair(line: str, phase: str) -> dict[str, Any]:
         "summary": f"slow pair: {line}",
         "evidence": line,
     }
+
+
+def _slow_port(port: Mapping[str, Any], phase: str) -> dict[str, Any]:
+    """A port the tuning loop found slow on several pairs (``SlowPort.to_json``), as a warning on its
+    host, its slow pairs as the evidence (one a line)."""
+    return {
+        "phase": phase,
+        "check": SLOW_PORT_CHECK,
+        "host": str(port.get("host", "*")),
+        "verdict": "warn",
+        "summary": str(port.get("summary", "")),
+        "evidence": "\n".join(str(line) for line in port.get("pairs", [])),
+    }
+
+
+def _slow_checks(
+    lines: Sequence[str], ports: Sequence[Mapping[str, Any]], phase: str
+) -> list[dict[str, Any]]:
+    """Each slow port, then each slow pair that no port explains."""
+    explained = {str(line) for port in ports for line in port.get("pairs", [])}
+    return [_slow_port(p, phase) for p in ports] + [
+        _slow_pair(line, phase) for line in lines if line not in explained]
 
 
 LOSSLESS_CHECK = "lossless class (LLDP)"
@@ -494,7 +517,7 @@ def _tune_baseline(doc: dict[str, Any], acc: _TuneSteps, s: Step) -> None:
     acc.aa.append(series_point(s.seq, label, "baseline", "baseline", p.alltoall))
     doc["checks"] += [_check(c, "baseline") for c in p.checks]
     doc["counters"] += step_counters(p.counters, p.pause_frames, label)
-    doc["checks"] += [_slow_pair(line, "baseline") for line in p.slow_pairs]
+    doc["checks"] += _slow_checks(p.slow_pairs, p.slow_ports, "baseline")
 
 
 def _measured(samples: Iterable[float | None]) -> list[float]:
@@ -564,7 +587,7 @@ def _tune_steps(doc: dict[str, Any], run: Run, steps: Sequence[Step], journal: J
             final = FinalPayload.from_json(p)
             acc.final_state = final.state
             acc.final_ar = _measured(final.all_reduce)
-            doc["checks"] += [_slow_pair(line, "tuned state") for line in final.slow_pairs]
+            doc["checks"] += _slow_checks(final.slow_pairs, final.slow_ports, "tuned state")
         elif s.kind == "move":
             _tune_move(doc, acc, s, journal.snapshot_at(run.id, s.seq))
     return acc

@@ -6,7 +6,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from fabtune.report.build import LOSSLESS_CHECK, move_label
+from fabtune.report.build import LOSSLESS_CHECK, SLOW_PORT_CHECK, move_label
 
 MAX_ROWS = 12
 
@@ -54,8 +54,11 @@ def _tune_lines(doc: Mapping[str, Any]) -> list[str]:
         lines.append(f"- tuned desired state: `{t['tuned_desired']}`")
     if t.get("lossless"):
         lines.append(f"- lossless class: {t['lossless']['says']}")
-    lines += [f"- {c['phase']}: {c['summary']}" for c in doc["checks"]
-              if c["check"] in ("ib_write_bw pair (rdma_cm)", LOSSLESS_CHECK)]
+    for c in doc["checks"]:
+        if c["check"] in ("ib_write_bw pair (rdma_cm)", SLOW_PORT_CHECK, LOSSLESS_CHECK):
+            lines.append(f"- {c['phase']}: {c['summary']}")
+        if c["check"] == SLOW_PORT_CHECK:  # its slow pairs under it
+            lines += [f"  - slow pair: {line}" for line in c["evidence"].splitlines()]
     rows = [
         [move_label(d, doc["hosts"]), d["outcome"].replace("_", " "), _ci(d["all_reduce"]),
          _ci(d["alltoall"]), d["reason"]]

@@ -35,7 +35,7 @@ from fabtune.tune.hosts import changed_nics, host_groups, plan_rack
 from fabtune.tune.lossless import LosslessChoice
 from fabtune.tune.lossless import choose as choose_lossless
 from fabtune.tune.measure import Batch, FailedRun, Sample, merge_counters
-from fabtune.tune.pairs import PairDecision, PairRound, best_of, compare, confirm, slow_pairs
+from fabtune.tune.pairs import PairDecision, PairRound, best_of, compare, confirm, slow_pairs, slow_ports
 from fabtune.tune.payloads import (
     BaselineFailedPayload,
     BaselinePayload,
@@ -214,6 +214,7 @@ class TuneResult:
     runs: int = 0  # benchmark repetitions measured, the baseline's included
     planned: list[list[str]] = field(default_factory=list)  # every candidate of the plan, per group
     slow_pairs: list[str] = field(default_factory=list)  # in the state the run leaves, each named
+    slow_ports: list[dict[str, Any]] = field(default_factory=list)  # the ports that explain them
 
 
 @dataclass(frozen=True)
@@ -378,9 +379,7 @@ class Tuner:
         self.reference = list(batch.samples)
         self.pause_rate = batch.pause_frames / max(len(batch.samples), 1)
         self.pair_reference = self._reference_or_none([], "the baseline")
-        slow = slow_pairs(self.pair_reference) if self.pair_reference else []
-        for line in slow:
-            self.emit("pairs", f"slow pair: {line}", {"pair": line})
+        slow, ports = self._slow("")
         floor = noise_floor(_ar(self.reference))
         measured = BaselinePayload(
             all_reduce=tuple(_ar(self.reference)),
@@ -390,6 +389,7 @@ class Tuner:
             counters=self._take_counters(),
             pairs=_round_payload(self.pair_reference),
             slow_pairs=tuple(slow),
+            slow_ports=tuple(ports),
             checks=tuple(dataclasses.asdict(c) for c in batch.transport),
             policy=dataclasses.asdict(self.options.policy),
         )
@@ -433,6 +433,17 @@ class Tuner:
                 changed = f"nothing was changed ({tried}: {record.reason})"
                 raise PreflightFailed(need.results, changed) from need
         return self.baseline()
+
+    def _slow(self, where: str) -> tuple[list[str], list[dict[str, Any]]]:
+        """The slow pairs of the kept round and the ports that explain them, each announced."""
+        ref = self.pair_reference
+        slow, ports = (slow_pairs(ref), slow_ports(ref)) if ref else ([], [])
+        for port in ports:
+            line = str(port["summary"]).replace(" is slow:", f" is slow{where}:", 1)
+            self.emit("pairs", line, {"port": port["port"]})
+        for line in slow:
+            self.emit("pairs", f"slow pair{where}: {line}", {"pair": line})
+        return slow, ports
 
     def measure_pair_matrix(self, when: str) -> None:
         """ib_write_bw between host pairs (the report's heatmap), journaled as step ``pairs <when>``.
@@ -890,9 +901,7 @@ class Tuner:
                     break  # an alternative was kept, or a ladder's rung did not improve
         planned = [[c.name for c in group] for group in groups]
         self.measure_pair_matrix("final")
-        slow = slow_pairs(self.pair_reference) if self.pair_reference else []
-        for line in slow:
-            self.emit("pairs", f"slow pair in the tuned state: {line}", {"pair": line})
+        slow, ports = self._slow(" in the tuned state")
         seq = self.journal.step(self.run_id, "phase", "final", {})
         final = FinalPayload(
             state=self.current,
@@ -902,6 +911,7 @@ class Tuner:
             pair_rounds=self.pair_rounds,
             planned=tuple(tuple(names) for names in planned),
             slow_pairs=tuple(slow),
+            slow_ports=tuple(ports),
             planned_hosts={c.name: list(c.hosts) for group in groups for c in group},
         )
         self.journal.finish_step(self.run_id, seq, "done", final.to_json())
@@ -916,6 +926,7 @@ class Tuner:
             self.runs,
             planned,
             slow,
+            ports,
         )
 
 

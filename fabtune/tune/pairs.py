@@ -25,6 +25,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from fabtune.perf import pairs
 from fabtune.perf.argv import PerftestOptions
@@ -240,7 +241,7 @@ def _gain_held(metric: str, reference: PairRound, again: PairRound, gain: float)
     return (now or 0.0) / old > 1 + gain
 
 
-def slow_pairs(found: PairRound, share: float = pairs.SLOW_SHARE) -> list[str]:
+def _slow(found: PairRound, share: float) -> list[pairs.SlowPair]:
     """Pairs under ``share`` of the median of the other pairs: each named by both ends (host and NIC,
     from the round's pair runs; else by its label), with its Gb/s, the ratio and why."""
     runs = {f"{r.client}->{r.server} {r.device}": r for r in found.results}
@@ -249,12 +250,22 @@ def slow_pairs(found: PairRound, share: float = pairs.SLOW_SHARE) -> list[str]:
     for label, median in pairs.slow_among(found.pairs, share):
         run = runs.get(label)
         others = [c for r, c in zip(found.results, ceilings, strict=True) if r is not run]
-        line = pairs.SlowPair(
+        slow.append(pairs.SlowPair(
             run.ends if run is not None else label, found.pairs[label], median, found.errors.get(label),
             run.ceiling_gbps if run is not None else 0.0, statistics.median(others) if others else 0.0,
-        )
-        slow.append(line.describe())
+        ))
     return slow
+
+
+def slow_pairs(found: PairRound, share: float = pairs.SLOW_SHARE) -> list[str]:
+    """The slow pairs of ``found``, each described (``SlowPair.describe``)."""
+    return [p.describe() for p in _slow(found, share)]
+
+
+def slow_ports(found: PairRound, share: float = pairs.SLOW_SHARE) -> list[dict[str, Any]]:
+    """The ports that explain slow pairs of ``found`` (``pairs.slow_ports``), as JSON: the port, its
+    host and NIC, its summary and its slow pairs' lines."""
+    return [p.to_json() for p in pairs.slow_ports(found.results, _slow(found, share), share)]
 
 
 def _gbps(value: float | None) -> str:

@@ -290,6 +290,7 @@ class BaselinePayload:
     counters: Mapping[str, Mapping[str, int]] | None = None
     pairs: Mapping[str, Any] | None = None  # the pair round: pairs, incast, errors
     slow_pairs: tuple[str, ...] = ()
+    slow_ports: tuple[Mapping[str, Any], ...] = ()  # the ports that explain slow pairs (SlowPort.to_json)
     checks: tuple[Mapping[str, Any], ...] = ()
     policy: Mapping[str, Any] = field(default_factory=dict)
 
@@ -302,6 +303,7 @@ class BaselinePayload:
             "counters": None if self.counters is None else {k: dict(v) for k, v in self.counters.items()},
             "pairs": None if self.pairs is None else dict(self.pairs),
             "slow_pairs": list(self.slow_pairs),
+            "slow_ports": [dict(p) for p in self.slow_ports],
             "checks": [dict(c) for c in self.checks],
             "policy": dict(self.policy),
         }
@@ -318,6 +320,7 @@ class BaselinePayload:
             counters=counters if isinstance(counters, Mapping) else None,
             pairs=pairs if isinstance(pairs, Mapping) else None,
             slow_pairs=tuple(str(line) for line in _list(found.get("slow_pairs"))),
+            slow_ports=tuple(p for p in _list(found.get("slow_ports")) if isinstance(p, Mapping)),
             checks=tuple(_list(found.get("checks"))),
             policy=_mapping(found.get("policy")),
         )
@@ -358,6 +361,7 @@ class FinalPayload:
     pair_rounds: int = 0
     planned: tuple[tuple[str, ...], ...] = ()
     slow_pairs: tuple[str, ...] = ()
+    slow_ports: tuple[Mapping[str, Any], ...] = ()  # the ports that explain slow pairs (SlowPort.to_json)
     planned_hosts: Mapping[str, Sequence[str]] = field(default_factory=dict)
 
     def to_json(self) -> Json:
@@ -369,6 +373,7 @@ class FinalPayload:
             "pair_rounds": self.pair_rounds,
             "planned": [list(group) for group in self.planned],
             "slow_pairs": list(self.slow_pairs),
+            "slow_ports": [dict(p) for p in self.slow_ports],
             "planned_hosts": {name: list(hosts) for name, hosts in self.planned_hosts.items()},
         }
 
@@ -384,6 +389,7 @@ class FinalPayload:
             pair_rounds=_count(found.get("pair_rounds")),
             planned=tuple(tuple(str(n) for n in _list(g)) for g in _list(found.get("planned"))),
             slow_pairs=tuple(str(line) for line in _list(found.get("slow_pairs"))),
+            slow_ports=tuple(p for p in _list(found.get("slow_ports")) if isinstance(p, Mapping)),
             planned_hosts=_mapping(found.get("planned_hosts")),
         )
 

@@ -1,5 +1,6 @@
 """A rack whose only fault is one port trained at half speed (h02's second NIC, a bad cable):
-``fabtune bench pairs`` names that pair alone and ``fabtune check`` names h02's port."""
+``fabtune bench pairs`` names that pair alone and ``fabtune check`` names h02's port; on a 3-host
+rack, where that port is an end of two pairs, ``bench pairs`` names the port with its pairs under it."""
 
 from __future__ import annotations
 
@@ -42,7 +43,9 @@ def test_pairs_and_check_name_the_slow_port(rack: TestbedSpec, tmp_path: Path) -
     inventory = str(layout.testbed_dir(rack.name) / "inventory.yml")
     done = fabtune("bench", "pairs", "-i", inventory, "--duration", "2", "-o", str(tmp_path / "p.json"))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    [slow] = json.loads((tmp_path / "p.json").read_text())["slow_pairs"]
+    written = json.loads((tmp_path / "p.json").read_text())
+    [slow] = written["slow_pairs"]
+    assert written["slow_ports"] == []  # one pair: nothing says which of its two ends is slow
     ends = r"(h01 mlx5_1 -> h02 mlx5_1|h02 mlx5_1 -> h01 mlx5_1)"
     found = re.fullmatch(rf"{ends}: 1\d\d\.\d Gb/s, x0\.[45]\d of the median of the other pairs "
                          r"\(3\d\d\.\d Gb/s\); its link's ceiling is (\d+\.\d) Gb/s against (\d+\.\d): "
@@ -56,3 +59,37 @@ def test_pairs_and_check_name_the_slow_port(rack: TestbedSpec, tmp_path: Path) -
     assert [(r["check"], r["host"], r["evidence"]) for r in failed] == [
         ("link", "h02", "CA 'mlx5_1' Port 1: Rate: 200")], failed
     assert failed[0]["summary"].startswith("mlx5_1 port 1 trained at 200 Gb/s, below the rack's 400 Gb/s")
+
+
+@pytest.fixture(scope="module")
+def odd_rack() -> Iterator[TestbedSpec]:
+    """The same port on a 3-host rack: h02's second NIC is an end of two pairs of the matrix."""
+    yield from make_testbed({
+        "name": "slwpt",
+        "hosts": 3,
+        "subnet_base": "10.232",
+        "nics_per_host": 2,
+        "gpus_per_host": 2,
+        "overrides": {"h02": {"link_speed": {1: 200}}},
+    })
+
+
+def test_pairs_name_the_port_that_is_the_common_end_of_its_slow_pairs(
+    odd_rack: TestbedSpec, tmp_path: Path
+) -> None:
+    inventory = str(layout.testbed_dir(odd_rack.name) / "inventory.yml")
+    done = fabtune("bench", "pairs", "-i", inventory, "--duration", "2", "-o", str(tmp_path / "p.json"))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    written = json.loads((tmp_path / "p.json").read_text())
+    [port] = written["slow_ports"]
+    assert (port["port"], port["host"]) == ("h02 mlx5_1", "h02"), port
+    found = re.fullmatch(r"port h02 mlx5_1 is slow: 2 of its 2 pairs under x0\.80 of the median of the "
+                         r"other pairs; its pairs' median 1\d\d\.\d Gb/s against 3\d\d\.\d for the pairs not "
+                         r"through it \(x0\.[45]\d\); its link's ceiling is (\d+\.\d) Gb/s against "
+                         r"(\d+\.\d): a port below the rack's speed", port["summary"])
+    assert found is not None, port["summary"]
+    assert float(found[1]) / float(found[2]) == pytest.approx(0.5, abs=0.01)
+    assert sorted(port["pairs"]) == sorted(written["slow_pairs"]) and len(port["pairs"]) == 2
+    lines = done.stdout.splitlines()
+    at = lines.index(port["summary"])
+    assert sorted(lines[at + 1:at + 3]) == sorted(f"  slow pair: {line}" for line in port["pairs"])

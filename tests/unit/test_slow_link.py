@@ -3,15 +3,21 @@ emulated tools show, the model's rates through the port, and the product naming 
 
 from __future__ import annotations
 
+import json
 import re
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
+from fabtune.cli import cli
 from fabtune.errors import ConfigError
-from fabtune.perf import checks
-from fabtune.perf.pairs import PairResult, slow_pairs
+from fabtune.perf import checks, pairs
+from fabtune.perf.pairs import PairResult, slow_pairs, slow_ports, unexplained
 from fabtune.perf.parsers.ibstat import parse as parse_ibstat
+from fabtune.perf.schedule import Pair, covering_rounds, pair_rounds, rail_pairs
 from fabtune.sim import observe
 from fabtune.sim.model import expected_busbw, p2p
 from fabtune.sim.model.config import FabricConfig, Flow, SwitchConfig
@@ -19,6 +25,9 @@ from fabtune.sim.node import NodeState, provision
 from fabtune.sim.tools import ethtool, ibstat
 from fabtune.testbed import layout
 from fabtune.testbed.spec import TestbedSpec, build_spec, spec_to_doc
+from fabtune.tune import pairs as tune_pairs
+from fabtune.tune.pairs import PairRound
+from tests.unit.test_pair_schedule_users import _info, _views, bench
 
 SLOW = {"h02": {"link_speed": {1: 200}}}
 RACK = {"name": "sp", "hosts": 2, "nics_per_host": 2, "gpus_per_host": 2, "overrides": SLOW}
@@ -152,3 +161,99 @@ def test_bench_slow_pairs_name_both_ends_the_ratio_and_the_ceiling() -> None:
     path = [*even, PairResult("h04", "h03", 0, "mlx5_0", 100.0, 392.1, "timeout", client_device="mlx5_0")]
     assert re.fullmatch(r"h03 mlx5_0 -> h04 mlx5_0: 100\.0 Gb/s, x0\.26 of the median of the other "
                         r"pairs \(380\.5 Gb/s\) \(timeout\)", slow_pairs(path)[0].describe())
+
+
+# --------------------------------------------------------------------------- slow ports
+
+
+def matrix(rounds: Sequence[Sequence[Pair]], slow: Sequence[tuple[str, int]] = (),
+           bad: Sequence[tuple[str, str]] = ()) -> list[PairResult]:
+    """The pair runs of ``rounds`` as ``run_rounds`` returns them: 380 Gb/s (a little spread) under a
+    392.1 ceiling, 190 under 196.0 through a port of ``slow`` (host, rail: trained at half the
+    rack's speed), and 150 on a pair of hosts in ``bad`` (a fault on that path alone)."""
+    out = []
+    for index, p in enumerate(r for rnd in rounds for r in rnd):
+        device = f"mlx5_{p.rail}"
+        half = (p.server, p.rail) in slow or (p.client, p.rail) in slow
+        path = (p.client, p.server) in bad or (p.server, p.client) in bad
+        gbps = 190.0 if half else 150.0 if path and p.rail == 0 else 380.0 + index % 3
+        out.append(PairResult(p.server, p.client, p.rail, device, gbps, 196.0 if half else 392.1,
+                              client_device=device))
+    return out
+
+
+FOUR = ["h01", "h02", "h03", "h04"]
+
+
+def test_one_slow_port_in_a_4_host_matrix_is_named_with_its_pairs_under_it() -> None:
+    results = matrix(pair_rounds(FOUR, 2), slow=[("h02", 1)])
+    slow = slow_pairs(results)
+    [port] = slow_ports(results, slow)
+    assert (port.name, port.count, len(port.pairs)) == ("h02 mlx5_1", 3, 3)
+    assert port.describe() == (
+        "port h02 mlx5_1 is slow: 3 of its 3 pairs under x0.80 of the median of the other pairs; "
+        "its pairs' median 190.0 Gb/s against 381.0 for the pairs not through it (x0.50); "
+        "its link's ceiling is 196.0 Gb/s against 392.1: a port below the rack's speed")
+    assert [p.name for p in port.pairs] == [
+        "h02 mlx5_1 -> h01 mlx5_1", "h02 mlx5_1 -> h04 mlx5_1", "h03 mlx5_1 -> h02 mlx5_1"]
+    assert port.pairs == tuple(slow) and unexplained(slow, [port]) == []
+    assert port.to_json()["pairs"] == [p.describe() for p in slow]
+
+
+def test_two_slow_pairs_with_no_common_end_name_no_port() -> None:
+    results = matrix(pair_rounds(FOUR, 1), bad=[("h01", "h02"), ("h03", "h04")])
+    slow = slow_pairs(results)
+    assert len(slow) == 2 and slow_ports(results, slow) == []
+    assert unexplained(slow, []) == slow
+
+
+def test_two_slow_ports_are_named_and_not_the_ends_they_share() -> None:
+    """h02 and h03 both slow on rail 0: h01 and h04 have 2 slow pairs of 3, all explained."""
+    results = matrix(pair_rounds(FOUR, 2), slow=[("h02", 0), ("h03", 0)])
+    slow = slow_pairs(results)
+    assert [(p.name, p.count, len(p.pairs)) for p in slow_ports(results, slow)] == [
+        ("h02 mlx5_0", 3, 3), ("h03 mlx5_0", 3, 3)]
+
+
+def test_a_port_that_is_only_one_pair_is_not_named() -> None:
+    """2 hosts (the spslow rack): the slow pair has two ends and nothing says which one is slow."""
+    results = matrix(pair_rounds(["h01", "h02"], 2), slow=[("h02", 1)])
+    slow = slow_pairs(results)
+    assert len(slow) == 1 and slow_ports(results, slow) == []
+
+
+def test_a_slow_port_on_an_odd_rack_round_is_named_in_the_loop() -> None:
+    """5 hosts: the covering round pairs h05 twice (h02 in the first round, idle h01 in the next)."""
+    runs = matrix(rail_pairs(covering_rounds([f"h{i:02d}" for i in range(1, 6)]), 2), slow=[("h05", 1)])
+    found = PairRound({f"{r.client}->{r.server} {r.device}": r.gbps for r in runs}, results=tuple(runs))
+    [port] = tune_pairs.slow_ports(found)
+    assert port["port"] == "h05 mlx5_1" and port["host"] == "h05"
+    assert port["summary"].startswith("port h05 mlx5_1 is slow: 2 of its 2 pairs under x0.80 of the median")
+    assert port["summary"].endswith("its link's ceiling is 196.0 Gb/s against 392.1: a port below the rack's "
+                                    "speed")
+    assert port["pairs"] == tune_pairs.slow_pairs(found)
+    assert [line.split(":")[0] for line in port["pairs"]] == [
+        "h05 mlx5_1 -> h01 mlx5_1", "h05 mlx5_1 -> h02 mlx5_1"]
+
+
+def test_bench_pairs_prints_the_port_then_its_pairs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    views = _views(4)
+    inventory = tmp_path / "inv.yml"
+    inventory.write_text("all: {}\n")
+
+    def measured(_inv: Path, rounds: Sequence[Sequence[Pair]], *_a: Any, **_k: Any) -> list[list[Any]]:
+        return [matrix([rnd], slow=[("h02", 1)]) for rnd in rounds]
+
+    monkeypatch.setattr(bench, "read_hosts", lambda _inv: views)
+    monkeypatch.setattr(bench, "read_inventory", lambda _inv: _info(tmp_path, sorted(views)))
+    monkeypatch.setattr(pairs, "run_rounds", measured)
+    done = CliRunner().invoke(cli, ["bench", "pairs", "-i", str(inventory), "-o", str(tmp_path / "p.json")])
+    assert done.exit_code == 0, done.output
+    lines = [line for line in done.output.splitlines() if "slow" in line]
+    assert lines[0].startswith("port h02 mlx5_1 is slow: 3 of its 3 pairs under x0.80")
+    assert [line.split(":")[0] for line in lines[1:]] == ["  slow pair"] * 3
+    written = json.loads((tmp_path / "p.json").read_text())
+    assert [p["port"] for p in written["slow_ports"]] == ["h02 mlx5_1"]
+    assert written["slow_ports"][0]["pairs"] == written["slow_pairs"]

@@ -15,7 +15,7 @@ from fabtune.errors import PlaybookFailed
 from fabtune.journal import Journal
 from fabtune.knobs import Change, LosslessClass, lossless_change
 from fabtune.perf.pairs import PairResult
-from fabtune.report import render_markdown, validate
+from fabtune.report import render, render_markdown, validate
 from fabtune.report.build import build
 from fabtune.tune.loop import TuneOptions, Tuner, touches_rdma_cm
 from fabtune.tune.pairs import PairRound, best_of, compare, confirm, slow_pairs
@@ -295,6 +295,59 @@ def test_a_slow_port_is_named_by_both_ends_in_the_loop_and_the_report(tmp_path: 
     assert [(c["phase"], c["host"], c["verdict"]) for c in warned] == [
         ("baseline", "h04->h03", "warn"), ("tuned state", "h04->h03", "warn")]
     assert f"- baseline: slow pair: {ends}: " in render_markdown(doc)
+
+
+class SlowPortOnTwoPairs(PairRack):
+    """h03's port trained at 200 Gb/s and in two pairs of the round (as the odd-rack round pairs one
+    host twice): both its pairs at half, with half the ceiling; h02 and h04 have a fine pair each."""
+
+    THROUGH = "h03->h02 mlx5_0"
+
+    def pair_gbps(self) -> dict[str, float]:
+        return {**super().pair_gbps(), OTHER: 180.0, self.THROUGH: 180.0, "h04->h01 mlx5_0": 360.0}
+
+    def pairs(self) -> PairRound | None:
+        found = super().pairs()
+        assert found is not None
+        runs = tuple(PairResult(label.split("->")[1].split()[0], label.split("->")[0], 0, "mlx5_0", gbps,
+                                196.0 if "h03" in label else 392.1, client_device="mlx5_0")
+                     for label, gbps in found.pairs.items())
+        return dataclasses.replace(found, results=runs)
+
+
+def test_a_slow_port_on_two_pairs_is_named_in_the_loop_the_report_and_the_summary(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tuner, (result, events) = run(SlowPortOnTwoPairs(), tmp_path, ("lossless", "mtu", "qps", "gdr"))
+    ends = ["h03 mlx5_0 -> h02 mlx5_0", "h04 mlx5_0 -> h03 mlx5_0"]
+    assert [line.split(":")[0] for line in result.slow_pairs] == ends
+    [port] = result.slow_ports
+    assert (port["port"], port["host"], port["pairs"]) == ("h03 mlx5_0", "h03", result.slow_pairs)
+    shape = (r"port h03 mlx5_0 is slow: 2 of its 2 pairs under x0\.80 of the median of the other pairs; "
+             r"its pairs' median 1[78]\d\.\d Gb/s against 3[56]\d\.\d for the pairs not through it "
+             r"\(x0\.[45]\d\); its link's ceiling is 196\.0 Gb/s against 392\.1: "
+             r"a port below the rack's speed")
+    assert re.fullmatch(shape, port["summary"]), port["summary"]
+    assert any(e.startswith("pairs: port h03 mlx5_0 is slow: 2 of its 2 pairs") for e in events)
+    assert any(e.startswith("pairs: port h03 mlx5_0 is slow in the tuned state: ") for e in events)
+    final = next(s for s in tuner.journal.steps(tuner.run_id) if s.name == "final")
+    assert final.payload["slow_ports"] == [port]
+    tuner.journal.close_run(tuner.run_id, "done", {})
+    doc = build(tuner.journal, tuner.run_id)
+    validate(doc)
+    warned = [(c["phase"], c["check"], c["host"])
+              for c in doc["checks"] if c["check"].startswith("ib_write_bw")]
+    assert warned == [("baseline", "ib_write_bw port (rdma_cm)", "h03"),
+                      ("tuned state", "ib_write_bw port (rdma_cm)", "h03")]  # its pairs under it, not apart
+    markdown = render_markdown(doc).splitlines()
+    at = markdown.index(f"- baseline: {port['summary']}")
+    assert [line.split(":")[0] for line in markdown[at + 1:at + 3]] == ["  - slow pair"] * 2
+    assert "h04 mlx5_0 -&gt; h03 mlx5_0: 1" in render(doc, "html")
+    print_result(result, tmp_path / "report.json")
+    out = capsys.readouterr().out.splitlines()
+    at = out.index(f"ib_write_bw (rdma_cm): {port['summary']}")
+    assert out[at + 1:at + 3] == [f"  slow pair: {line}" for line in result.slow_pairs]
+    assert not any(line.startswith("slow ib_write_bw pair") for line in out)
 
 
 def test_a_pair_that_failed_before_and_runs_now_is_a_gain() -> None:
