@@ -548,7 +548,7 @@ class Tuner:
             return self._undo(seq, record, apply_failure(applied), desired)
         self.journal.finish_step(self.run_id, seq, "applied")
         try:
-            judged = self.judge(held=hosts, pairs=touches_rdma_cm(cand.change))
+            judged = self.judge(held=hosts, pairs=touches_rdma_cm(cand.change, intent.nics))
         except BenchmarkFailed as err:
             return self._failed_move(seq, record, err, desired)
         except _MoveGone as gone:
@@ -949,11 +949,16 @@ def apply_failure(applied: ansible.RunOutcome) -> str:
     return f"apply failed: {reason[:500]}"
 
 
-def touches_rdma_cm(change: Change) -> bool:
+def touches_rdma_cm(change: Change, changed_nics: Mapping[str, Sequence[str]] | None = None) -> bool:
     """Whether ib_write_bw over rdma_cm can see ``change``: NIC knobs (QoS, ToS, MTU, ECN) and the
     subnet manager's routing shape its traffic; NCCL's environment (nccl.conf) is read by NCCL alone,
-    not by perftest, so a move of NCCL keys only gets no pair round."""
-    return bool(change.nic or change.sm)
+    not by perftest, so a move of NCCL keys only gets no pair round. With ``changed_nics`` (per host,
+    the NICs the move changes), NIC knobs count only where a NIC changes: a lossless move on NICs that
+    already run the class changes NCCL's side alone, and a pair round then would judge the move on
+    differences it did not cause (an ECMP collision that moved between rounds)."""
+    if change.sm:
+        return True
+    return bool(change.nic) and (changed_nics is None or any(changed_nics.values()))
 
 
 def _round_payload(found: PairRound | None) -> dict[str, Any] | None:
