@@ -55,8 +55,10 @@ def _diff_changes(host: str, result: Mapping[str, Any]) -> list[KnobChange]:
         for key in sorted(set(before) | set(after)):
             if before.get(key) != after.get(key):
                 out.append(KnobChange(host, f"{where}:{key}", before.get(key), after.get(key)))
-    if not out and result.get("changed"):
-        where = str(result.get("dest") or result.get("path") or "file")
+    if not out and result.get("changed"):  # the text changed, no setting did (a header, comments)
+        headers = [str(d.get("after_header") or d.get("before_header") or "") for d in diffs
+                   if isinstance(d, Mapping)] if isinstance(diffs, list) else []
+        where = str(result.get("dest") or result.get("path") or next((h for h in headers if h), "file"))
         out.append(KnobChange(host, where, None, result.get("state") or "changed"))
     return out
 
