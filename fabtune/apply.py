@@ -23,6 +23,7 @@ from fabtune.errors import ConfigError
 from fabtune.inventory import read_inventory
 from fabtune.lifecycle import RunContext, journaled_run
 from fabtune.profile import Profile, check_against_rack
+from fabtune.state import HostState, trees_of
 from fabtune.tune.state import snapshot_of
 
 VALIDATE_MODULE = "fabric_validate"
@@ -55,7 +56,7 @@ def host_problems(outcome: ansible.RunOutcome) -> list[str]:
     return problems
 
 
-def read_state(inventory: Path, limit: str | None) -> dict[str, dict[str, Any]]:
+def read_state(inventory: Path, limit: str | None) -> dict[str, HostState]:
     """The managed state (NICs, NCCL, SM) of each host ``limit`` selects (all without one).
 
     Raises:
@@ -89,7 +90,7 @@ def apply(inventory: Path, profile: Profile, *, check: bool = False, limit: str 
         if not check:
             seq = run.step("snapshot", "pre-apply state", {"limit": limit})
             states = read_state(inventory, limit)
-            run.snapshot(seq, states)
+            run.snapshot(seq, trees_of(states))
             run.finish_step(seq, "done", {"limit": limit, "hosts": sorted(states)})
             targets = sorted(states)
         if profile.hosts and targets is None:

@@ -20,6 +20,7 @@ from fabtune.ansible import RunOutcome
 from fabtune.errors import ConfigError
 from fabtune.inventory import InventoryInfo
 from fabtune.profile import Profile, check_against_rack, load_profile
+from fabtune.state import states_of
 from fabtune.tune.loop import TuneResult
 from fabtune.tune.run import tuned_state
 
@@ -48,7 +49,7 @@ def test_a_tune_result_writes_the_repaired_host_s_index_under_its_name(
     nic = {"enp1s0": {"mtu": 4200}}
     per_host = {h: {"nics": nic, "nccl": dict(SHARED["nccl"])} for h in ("h01", "h02", "h03")}
     per_host["h02"]["nccl"]["NCCL_IB_GID_INDEX"] = "3"
-    result = TuneResult("r1", [1.0], [1.0], 0.01, [], per_host, [])
+    result = TuneResult("r1", [1.0], [1.0], 0.01, [], states_of(per_host), [])
     path = desired.save_tuned("rackx", tuned_state(result), "r1")
     doc = yaml.safe_load(path.read_text())
     assert doc["fabric_desired"] == SHARED
