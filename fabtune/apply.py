@@ -11,10 +11,8 @@ nothing: it is journaled as a run in state ``checked`` with what would change, a
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from fabtune import ansible
 from fabtune.changes import KnobChange, knob_changes
@@ -23,7 +21,7 @@ from fabtune.errors import ConfigError
 from fabtune.inventory import read_inventory
 from fabtune.lifecycle import RunContext, journaled_run
 from fabtune.profile import Profile, check_against_rack
-from fabtune.state import HostState, trees_of
+from fabtune.state import HostState, states_of, trees_of
 from fabtune.tune.state import snapshot_of
 
 VALIDATE_MODULE = "fabric_validate"
@@ -100,13 +98,14 @@ def apply(inventory: Path, profile: Profile, *, check: bool = False, limit: str 
 
 def _groups(
     profile: Profile, limit: str | None, targets: list[str] | None
-) -> list[tuple[Mapping[str, Any], str | None]]:
+) -> list[tuple[HostState, str | None]]:
     """Each desired state with the hosts it goes to: the whole ``limit`` when no host has a state
     of its own, else one run per state over the targeted hosts that take it."""
+    desired = HostState.from_tree(profile.desired)
     if not profile.hosts or targets is None:
-        return [(profile.desired, limit)]
-    groups = TunedState(profile.desired, profile.hosts).groups(targets)
-    return [(tree, ",".join(hosts)) for tree, hosts in groups]
+        return [(desired, limit)]
+    groups = TunedState(desired, states_of(profile.hosts)).groups(targets)
+    return [(state, ",".join(hosts)) for state, hosts in groups]
 
 
 def _apply(
@@ -119,12 +118,12 @@ def _apply(
         ansible.run_playbook(
             "drift.yml" if check else "apply.yml",
             inventory,
-            extravars={"fabric_desired": dict(tree)},
+            extravars={"fabric_desired": state.tree()},
             check=check,
             diff=True,
             limit=hosts,
         )
-        for tree, hosts in _groups(profile, limit, targets)
+        for state, hosts in _groups(profile, limit, targets)
     ]
     outcome = ansible.combine(outcomes)
     changes = knob_changes(outcome.tasks)

@@ -40,11 +40,6 @@ def runs_dir(run_id: str) -> Path:
     return under_home("runs", check_name("run id", run_id))
 
 
-def host_tree(desired: HostState) -> dict[str, Any]:
-    """One host's tuned state as a profile tree (its first port's NIC knobs for every port, NCCL, SM)."""
-    return profile_state(desired).tree()
-
-
 def profile_state(desired: HostState) -> HostState:
     """One host's tuned state as a profile's: its first port's NIC knobs for every port (``all``),
     NCCL and SM where they are set."""
@@ -55,7 +50,7 @@ def profile_state(desired: HostState) -> HostState:
 def tuned_state(result: TuneResult) -> TunedState:
     """The tuned desired state: the tree most hosts share, and each other host's own (a repaired
     GID index, a per-host GDR level), so that drift does not undo a per-host move."""
-    return split_by_host({host: host_tree(state) for host, state in result.desired.items()})
+    return split_by_host({host: profile_state(state) for host, state in result.desired.items()})
 
 
 def finish(

@@ -28,6 +28,7 @@ from fabtune.inventory import InventoryInfo
 from fabtune.journal import Journal
 from fabtune.lifecycle import journaled_run
 from fabtune.profile import Profile
+from fabtune.state import HostState
 from fabtune.tune import run as tune_run
 from fabtune.tune.loop import TuneOptions, Tuner
 from fabtune.tune.measure import Batch, Sample
@@ -312,7 +313,7 @@ def drift_run_journal(
             {"changed": True, "changes": [{"knob": "eth2.mtu", "before": 1500, "after": 4200}]},
         )
         monkeypatch.setattr(ansible, "run_playbook", lambda *a, **k: ok_outcome((task,)))
-        rem = d.remediate(info.path, info, {}, found, journal=journal, run_id=run_id)
+        rem = d.remediate(info.path, info, HostState(), found, journal=journal, run_id=run_id)
     result = d.DriftResult("rack1", source, found, rem)
     state = "clean" if clean else "rolled_back" if rem and rem.rolled_back else "remediated"
     journal.close_run(

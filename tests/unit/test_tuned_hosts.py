@@ -20,7 +20,7 @@ from fabtune.ansible import RunOutcome
 from fabtune.errors import ConfigError
 from fabtune.inventory import InventoryInfo
 from fabtune.profile import Profile, check_against_rack, load_profile
-from fabtune.state import states_of
+from fabtune.state import HostState, states_of, trees_of
 from fabtune.tune.loop import TuneResult
 from fabtune.tune.run import tuned_state
 
@@ -33,13 +33,14 @@ def _info(tmp_path: Path, hosts: tuple[str, ...] = ("h01", "h02", "h03")) -> Inv
 
 
 def test_the_state_most_hosts_share_is_the_rack_s_and_the_odd_host_keeps_its_own() -> None:
-    state = desired.split_by_host({"h01": SHARED, "h02": OWN, "h03": SHARED})
-    assert state.desired == SHARED and state.hosts == {"h02": OWN}
-    assert state.for_host("h02") == OWN and state.for_host("h03") == SHARED
-    assert state.groups(["h01", "h02", "h03"]) == [(SHARED, ["h01", "h03"]), (OWN, ["h02"])]
-    tie = desired.split_by_host({"h01": OWN, "h02": SHARED})  # a tie: the first host's state
-    assert tie.desired == OWN and tie.hosts == {"h02": SHARED}
-    assert desired.split_by_host({"h01": SHARED, "h02": SHARED}).hosts == {}
+    state = desired.split_by_host(states_of({"h01": SHARED, "h02": OWN, "h03": SHARED}))
+    assert state.desired.tree() == SHARED and trees_of(state.hosts) == {"h02": OWN}
+    assert state.for_host("h02").tree() == OWN and state.for_host("h03").tree() == SHARED
+    groups = [(s.tree(), hosts) for s, hosts in state.groups(["h01", "h02", "h03"])]
+    assert groups == [(SHARED, ["h01", "h03"]), (OWN, ["h02"])]
+    tie = desired.split_by_host(states_of({"h01": OWN, "h02": SHARED}))  # a tie: the first host's state
+    assert tie.desired.tree() == OWN and trees_of(tie.hosts) == {"h02": SHARED}
+    assert desired.split_by_host(states_of({"h01": SHARED, "h02": SHARED})).hosts == {}
 
 
 def test_a_tune_result_writes_the_repaired_host_s_index_under_its_name(
@@ -55,8 +56,8 @@ def test_a_tune_result_writes_the_repaired_host_s_index_under_its_name(
     assert doc["fabric_desired"] == SHARED
     assert doc["fabric_desired_hosts"] == {"h02": OWN}
     loaded = desired.load_tuned("rackx")
-    assert loaded is not None and loaded.hosts == {"h02": OWN}
-    uniform = desired.save_tuned("racky", SHARED, "r2")
+    assert loaded is not None and trees_of(loaded.hosts) == {"h02": OWN}
+    uniform = desired.save_tuned("racky", HostState.from_tree(SHARED), "r2")
     assert "fabric_desired_hosts" not in yaml.safe_load(uniform.read_text())
 
 
@@ -64,7 +65,7 @@ def test_a_hand_broken_host_section_is_one_clear_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("FABTUNE_HOME", str(tmp_path))
-    path = desired.save_tuned("rackx", SHARED, "r1")
+    path = desired.save_tuned("rackx", HostState.from_tree(SHARED), "r1")
     path.write_text(yaml.safe_dump({"fabric_desired": SHARED, "fabric_desired_hosts": {"h02": [1]}}))
     with pytest.raises(ConfigError) as err:
         desired.load_tuned("rackx")
@@ -120,18 +121,21 @@ def test_drift_checks_each_host_against_its_own_state(
 ) -> None:
     runs = Playbooks()
     monkeypatch.setattr(drift.ansible, "run_playbook", runs)
-    report = drift.detect(tmp_path / "inv.yml", SHARED, ("h01", "h02", "h03"), {"h02": OWN})
+    shared, own = HostState.from_tree(SHARED), {"h02": HostState.from_tree(OWN)}
+    report = drift.detect(tmp_path / "inv.yml", shared, ("h01", "h02", "h03"), own)
     assert runs.calls == [("drift.yml", SHARED, "h01,h03"), ("drift.yml", OWN, "h02")]
     assert report.hosts == ("h01", "h02", "h03") and not report.drifted
     runs.calls.clear()
-    drift.detect(tmp_path / "inv.yml", SHARED, ("h01", "h02", "h03"))
+    drift.detect(tmp_path / "inv.yml", shared, ("h01", "h02", "h03"))
     assert runs.calls == [("drift.yml", SHARED, None)]  # one run, as before, when no host has its own
 
 
 def test_apply_of_a_tuned_file_runs_each_state_on_its_hosts_alone(tmp_path: Path) -> None:
     profile = Profile(tmp_path / "p.yml", SHARED, SHARED, hosts={"h02": OWN})
-    groups = apply_lib._groups(profile, None, ["h01", "h02", "h03"])
-    assert groups == [(SHARED, "h01,h03"), (OWN, "h02")]
-    assert apply_lib._groups(profile, "h02", ["h02"]) == [(OWN, "h02")]  # --limit h02: its own state only
+    def groups(of: Profile, limit: str | None, targets: list[str] | None) -> list[tuple[Any, str | None]]:
+        return [(state.tree(), hosts) for state, hosts in apply_lib._groups(of, limit, targets)]
+
+    assert groups(profile, None, ["h01", "h02", "h03"]) == [(SHARED, "h01,h03"), (OWN, "h02")]
+    assert groups(profile, "h02", ["h02"]) == [(OWN, "h02")]  # --limit h02: its own state only
     plain = Profile(tmp_path / "p.yml", SHARED, SHARED)
-    assert apply_lib._groups(plain, "h0[1:2]", None) == [(SHARED, "h0[1:2]")]
+    assert groups(plain, "h0[1:2]", None) == [(SHARED, "h0[1:2]")]
