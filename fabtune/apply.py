@@ -21,7 +21,7 @@ from fabtune.errors import ConfigError
 from fabtune.inventory import read_inventory
 from fabtune.lifecycle import RunContext, journaled_run
 from fabtune.profile import Profile, check_against_rack
-from fabtune.state import HostState, states_of, trees_of
+from fabtune.state import HostState, trees_of
 from fabtune.tune.state import snapshot_of
 
 VALIDATE_MODULE = "fabric_validate"
@@ -101,10 +101,9 @@ def _groups(
 ) -> list[tuple[HostState, str | None]]:
     """Each desired state with the hosts it goes to: the whole ``limit`` when no host has a state
     of its own, else one run per state over the targeted hosts that take it."""
-    desired = HostState.from_tree(profile.desired)
     if not profile.hosts or targets is None:
-        return [(desired, limit)]
-    groups = TunedState(desired, states_of(profile.hosts)).groups(targets)
+        return [(profile.desired, limit)]
+    groups = TunedState(profile.desired, profile.hosts).groups(targets)
     return [(state, ",".join(hosts)) for state, hosts in groups]
 
 

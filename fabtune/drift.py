@@ -36,7 +36,7 @@ from fabtune.inventory import InventoryInfo
 from fabtune.journal import Journal
 from fabtune.lifecycle import RunContext, journaled_run
 from fabtune.profile import check_against_rack, load_profile
-from fabtune.state import HostState, states_of
+from fabtune.state import HostState
 
 VALIDATE_MODULE = "fabric_validate"
 FACTS_MODULE = "fabric_facts"
@@ -174,8 +174,7 @@ def desired_for(info: InventoryInfo, profile: Path | None) -> DesiredSource:
     if profile is not None:
         loaded = load_profile(profile, need="fabric_desired")
         check_against_rack(loaded, info)
-        desired, own = HostState.from_tree(loaded.desired), states_of(loaded.hosts)
-        return DesiredSource(desired, f"profile {profile}", own)
+        return DesiredSource(loaded.desired, f"profile {profile}", loaded.hosts)
     tuned = load_tuned(info.name)
     if tuned is None:
         raise ConfigError(

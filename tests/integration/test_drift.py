@@ -16,7 +16,6 @@ from fabtune.errors import ExitStatus
 from fabtune.inventory import read_inventory
 from fabtune.journal import Journal
 from fabtune.profile import load_profile
-from fabtune.state import HostState
 from fabtune.testbed import layout
 from fabtune.testbed.access import ssh_argv
 from fabtune.testbed.spec import TestbedSpec
@@ -91,7 +90,7 @@ def test_drift_finds_exactly_the_six_hand_changes_and_remediates_them(
     profile.write_text(PROFILE)
     info = read_inventory(inventory)
     # the tuned desired state a tuning run would have left; bring the rack to it
-    save_tuned(info.name, HostState.from_tree(load_profile(profile).desired), "itest")
+    save_tuned(info.name, load_profile(profile).desired, "itest")
     desired = drift.desired_for(info, None)
     from fabtune.ansible import run_playbook
 

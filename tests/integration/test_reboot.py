@@ -66,7 +66,7 @@ def _drift(rack: TestbedSpec, desired: dict[str, object]) -> set[tuple[str, str,
 def test_a_rebooted_rack_keeps_its_settings_and_bandwidth_and_loses_them_without_the_unit(
     rack: TestbedSpec,
 ) -> None:
-    desired = dict(load_profile(packaged_profile(Path("roce"))).desired)
+    desired = load_profile(packaged_profile(Path("roce"))).desired.tree()
     factory = _busbw(rack)
     applied = run_playbook("apply.yml", inventory(rack), extravars={"fabric_desired": desired})
     applied.raise_for_failure("apply")

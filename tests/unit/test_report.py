@@ -156,7 +156,7 @@ def bootstrap_run_journal(
     info = InventoryInfo(home / "inventory.yml", "rack1", "roce", HOSTS, (), "mpirun", None)
     fake_bootstrap_phases(monkeypatch, cable_fault=cable_fault, preflight_fails=preflight_fails)
     run_id = journal.open_run("bootstrap", "rack1", str(info.path), "roce.yml")
-    profile = Profile(Path("roce.yml"), {}, {})
+    profile = Profile(Path("roce.yml"), HostState(), {})
     rep = b.run_bootstrap(info.path, info, profile, journal=journal, run_id=run_id)
     journal.close_run(
         run_id,

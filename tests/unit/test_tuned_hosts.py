@@ -80,7 +80,7 @@ def test_a_profile_with_host_states_loads_and_names_each_bad_field(tmp_path: Pat
     good = tmp_path / "good.yml"
     good.write_text(yaml.safe_dump({"fabric_desired": SHARED, "fabric_desired_hosts": {"h02": OWN}}))
     profile = load_profile(good)
-    assert profile.hosts == {"h02": OWN}
+    assert trees_of(profile.hosts) == {"h02": OWN}
     check_against_rack(profile, _info(tmp_path))
     with pytest.raises(ConfigError) as err:
         check_against_rack(profile, _info(tmp_path, ("h01", "h03")))
@@ -131,11 +131,11 @@ def test_drift_checks_each_host_against_its_own_state(
 
 
 def test_apply_of_a_tuned_file_runs_each_state_on_its_hosts_alone(tmp_path: Path) -> None:
-    profile = Profile(tmp_path / "p.yml", SHARED, SHARED, hosts={"h02": OWN})
+    profile = Profile(tmp_path / "p.yml", HostState.from_tree(SHARED), SHARED, hosts=states_of({"h02": OWN}))
     def groups(of: Profile, limit: str | None, targets: list[str] | None) -> list[tuple[Any, str | None]]:
         return [(state.tree(), hosts) for state, hosts in apply_lib._groups(of, limit, targets)]
 
     assert groups(profile, None, ["h01", "h02", "h03"]) == [(SHARED, "h01,h03"), (OWN, "h02")]
     assert groups(profile, "h02", ["h02"]) == [(OWN, "h02")]  # --limit h02: its own state only
-    plain = Profile(tmp_path / "p.yml", SHARED, SHARED)
+    plain = Profile(tmp_path / "p.yml", HostState.from_tree(SHARED), SHARED)
     assert groups(plain, "h0[1:2]", None) == [(SHARED, "h0[1:2]")]
