@@ -36,7 +36,7 @@ from fabtune.inventory import InventoryInfo
 from fabtune.journal import Journal
 from fabtune.lifecycle import RunContext, journaled_run
 from fabtune.profile import check_against_rack, load_profile
-from fabtune.state import HostState
+from fabtune.state import HostState, trees_of
 
 VALIDATE_MODULE = "fabric_validate"
 FACTS_MODULE = "fabric_facts"
@@ -361,7 +361,7 @@ def exit_status(result: DriftResult) -> ExitStatus:
     return ExitStatus.OK
 
 
-def snapshot_facts(inventory: Path, hosts: Sequence[str]) -> dict[str, dict[str, Any]]:
+def snapshot_facts(inventory: Path, hosts: Sequence[str]) -> dict[str, HostState]:
     """Each host's managed fabric state (``fabric_facts``, read-only hardware dropped)."""
     outcome = ansible.run_playbook("facts.yml", inventory, limit=",".join(hosts))
     outcome.raise_for_failure("reading the fabric state")
@@ -369,21 +369,21 @@ def snapshot_facts(inventory: Path, hosts: Sequence[str]) -> dict[str, dict[str,
     for host, res in outcome.module_results(FACTS_MODULE).items():
         facts = dict((res.get("ansible_facts") or {}).get("fabric_facts") or {})
         facts.pop("hardware", None)
-        out[host] = facts
+        out[host] = HostState.from_tree(facts)
     missing = sorted(set(hosts) - set(out))
     if missing:
         raise PlaybookFailed(f"reading the fabric state gave no facts for {', '.join(missing)}")
     return out
 
 
-def restore(inventory: Path, snapshots: Mapping[str, Mapping[str, Any]]) -> None:
+def restore(inventory: Path, snapshots: Mapping[str, HostState]) -> None:
     """Apply each host's snapshot as its desired state (couplings not enforced: it is what was)."""
     for host, state in sorted(snapshots.items()):
         ansible.run_playbook(
             "apply.yml",
             inventory,
             limit=host,
-            extravars={"fabric_desired": dict(state), "fabric_enforce_couplings": False},
+            extravars={"fabric_desired": state.tree(), "fabric_enforce_couplings": False},
         ).raise_for_failure(f"rolling back {host}")
 
 
@@ -409,7 +409,7 @@ def remediate(
     emit("phase", "reading the drifted hosts' state", {})
     seq = journal.step(run_id, "snapshot", "pre-remediation facts", {"hosts": hosts})
     snaps = snapshot_facts(inventory, hosts)
-    journal.snapshot(run_id, seq, snaps)
+    journal.snapshot(run_id, seq, trees_of(snaps))
     journal.finish_step(run_id, seq, "done")
 
     emit("phase", "measuring bandwidth before remediation", {})

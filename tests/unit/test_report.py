@@ -298,7 +298,7 @@ def drift_run_journal(
     if not clean:
         measured = iter([_bandwidth(0.8), _bandwidth(0.7 if worse else 1.0)])
         monkeypatch.setattr(
-            d, "snapshot_facts", lambda inv, hosts: {h: {"nics": {"eth2": FACTORY}} for h in hosts}
+            d, "snapshot_facts", lambda inv, hosts: {h: HostState(nics={"eth2": FACTORY}) for h in hosts}
         )
         monkeypatch.setattr(d, "read_hosts", lambda inv: {})
         monkeypatch.setattr(d, "measure", lambda inv, views, info: next(measured))
