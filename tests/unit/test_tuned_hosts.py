@@ -17,6 +17,7 @@ import yaml
 from fabtune import apply as apply_lib
 from fabtune import desired, drift
 from fabtune.ansible import RunOutcome
+from fabtune.collection import PROFILES
 from fabtune.errors import ConfigError
 from fabtune.inventory import InventoryInfo
 from fabtune.profile import Profile, check_against_rack, load_profile
@@ -139,3 +140,14 @@ def test_apply_of_a_tuned_file_runs_each_state_on_its_hosts_alone(tmp_path: Path
     assert groups(profile, "h02", ["h02"]) == [(OWN, "h02")]  # --limit h02: its own state only
     plain = Profile(tmp_path / "p.yml", HostState.from_tree(SHARED), SHARED)
     assert groups(plain, "h0[1:2]", None) == [(SHARED, "h0[1:2]")]
+
+
+def test_the_tuned_file_is_the_yaml_of_the_plain_trees(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FABTUNE_HOME", str(tmp_path))
+    roce = yaml.safe_load((PROFILES / "roce.yml").read_text())["fabric_desired"]
+    state = desired.split_by_host(states_of({"h01": roce, "h02": OWN, "h03": roce}))
+    text = desired.save_tuned("rackx", state, "r1").read_text()
+    body = yaml.safe_dump({"fabric_desired": roce, "fabric_desired_hosts": {"h02": OWN}}, sort_keys=True)
+    assert text.split("\n", 1)[1] == body  # after the header line: byte for byte
