@@ -15,7 +15,6 @@ Prints a Markdown table (medians, seconds) for docs/benchmarks.md.
 from __future__ import annotations
 
 import argparse
-import copy
 import io
 import os
 import statistics
@@ -26,11 +25,11 @@ import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 from fabtune import ansible
 from fabtune.inventory import read_inventory
 from fabtune.knobs import roles_of
+from fabtune.state import HostState, states_of, trees_of
 from fabtune.testbed import build, layout
 from fabtune.testbed.spec import build_spec
 from fabtune.tune.backend import AnsibleBackend
@@ -64,12 +63,12 @@ def collection_at(rev: str | None) -> Iterator[None]:
             ansible.COLLECTIONS, ansible.PLAYBOOKS = saved
 
 
-def toggled(state: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
-    moved = copy.deepcopy({h: dict(s) for h, s in state.items()})
+def toggled(state: Mapping[str, HostState]) -> dict[str, HostState]:
+    moved = trees_of(state)
     for tree in moved.values():
         for nic in tree["nics"].values():
             nic["mtu"] = 4200 if nic.get("mtu") != 4200 else 1500
-    return moved
+    return states_of(moved)
 
 
 def one_move(backend: AnsibleBackend, run_id: str, scoped: bool) -> dict[str, float]:

@@ -33,6 +33,7 @@ import numpy as np
 from fabtune.ansible import RunOutcome
 from fabtune.journal import Journal
 from fabtune.sim.model import noise
+from fabtune.state import HostState
 from fabtune.tune.loop import TuneOptions, Tuner
 from fabtune.tune.measure import Batch, Sample
 from fabtune.tune.pairs import PairRound
@@ -67,7 +68,7 @@ class NoisyRack:
     def learn(self, facts: Mapping[str, Mapping[str, Any]]) -> None:
         pass
 
-    def apply(self, desired: Mapping[str, Mapping[str, Any]], **_: Any) -> RunOutcome:
+    def apply(self, desired: Mapping[str, HostState], **_: Any) -> RunOutcome:
         return self.ok
 
     def confirm(self, run_id: str, *, hosts: Sequence[str] | None = None) -> RunOutcome:

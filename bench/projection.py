@@ -79,6 +79,7 @@ from fabtune.sim.model.config import (
     SmConfig,
 )
 from fabtune.sim.observe import applied_tree, nic_from_knobs
+from fabtune.state import HostState
 from fabtune.tune.loop import TuneOptions, Tuner, TuneResult
 from fabtune.tune.measure import Batch, MeasureSpec, Sample
 from fabtune.tune.pairs import PairRound
@@ -115,7 +116,7 @@ class Costs:
 class ModelRack:
     """The loop's backend over the fabric model at ``nodes`` nodes (see the module docstring)."""
 
-    def __init__(self, nodes: int, state: Mapping[str, Mapping[str, Any]] | None, *, seed: int,
+    def __init__(self, nodes: int, state: Mapping[str, HostState] | None, *, seed: int,
                  launch_s: float) -> None:
         self.names = [f"node{i:04d}" for i in range(nodes)]
         self.ports = tuple(
@@ -124,7 +125,7 @@ class ModelRack:
         )
         netdevs = [p.netdev for p in self.ports]
         factory = {"nics": {dev: copy.deepcopy(FACTORY) for dev in netdevs}, "nccl": {}}
-        self.state = {h: copy.deepcopy(dict(state[h]) if state else factory) for h in self.names}
+        self.state = {h: state[h].tree() if state else copy.deepcopy(factory) for h in self.names}
         self.hardware = {
             "ports": [{"dev": p.name, "netdev": p.netdev, "roce_v2_gid_index": 3,
                        "rate": "400 Gb/sec (4X NDR)"} for p in self.ports],
@@ -163,12 +164,12 @@ class ModelRack:
     def learn(self, facts: Mapping[str, Mapping[str, Any]]) -> None:
         pass
 
-    def apply(self, desired: Mapping[str, Mapping[str, Any]], *, run_id: str | None = None,
-              snapshots: Mapping[str, Mapping[str, Any]] | None = None, exact: bool = False,
+    def apply(self, desired: Mapping[str, HostState], *, run_id: str | None = None,
+              snapshots: Mapping[str, HostState] | None = None, exact: bool = False,
               roles: Sequence[str] | None = None) -> RunOutcome:
         self.costs.calls["rollback apply" if exact else "armed apply"] += 1
         for host, tree in desired.items():
-            self.state[host] = applied_tree(self.state[host], tree, exact)
+            self.state[host] = applied_tree(self.state[host], tree.tree(), exact)
         self.fabric = self._model()
         return self.ok
 
@@ -254,7 +255,7 @@ def ansible_s(costs: Costs, hosts: int, forks: int) -> float:
     return sum(per_call[kind] * n for kind, n in costs.calls.items()) * waves(hosts, forks)
 
 
-def project(nodes: int, state: Mapping[str, Mapping[str, Any]] | None, name: str, args: argparse.Namespace,
+def project(nodes: int, state: Mapping[str, HostState] | None, name: str, args: argparse.Namespace,
             workdir: Path) -> Projection:
     launch_s = args.launch_s + args.launch_per_node_s * nodes
     rack = ModelRack(nodes, state, seed=args.seed + nodes, launch_s=launch_s)

@@ -11,10 +11,8 @@ nothing: it is journaled as a run in state ``checked`` with what would change, a
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from fabtune import ansible
 from fabtune.changes import KnobChange, knob_changes
@@ -23,6 +21,7 @@ from fabtune.errors import ConfigError
 from fabtune.inventory import read_inventory
 from fabtune.lifecycle import RunContext, journaled_run
 from fabtune.profile import Profile, check_against_rack
+from fabtune.state import HostState, trees_of
 from fabtune.tune.state import snapshot_of
 
 VALIDATE_MODULE = "fabric_validate"
@@ -55,7 +54,7 @@ def host_problems(outcome: ansible.RunOutcome) -> list[str]:
     return problems
 
 
-def read_state(inventory: Path, limit: str | None) -> dict[str, dict[str, Any]]:
+def read_state(inventory: Path, limit: str | None) -> dict[str, HostState]:
     """The managed state (NICs, NCCL, SM) of each host ``limit`` selects (all without one).
 
     Raises:
@@ -89,7 +88,7 @@ def apply(inventory: Path, profile: Profile, *, check: bool = False, limit: str 
         if not check:
             seq = run.step("snapshot", "pre-apply state", {"limit": limit})
             states = read_state(inventory, limit)
-            run.snapshot(seq, states)
+            run.snapshot(seq, trees_of(states))
             run.finish_step(seq, "done", {"limit": limit, "hosts": sorted(states)})
             targets = sorted(states)
         if profile.hosts and targets is None:
@@ -99,13 +98,13 @@ def apply(inventory: Path, profile: Profile, *, check: bool = False, limit: str 
 
 def _groups(
     profile: Profile, limit: str | None, targets: list[str] | None
-) -> list[tuple[Mapping[str, Any], str | None]]:
+) -> list[tuple[HostState, str | None]]:
     """Each desired state with the hosts it goes to: the whole ``limit`` when no host has a state
     of its own, else one run per state over the targeted hosts that take it."""
     if not profile.hosts or targets is None:
         return [(profile.desired, limit)]
     groups = TunedState(profile.desired, profile.hosts).groups(targets)
-    return [(tree, ",".join(hosts)) for tree, hosts in groups]
+    return [(state, ",".join(hosts)) for state, hosts in groups]
 
 
 def _apply(
@@ -118,12 +117,12 @@ def _apply(
         ansible.run_playbook(
             "drift.yml" if check else "apply.yml",
             inventory,
-            extravars={"fabric_desired": dict(tree)},
+            extravars={"fabric_desired": state.tree()},
             check=check,
             diff=True,
             limit=hosts,
         )
-        for tree, hosts in _groups(profile, limit, targets)
+        for state, hosts in _groups(profile, limit, targets)
     ]
     outcome = ansible.combine(outcomes)
     changes = knob_changes(outcome.tasks)

@@ -415,7 +415,7 @@ def apply_profile(inventory: Path, profile: Profile, report: BootstrapReport, em
     """Apply the baseline profile; per-host failures become check results."""
     emit("phase", "applying the baseline profile", {})
     outcome = ansible.run_playbook(
-        "apply.yml", inventory, extravars={"fabric_desired": dict(profile.desired)}, diff=True
+        "apply.yml", inventory, extravars={"fabric_desired": profile.desired.tree()}, diff=True
     )
     changed = knob_changes(outcome.tasks)
     report.changes = {h: len(c) for h, c in changed.items()}

@@ -20,22 +20,21 @@ import yaml
 
 from fabtune.errors import ConfigError
 from fabtune.paths import check_name, private_dir, under_home, write_private
-from fabtune.profile import HOSTS_SECTION
-
-Tree = Mapping[str, Any]
+from fabtune.profile import HOSTS_SECTION, validate_desired
+from fabtune.state import HostState, states_of, trees_of
 
 
 @dataclass(frozen=True)
 class TunedState:
     """A desired state per host: ``desired`` for every host not named in ``hosts``."""
 
-    desired: Tree
-    hosts: Mapping[str, Tree] = field(default_factory=dict)
+    desired: HostState
+    hosts: Mapping[str, HostState] = field(default_factory=dict)
 
-    def for_host(self, host: str) -> Tree:
+    def for_host(self, host: str) -> HostState:
         return self.hosts.get(host, self.desired)
 
-    def groups(self, hosts: Sequence[str]) -> list[tuple[Tree, list[str]]]:
+    def groups(self, hosts: Sequence[str]) -> list[tuple[HostState, list[str]]]:
         """``hosts`` grouped by the state each is to have: the shared state's group first (when
         any host takes it), then one group per host-specific state, in host order."""
         shared = [h for h in hosts if h not in self.hosts]
@@ -43,20 +42,20 @@ class TunedState:
         return ([(self.desired, shared)] if shared else []) + own
 
 
-def _key(tree: Tree) -> str:
-    return json.dumps(tree, sort_keys=True, default=str)
+def _key(state: HostState) -> str:
+    return json.dumps(state.tree(), sort_keys=True, default=str)
 
 
-def split_by_host(trees: Mapping[str, Tree]) -> TunedState:
+def split_by_host(states: Mapping[str, HostState]) -> TunedState:
     """The state most hosts share (on a tie, the first host's) and each other host's own."""
-    if not trees:
-        return TunedState({})
-    hosts = sorted(trees)
-    counts = Counter(_key(trees[h]) for h in hosts)
+    if not states:
+        return TunedState(HostState())
+    hosts = sorted(states)
+    counts = Counter(_key(states[h]) for h in hosts)
     top = max(counts.values())
-    shared = next(h for h in hosts if counts[_key(trees[h])] == top)
-    common = _key(trees[shared])
-    return TunedState(dict(trees[shared]), {h: dict(trees[h]) for h in hosts if _key(trees[h]) != common})
+    shared = next(h for h in hosts if counts[_key(states[h])] == top)
+    common = _key(states[shared])
+    return TunedState(states[shared], {h: states[h] for h in hosts if _key(states[h]) != common})
 
 
 def tuned_path(fabric: str) -> Path:
@@ -69,15 +68,15 @@ def tuned_path(fabric: str) -> Path:
     return under_home("desired", f"{check_name('fabric name', fabric)}.yml")
 
 
-def save_tuned(fabric: str, desired: Tree | TunedState, run_id: str) -> Path:
+def save_tuned(fabric: str, desired: HostState | TunedState, run_id: str) -> Path:
     """Write the tuned desired state as a profile usable with ``fabtune apply`` and ``fabtune drift``."""
-    state = desired if isinstance(desired, TunedState) else TunedState(dict(desired))
+    state = desired if isinstance(desired, TunedState) else TunedState(desired)
     path = tuned_path(fabric)
     private_dir(path.parent)
     header = f"# Tuned desired state of fabric {fabric!r}, written by run {run_id} at {time.ctime()}\n"
-    doc: dict[str, Any] = {"fabric_desired": dict(state.desired)}
+    doc: dict[str, Any] = {"fabric_desired": state.desired.tree()}
     if state.hosts:
-        doc[HOSTS_SECTION] = {h: dict(t) for h, t in state.hosts.items()}
+        doc[HOSTS_SECTION] = trees_of(state.hosts)
     return write_private(path, header + yaml.safe_dump(doc, sort_keys=True))
 
 
@@ -85,7 +84,8 @@ def load_tuned(fabric: str) -> TunedState | None:
     """The tuned desired state, or None when no tuning run has written one.
 
     Raises:
-        ConfigError: the file's sections are not mappings (edited by hand).
+        ConfigError: the file's sections are not mappings, or a state does not validate (edited by
+            hand), naming every problem.
     """
     path = tuned_path(fabric)
     if not path.exists():
@@ -98,4 +98,9 @@ def load_tuned(fabric: str) -> TunedState | None:
                  for h, t in (hosts.items() if isinstance(hosts, dict) else ()) if not isinstance(t, dict)]
     if problems:
         raise ConfigError(f"tuned desired state {path}", problems)
-    return TunedState(desired, {str(h): t for h, t in hosts.items()})
+    problems = [f"fabric_desired.{p}" for p in validate_desired(desired)[0]]
+    for host, tree in sorted(hosts.items()):
+        problems += [f"{HOSTS_SECTION}.{host}.{p}" for p in validate_desired(tree)[0]]
+    if problems:
+        raise ConfigError(f"tuned desired state {path}", problems)
+    return TunedState(HostState.from_tree(desired), states_of({str(h): t for h, t in hosts.items()}))

@@ -35,7 +35,8 @@ from fabtune.perf import nccl, pairs
 from fabtune.perf.argv import NcclOptions, PerftestOptions
 from fabtune.perf.fabric import HostView, read_hosts
 from fabtune.perf.schedule import Pair, covering_rounds, rail_pairs
-from fabtune.profile import HOSTS_SECTION, check_against_rack, load_profile, validate_desired
+from fabtune.profile import check_against_rack, load_profile
+from fabtune.state import HostState, trees_of
 
 VALIDATE_MODULE = "fabric_validate"
 FACTS_MODULE = "fabric_facts"
@@ -151,11 +152,11 @@ class DesiredSource:
     desired state's ``fabric_desired_hosts``); every other host is checked against ``desired``.
     """
 
-    desired: Mapping[str, Any]
+    desired: HostState
     source: str
-    hosts: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    hosts: Mapping[str, HostState] = field(default_factory=dict)
 
-    def groups(self, hosts: Sequence[str]) -> list[tuple[Mapping[str, Any], list[str]]]:
+    def groups(self, hosts: Sequence[str]) -> list[tuple[HostState, list[str]]]:
         """``hosts`` by the state each is checked against (one group when no host has its own)."""
         return TunedState(self.desired, self.hosts).groups(hosts)
 
@@ -183,17 +184,12 @@ def desired_for(info: InventoryInfo, profile: Path | None) -> DesiredSource:
                 "no tuning run has finished on it); give one with --profile PROFILE"
             ],
         )
-    problems = [f"fabric_desired.{p}" for p in validate_desired(tuned.desired)[0]]
-    for host, tree in sorted(tuned.hosts.items()):
-        problems += [f"{HOSTS_SECTION}.{host}.{p}" for p in validate_desired(tree)[0]]
-    if problems:
-        raise ConfigError(f"tuned desired state {tuned_path(info.name)}", problems)
     return DesiredSource(tuned.desired, f"tuned desired state {tuned_path(info.name)}", tuned.hosts)
 
 
 def detect(
-    inventory: Path, desired: Mapping[str, Any], hosts: Sequence[str] = (),
-    own: Mapping[str, Mapping[str, Any]] | None = None,
+    inventory: Path, desired: HostState, hosts: Sequence[str] = (),
+    own: Mapping[str, HostState] | None = None,
 ) -> DriftReport:
     """Run ``drift.yml`` in check mode with diff and build the report.
 
@@ -205,7 +201,7 @@ def detect(
     """
     if own:
         groups = DesiredSource(desired, "", own).groups(hosts)
-        return merge_reports([_detect(inventory, tree, group, ",".join(group)) for tree, group in groups])
+        return merge_reports([_detect(inventory, state, group, ",".join(group)) for state, group in groups])
     return _detect(inventory, desired, hosts, None)
 
 
@@ -222,10 +218,10 @@ def merge_reports(reports: Sequence[DriftReport]) -> DriftReport:
 
 
 def _detect(
-    inventory: Path, desired: Mapping[str, Any], hosts: Sequence[str], limit: str | None
+    inventory: Path, desired: HostState, hosts: Sequence[str], limit: str | None
 ) -> DriftReport:
     outcome = ansible.run_playbook(
-        "drift.yml", inventory, extravars={"fabric_desired": dict(desired)}, check=True, diff=True,
+        "drift.yml", inventory, extravars={"fabric_desired": desired.tree()}, check=True, diff=True,
         limit=limit,
     )
     invalid = [
@@ -365,7 +361,7 @@ def exit_status(result: DriftResult) -> ExitStatus:
     return ExitStatus.OK
 
 
-def snapshot_facts(inventory: Path, hosts: Sequence[str]) -> dict[str, dict[str, Any]]:
+def snapshot_facts(inventory: Path, hosts: Sequence[str]) -> dict[str, HostState]:
     """Each host's managed fabric state (``fabric_facts``, read-only hardware dropped)."""
     outcome = ansible.run_playbook("facts.yml", inventory, limit=",".join(hosts))
     outcome.raise_for_failure("reading the fabric state")
@@ -373,35 +369,35 @@ def snapshot_facts(inventory: Path, hosts: Sequence[str]) -> dict[str, dict[str,
     for host, res in outcome.module_results(FACTS_MODULE).items():
         facts = dict((res.get("ansible_facts") or {}).get("fabric_facts") or {})
         facts.pop("hardware", None)
-        out[host] = facts
+        out[host] = HostState.from_tree(facts)
     missing = sorted(set(hosts) - set(out))
     if missing:
         raise PlaybookFailed(f"reading the fabric state gave no facts for {', '.join(missing)}")
     return out
 
 
-def restore(inventory: Path, snapshots: Mapping[str, Mapping[str, Any]]) -> None:
+def restore(inventory: Path, snapshots: Mapping[str, HostState]) -> None:
     """Apply each host's snapshot as its desired state (couplings not enforced: it is what was)."""
     for host, state in sorted(snapshots.items()):
         ansible.run_playbook(
             "apply.yml",
             inventory,
             limit=host,
-            extravars={"fabric_desired": dict(state), "fabric_enforce_couplings": False},
+            extravars={"fabric_desired": state.tree(), "fabric_enforce_couplings": False},
         ).raise_for_failure(f"rolling back {host}")
 
 
 def remediate(
     inventory: Path,
     info: InventoryInfo,
-    desired: Mapping[str, Any],
+    desired: HostState,
     report: DriftReport,
     *,
     journal: Journal,
     run_id: str,
     tolerance: float = DEFAULT_TOLERANCE,
     on_event: Event | None = None,
-    own: Mapping[str, Mapping[str, Any]] | None = None,
+    own: Mapping[str, HostState] | None = None,
 ) -> Remediation:
     """Apply the desired state to the drifted hosts (``own``: hosts with a state of their own),
     verify bandwidth did not drop, roll back if it did.
@@ -413,7 +409,7 @@ def remediate(
     emit("phase", "reading the drifted hosts' state", {})
     seq = journal.step(run_id, "snapshot", "pre-remediation facts", {"hosts": hosts})
     snaps = snapshot_facts(inventory, hosts)
-    journal.snapshot(run_id, seq, snaps)
+    journal.snapshot(run_id, seq, trees_of(snaps))
     journal.finish_step(run_id, seq, "done")
 
     emit("phase", "measuring bandwidth before remediation", {})
@@ -456,15 +452,16 @@ def remediate(
     return Remediation(True, before, after, False, (), remaining)
 
 
-Groups = Sequence[tuple[Mapping[str, Any], list[str]]]
+Groups = Sequence[tuple[HostState, list[str]]]
 
 
 def _apply_groups(inventory: Path, groups: Groups) -> list[ansible.RunOutcome]:
     """Apply each group's desired state to its hosts alone; stops at the first group that fails."""
     outcomes = []
-    for tree, group in groups:
+    for state, group in groups:
+        extravars = {"fabric_desired": state.tree()}
         outcome = ansible.run_playbook(
-            "apply.yml", inventory, extravars={"fabric_desired": dict(tree)}, diff=True, limit=",".join(group)
+            "apply.yml", inventory, extravars=extravars, diff=True, limit=",".join(group)
         )
         outcomes.append(outcome)
         if not outcome.ok:

@@ -34,6 +34,7 @@ from fabtune.collection import PROFILES, module_util
 from fabtune.errors import ConfigError
 from fabtune.inventory import InventoryInfo
 from fabtune.knobs import GROUP_NAMES, fabrics_of
+from fabtune.state import HostState, states_of
 from fabtune.tune.loop import TuneOptions
 from fabtune.tune.stats import DecisionPolicy
 
@@ -93,18 +94,19 @@ def desired_schema() -> ModuleType:
 
 @dataclass(frozen=True)
 class Profile:
-    """A validated profile: the raw desired tree (what the hosts get), its normal form, the tune options.
+    """A validated profile: the desired state as written (what the hosts get), its normal form,
+    the tune options, and the hosts with a state of their own.
 
-    ``desired`` is empty and ``tune`` None when the file has no such section (``sections`` says
-    which it has).
+    ``desired`` is empty (no section held) and ``tune`` None when the file has no such section
+    (``sections`` says which it has).
     """
 
     path: Path
-    desired: Mapping[str, Any] = field(repr=False)
+    desired: HostState = field(repr=False)
     normal: Mapping[str, Any] = field(repr=False)
     tune: Mapping[str, Any] | None = field(default=None, repr=False)
     sections: tuple[str, ...] = ("fabric_desired",)
-    hosts: Mapping[str, Mapping[str, Any]] = field(default_factory=dict, repr=False)
+    hosts: Mapping[str, HostState] = field(default_factory=dict, repr=False)
 
 
 def validate_desired(desired: object, enforce_couplings: bool = True) -> tuple[list[str], dict[str, Any]]:
@@ -323,11 +325,11 @@ def load_profile(path: Path, need: str = "fabric_desired") -> Profile:
         raise ConfigError(source, problems)
     return Profile(
         path,
-        doc.get("fabric_desired") or {},
+        HostState.from_tree(doc.get("fabric_desired") or {}),
         normal,
         (doc["fabtune_tune"] or {}) if "fabtune_tune" in doc else None,
         tuple(str(k) for k in doc),
-        dict(doc.get(HOSTS_SECTION) or {}),
+        states_of(doc.get(HOSTS_SECTION) or {}),
     )
 
 
@@ -351,13 +353,14 @@ def host_state_problems(hosts: object, shared: bool) -> list[str]:
 # --------------------------------------------------------------------------- against the rack
 
 
-def rack_problems(desired: Mapping[str, Any], info: InventoryInfo) -> list[str]:
+def rack_problems(state: HostState, info: InventoryInfo) -> list[str]:
     """What in a (validated) desired state does not fit the rack: the other fabric type's settings,
     a subnet-manager section without subnet-manager hosts.
 
     Interface names (``nics.<netdev>``) are checked on each host by the first play of every apply
     (``fabtune.fabric.fabric_validate`` against the host's own ports) before anything changes.
     """
+    desired = state.tree()  # values shown as written
     kind = FABRIC_WORDS[info.fabric]
     rack = f"the inventory {info.path} makes fabric {info.name} {kind}"
     problems = []

@@ -16,6 +16,7 @@ from fabtune.inventory import InventoryInfo, read_inventory
 from fabtune.journal import Journal, JournalError, Run, UnknownRun, check_run_id, default_path
 from fabtune.lifecycle import describe
 from fabtune.lock import fabric_lock
+from fabtune.state import states_of
 from fabtune.tune.backend import AnsibleBackend, prerun_record_path
 from fabtune.tune.loop import Event, restore_and_verify
 
@@ -88,7 +89,7 @@ def restore_journaled(
         on_event("rollback", f"restoring {len(snapshot)} hosts to their state before {run.id}", {})
     try:
         backend.confirm(run.id)
-        restore_and_verify(backend, snapshot)
+        restore_and_verify(backend, states_of(snapshot))
     except BaseException as err:
         journal.finish_step(run.id, seq, "failed", {"hosts": sorted(snapshot), "error": describe(err)})
         raise

@@ -17,6 +17,7 @@ from fabtune.perf.argv import PerftestOptions
 from fabtune.perf.fabric import HostView, read_hosts
 from fabtune.perf.pairs import PairResult
 from fabtune.perf.schedule import covering_rounds, pair_rounds, rail_pairs
+from fabtune.state import HostState, trees_of
 from fabtune.tune import pairs as rdma_cm
 from fabtune.tune.measure import Batch, MeasureSpec, busbw_ceilings, measure
 
@@ -127,10 +128,10 @@ class AnsibleBackend:
 
     def apply(
         self,
-        desired: Mapping[str, Mapping[str, Any]],
+        desired: Mapping[str, HostState],
         *,
         run_id: str | None = None,
-        snapshots: Mapping[str, Mapping[str, Any]] | None = None,
+        snapshots: Mapping[str, HostState] | None = None,
         exact: bool = False,
         roles: Sequence[str] | None = None,
     ) -> ansible.RunOutcome:
@@ -139,7 +140,7 @@ class AnsibleBackend:
         Only the hosts of ``desired`` are touched (a move limited to the hosts that need it).
         ``roles``: only these roles run (the knobs of the others are already as desired)."""
         extravars: dict[str, Any] = {
-            "fabric_desired_by_host": {h: dict(d) for h, d in desired.items()},
+            "fabric_desired_by_host": trees_of(desired),
             "fabric_enforce_couplings": not exact,
         }
         if roles is not None:
@@ -148,7 +149,7 @@ class AnsibleBackend:
             extravars.update(
                 fabric_revert_run_id=run_id,
                 fabric_revert_deadline_s=self.deadline_s,
-                fabric_revert_snapshots={h: dict(s) for h, s in snapshots.items()},
+                fabric_revert_snapshots=trees_of(snapshots),
             )
         limit = self._limit(desired)
         return ansible.run_playbook("apply.yml", self.inventory, extravars=extravars, limit=limit)
@@ -190,7 +191,7 @@ class AnsibleBackend:
             raise sshdirect.Unsupported(str(self.inventory), ["fabric_revert_script: not the default"])
         return sshdirect.targets(self._hostvars, hosts)
 
-    def prerun(self, run_id: str) -> dict[str, dict[str, Any]]:
+    def prerun(self, run_id: str) -> dict[str, HostState]:
         """Per host, the pre-run snapshot the host kept for ``run_id`` (hosts without one are left out).
 
         Raises:
@@ -200,13 +201,13 @@ class AnsibleBackend:
         outcome = ansible.run_module("ansible.builtin.slurp", {"src": path}, self.inventory)
         if outcome.unreachable_hosts:
             outcome.raise_for_failure(f"reading the hosts' pre-run records of {run_id}")
-        found: dict[str, dict[str, Any]] = {}
+        found: dict[str, HostState] = {}
         for task in outcome.tasks:
             content = task.result.get("content")
             if task.failed or not content:
                 continue
             try:
-                found[task.host] = dict(json.loads(base64.b64decode(content))["snapshot"])
+                found[task.host] = HostState.from_tree(json.loads(base64.b64decode(content))["snapshot"])
             except (ValueError, KeyError, TypeError) as err:
                 raise PlaybookFailed(
                     f"{task.host}: {prerun_record_path(run_id)} is not a pre-run record: {err}"

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fabtune.knobs import GROUPS, Candidate, Change, LosslessClass, View, changes_anything, nic_changed
+from fabtune.state import HostState
 
 DISTANCE_ORDER = ("X", "PIX", "PXB", "PHB", "NODE", "SYS")
 
@@ -186,7 +187,7 @@ def _targets(offered: Sequence[Offer], cand: Candidate) -> tuple[str, ...]:
     ))
 
 
-def changed_nics(current: Mapping[str, Any], change: Change) -> list[str]:
+def changed_nics(current: HostState, change: Change) -> list[str]:
     """The netdevs of one host (its managed state) whose knobs ``change`` would change."""
-    nics = current.get("nics") or {}
+    nics = current.nics or {}
     return [dev for dev in sorted(nics) if nic_changed(nics[dev], change)]

@@ -31,6 +31,7 @@ from fabtune.knobs import LADDERS, Candidate, Change, LosslessClass, roles_of
 from fabtune.perf.checks import CheckResult
 from fabtune.perf.diagnose import Diagnosis
 from fabtune.perf.pairs import PairResult
+from fabtune.state import HostState, trees_of
 from fabtune.tune.hosts import changed_nics, host_groups, plan_rack
 from fabtune.tune.lossless import LosslessChoice
 from fabtune.tune.lossless import choose as choose_lossless
@@ -50,7 +51,7 @@ from fabtune.tune.payloads import (
     PairsUnavailablePayload,
 )
 from fabtune.tune.repair import GROUP, KNOB, Repair, failed_reason, kept_reason, repair_for
-from fabtune.tune.state import differences, snapshot_of, with_change
+from fabtune.tune.state import snapshot_of
 from fabtune.tune.stats import Decision, DecisionPolicy, decide, noise_floor
 
 REFERENCE_ROUNDS = 2  # ib_write_bw rounds in a pair reference (the baseline's, a kept state's)
@@ -141,10 +142,10 @@ class Backend(Protocol):
 
     def apply(
         self,
-        desired: Mapping[str, Mapping[str, Any]],
+        desired: Mapping[str, HostState],
         *,
         run_id: str | None = None,
-        snapshots: Mapping[str, Mapping[str, Any]] | None = None,
+        snapshots: Mapping[str, HostState] | None = None,
         exact: bool = False,
         roles: Sequence[str] | None = None,
     ) -> ansible.RunOutcome: ...
@@ -209,7 +210,7 @@ class TuneResult:
     final: list[float]
     noise_floor: float
     moves: list[MoveRecord]
-    desired: dict[str, dict[str, Any]]
+    desired: dict[str, HostState]
     preflight: list[CheckResult]
     runs: int = 0  # benchmark repetitions measured, the baseline's included
     planned: list[list[str]] = field(default_factory=list)  # every candidate of the plan, per group
@@ -272,7 +273,7 @@ class Tuner:
         self.pair_s = 0.0  # the longest one ib_write_bw round (pairs and incast) has taken
         self.options = options or TuneOptions()
         self.emit: Event = on_event or (lambda kind, message, data: None)
-        self.current: dict[str, dict[str, Any]] = {}
+        self.current: dict[str, HostState] = {}
         self.facts: dict[str, dict[str, Any]] = {}  # as last read (hardware included): what is planned
         # The kept state's measurements, refreshed after each keep: every guard compares with them.
         self.reference: list[Sample] = []
@@ -336,7 +337,7 @@ class Tuner:
         self.backend.learn(facts)
         self.facts = facts
         self.current = {h: snapshot_of(f) for h, f in facts.items()}
-        self.journal.snapshot(self.run_id, seq, self.current)
+        self.journal.snapshot(self.run_id, seq, trees_of(self.current))
         read = FactsPayload(tuple(sorted(facts)), self.fabric, _ports(facts))
         self.journal.finish_step(self.run_id, seq, "done", read.to_json())
         self.emit("phase", f"facts read from {len(facts)} hosts", {"hosts": sorted(facts)})
@@ -495,7 +496,7 @@ class Tuner:
     # -- one move -------------------------------------------------------------------------
 
     def _intent(
-        self, cand: Candidate, hosts: Sequence[str], desired: Mapping[str, Mapping[str, Any]]
+        self, cand: Candidate, hosts: Sequence[str], desired: Mapping[str, HostState]
     ) -> MoveIntent:
         """What a move will do, journaled before it starts: per host it changes, the desired state
         and the NICs whose knobs change; the other hosts are left as they are."""
@@ -505,7 +506,7 @@ class Tuner:
             why=cand.why,
             hosts=tuple(hosts),
             nics={h: changed_nics(self.current[h], cand.change) for h in hosts},
-            desired=desired,
+            desired=trees_of(desired),
         )
 
     def _open_move(self, record: MoveRecord, intent: MoveIntent, why: str) -> int:
@@ -513,14 +514,14 @@ class Tuner:
         seq = self.journal.step(self.run_id, "move", record.name, intent.to_json())
         self._intents[seq] = intent
         self._take_counters()  # what the kept state's reference runs counted is not this move's
-        self.journal.snapshot(self.run_id, seq, self.current)
+        self.journal.snapshot(self.run_id, seq, trees_of(self.current))
         hosts = record.hosts
         scope = "" if len(hosts) == len(self.current) else f" on {', '.join(hosts)}"
         self.emit("move", f"{record.name}{scope}: {why}", {"knobs": record.knobs, "hosts": hosts})
         return seq
 
     def _apply_armed(
-        self, record: MoveRecord, desired: Mapping[str, Mapping[str, Any]]
+        self, record: MoveRecord, desired: Mapping[str, HostState]
     ) -> ansible.RunOutcome:
         """Apply a move on its hosts, each arming a revert to its snapshot first (commit-confirmed)."""
         snapshots = {h: self.current[h] for h in record.hosts}
@@ -531,7 +532,7 @@ class Tuner:
 
     def try_move(self, cand: Candidate) -> MoveRecord:
         hosts = sorted(cand.hosts or self.current)
-        desired = {h: with_change(self.current[h], cand.change) for h in hosts}
+        desired = {h: self.current[h].with_change(cand.change) for h in hosts}
         intent = self._intent(cand, hosts, desired)
         record = MoveRecord(
             cand.group,
@@ -570,10 +571,10 @@ class Tuner:
         """The repair move: armed and journaled like every move (with the evidence that calls for
         it), kept when the benchmark then runs on the whole rack, rolled back (verified) otherwise.
         It decides on one repetition and keeps no sample: the statistics start at the baseline after."""
-        desired = {h: with_change(self.current[h], fix.change(h)) for h in fix.hosts}
+        desired = {h: self.current[h].with_change(fix.change(h)) for h in fix.hosts}
         intent = MoveIntent(
             group=GROUP, knobs=(KNOB,), why=fix.why, hosts=tuple(fix.hosts),
-            nics={h: [] for h in fix.hosts}, desired=desired,
+            nics={h: [] for h in fix.hosts}, desired=trees_of(desired),
             evidence=tuple(dataclasses.asdict(r) for r in fix.evidence),
         )
         record = MoveRecord(GROUP, fix.name, [KNOB], "", "", hosts=fix.hosts)
@@ -780,7 +781,7 @@ class Tuner:
         return ""
 
     def _keep(
-        self, seq: int, record: MoveRecord, judged: Judgement, desired: dict[str, dict[str, Any]]
+        self, seq: int, record: MoveRecord, judged: Judgement, desired: Mapping[str, HostState]
     ) -> MoveRecord:
         self._confirm_kept(seq, record, judged.reason)
         self._refresh_reference(judged)
@@ -826,7 +827,7 @@ class Tuner:
         raise RevertFired(f"{record.name}: {reason}")
 
     def _failed_move(
-        self, seq: int, record: MoveRecord, err: BenchmarkFailed, desired: dict[str, dict[str, Any]]
+        self, seq: int, record: MoveRecord, err: BenchmarkFailed, desired: Mapping[str, HostState]
     ) -> MoveRecord:
         """Roll back a move the benchmark failed under, then require the restored rack to measure."""
         why = "; ".join(dict.fromkeys(f.summary for f in err.failures))[:500]
@@ -852,7 +853,7 @@ class Tuner:
             self.pair_reference = self._reference_or_none(judged.pair_rounds, "the kept state")
 
     def _undo(
-        self, seq: int, record: MoveRecord, reason: str, desired: dict[str, dict[str, Any]]
+        self, seq: int, record: MoveRecord, reason: str, desired: Mapping[str, HostState]
     ) -> MoveRecord:
         restore_and_verify(self.backend, self.current, roles_of(record.knobs), hosts=record.hosts)
         confirmed = self.backend.confirm(self.run_id, hosts=record.hosts)
@@ -904,7 +905,7 @@ class Tuner:
         slow, ports = self._slow(" in the tuned state")
         seq = self.journal.step(self.run_id, "phase", "final", {})
         final = FinalPayload(
-            state=self.current,
+            state=trees_of(self.current),
             all_reduce=tuple(_ar(self.reference)),
             alltoall=tuple(_aa(self.reference)),
             runs=self.runs,
@@ -970,7 +971,7 @@ def _round_payload(found: PairRound | None) -> dict[str, Any] | None:
 
 def restore_and_verify(
     backend: Backend,
-    snapshots: Mapping[str, Mapping[str, Any]],
+    snapshots: Mapping[str, HostState],
     roles: Sequence[str] | None = None,
     *,
     hosts: Sequence[str] | None = None,
@@ -987,6 +988,7 @@ def restore_and_verify(
     outcome = backend.apply(restore, exact=True, roles=roles)
     outcome.raise_for_failure("rollback")
     found = {h: snapshot_of(f) for h, f in backend.facts().items()}
-    problems = [f"{h}: {d}" for h, snap in snapshots.items() for d in differences(snap, found.get(h, {}))]
+    problems = [f"{h}: {d}" for h, snap in snapshots.items()
+                for d in snap.differences(found.get(h, HostState()))]
     if problems:
         raise RollbackFailed(f"rollback did not restore: {'; '.join(problems[:10])}")

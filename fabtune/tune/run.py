@@ -16,6 +16,7 @@ from fabtune.journal import Journal, Step
 from fabtune.lifecycle import RunContext, journaled_run
 from fabtune.paths import check_name, under_home
 from fabtune.profile import Profile, check_against_rack, tune_options
+from fabtune.state import HostState, states_of
 from fabtune.tune.backend import AnsibleBackend
 from fabtune.tune.loop import Event, RevertFired, TuneOptions, Tuner, TuneResult, restore_and_verify
 from fabtune.tune.payloads import ResultPayload, undone_on_resume
@@ -39,20 +40,17 @@ def runs_dir(run_id: str) -> Path:
     return under_home("runs", check_name("run id", run_id))
 
 
-def host_tree(desired: Mapping[str, Any]) -> dict[str, Any]:
-    """One host's tuned state as a profile tree (its first port's NIC knobs for every port, NCCL, SM)."""
-    nics = desired.get("nics") or {}
-    tree: dict[str, Any] = {"nics": {"all": nics[sorted(nics)[0]]}} if nics else {}
-    for key in ("nccl", "sm"):
-        if desired.get(key) is not None:
-            tree[key] = desired[key]
-    return tree
+def profile_state(desired: HostState) -> HostState:
+    """One host's tuned state as a profile's: its first port's NIC knobs for every port (``all``),
+    NCCL and SM where they are set."""
+    nics = desired.nics or {}
+    return HostState(nics={"all": nics[sorted(nics)[0]]} if nics else None, nccl=desired.nccl, sm=desired.sm)
 
 
 def tuned_state(result: TuneResult) -> TunedState:
     """The tuned desired state: the tree most hosts share, and each other host's own (a repaired
     GID index, a per-host GDR level), so that drift does not undo a per-host move."""
-    return split_by_host({host: host_tree(state) for host, state in result.desired.items()})
+    return split_by_host({host: profile_state(state) for host, state in result.desired.items()})
 
 
 def finish(
@@ -206,7 +204,7 @@ def _undo_open_moves(journal: Journal, run_id: str, backend: AnsibleBackend, ste
     for step in [s for s in steps if s.kind == "move" and s.state in ("intent", "applied")]:
         snap = journal.snapshot_at(run_id, step.seq)
         backend.confirm(run_id)
-        restore_and_verify(backend, snap)
+        restore_and_verify(backend, states_of(snap))
         journal.finish_step(
             run_id,
             step.seq,

@@ -95,7 +95,7 @@ def test_drift_finds_exactly_the_six_hand_changes_and_remediates_them(
     from fabtune.ansible import run_playbook
 
     run_playbook(
-        "apply.yml", inventory, extravars={"fabric_desired": dict(desired.desired)}
+        "apply.yml", inventory, extravars={"fabric_desired": desired.desired.tree()}
     ).raise_for_failure("apply")
     assert not drift.detect(inventory, desired.desired, info.hosts).drifted
 

@@ -22,6 +22,7 @@ from fabtune.perf import nccl
 from fabtune.perf.argv import NcclOptions
 from fabtune.profile import load_profile
 from fabtune.profile import packaged as packaged_profile
+from fabtune.state import HostState
 from fabtune.testbed import build
 from fabtune.testbed.access import ssh_argv
 from fabtune.testbed.reboot import reboot
@@ -59,13 +60,13 @@ def _busbw(rack: TestbedSpec) -> float:
 
 def _drift(rack: TestbedSpec, desired: dict[str, object]) -> set[tuple[str, str, str, str]]:
     info = read_inventory(inventory(rack))
-    return drift.detect(inventory(rack), desired, info.hosts).as_tuples()
+    return drift.detect(inventory(rack), HostState.from_tree(desired), info.hosts).as_tuples()
 
 
 def test_a_rebooted_rack_keeps_its_settings_and_bandwidth_and_loses_them_without_the_unit(
     rack: TestbedSpec,
 ) -> None:
-    desired = dict(load_profile(packaged_profile(Path("roce"))).desired)
+    desired = load_profile(packaged_profile(Path("roce"))).desired.tree()
     factory = _busbw(rack)
     applied = run_playbook("apply.yml", inventory(rack), extravars={"fabric_desired": desired})
     applied.raise_for_failure("apply")

@@ -44,7 +44,7 @@ def inventory(spec: TestbedSpec) -> Path:
 
 def current_state(spec: TestbedSpec) -> State:
     backend = AnsibleBackend(read_inventory(inventory(spec)))
-    return {h: snapshot_of(f) for h, f in backend.facts().items()}
+    return {h: snapshot_of(f).tree() for h, f in backend.facts().items()}
 
 
 def drift_from(expected: State, spec: TestbedSpec) -> dict[str, list[str]]:

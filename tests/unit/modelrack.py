@@ -43,6 +43,7 @@ from fabtune.sim.model.config import (
     SwitchConfig,
 )
 from fabtune.sim.observe import applied_tree, nic_from_knobs
+from fabtune.state import HostState
 from fabtune.tune.measure import Batch, FailedRun, Sample
 from fabtune.tune.pairs import PairRound
 from tests.conftest import fixture_text
@@ -114,12 +115,12 @@ class ModelRack:
         stats: dict[str, Any] = {"failures": {}, "dark": {}, "changed": {}}
         return RunOutcome("successful", 0, stats, (), Path("/nonexistent"))
 
-    def apply(self, desired: Mapping[str, Mapping[str, Any]], *, run_id: str | None = None,
-              snapshots: Mapping[str, Mapping[str, Any]] | None = None, exact: bool = False,
+    def apply(self, desired: Mapping[str, HostState], *, run_id: str | None = None,
+              snapshots: Mapping[str, HostState] | None = None, exact: bool = False,
               roles: Sequence[str] | None = None) -> RunOutcome:
         self.touched.append(("rollback" if exact else "apply", sorted(desired)))
         for host, tree in desired.items():
-            self.state[host] = applied_tree(self.state[host], tree, exact)
+            self.state[host] = applied_tree(self.state[host], tree.tree(), exact)
         return self._ok()
 
     def confirm(self, run_id: str, *, hosts: Sequence[str] | None = None) -> RunOutcome:

@@ -11,7 +11,7 @@ from types import ModuleType
 import pytest
 
 from fabtune.knobs import lossless_change
-from fabtune.tune.state import with_change
+from fabtune.tune.state import snapshot_of, with_change
 
 SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "projection.py"
 LINE = re.compile(r"^projection (\d+) nodes (factory-defaults|already-tuned): (\d+\.\d) min$")
@@ -39,7 +39,7 @@ def test_apply_changes_the_models_configuration_and_a_rollback_restores_it(proje
     assert rack.fabric.hosts[3].env("NCCL_IB_TC") == "106"
     lossless = rack.measure(2).samples
     assert min(s.alltoall for s in lossless) > max(s.alltoall for s in lossy)  # 4 nodes: incast collapses
-    rack.apply({h: {k: v for k, v in f.items() if k != "hardware"} for h, f in before.items()}, exact=True)
+    rack.apply({h: snapshot_of(f) for h, f in before.items()}, exact=True)
     assert not any(rack.fabric.hosts[3].nics[7].pfc)
     assert rack.costs.calls["armed apply"] == rack.costs.calls["rollback apply"] == 1
     assert sum(rack.costs.launches.values()) == 8

@@ -16,6 +16,7 @@ from fabtune.cli import main
 from fabtune.errors import ConfigError, ExitStatus
 from fabtune.inventory import InventoryInfo
 from fabtune.perf.pairs import PairResult
+from fabtune.state import HostState
 
 IF = "enp25s0np0"
 
@@ -182,10 +183,10 @@ def test_tuned_desired_state_is_the_default(tmp_path: Path, monkeypatch: pytest.
     from fabtune.desired import save_tuned
 
     monkeypatch.setenv("FABTUNE_HOME", str(tmp_path))
-    save_tuned("rackx", {"nics": {"all": {"mtu": 4200}}}, "run1")
+    save_tuned("rackx", HostState(nics={"all": {"mtu": 4200}}), "run1")
     info = InventoryInfo(tmp_path / "inv.yml", "rackx", "roce", ("h01",), (), "mpirun", None)
     source = drift.desired_for(info, None)
-    assert source.desired == {"nics": {"all": {"mtu": 4200}}}
+    assert source.desired.tree() == {"nics": {"all": {"mtu": 4200}}}
     assert "desired/rackx.yml" in source.source
 
 
@@ -439,7 +440,8 @@ def _remediate(
     report = drift.DriftReport(("h01", "h02"), (drift.DriftItem("h02", f"{IF}.mtu", 4200, 1500),))
     info = InventoryInfo(tmp_path / "inv.yml", "rack1", "roce", ("h01", "h02"), (), "mpirun", None)
     rem = drift.remediate(
-        tmp_path / "inv.yml", info, {"nics": {"all": {"mtu": 4200}}}, report, journal=journal, run_id=run_id
+        tmp_path / "inv.yml", info, HostState(nics={"all": {"mtu": 4200}}), report, journal=journal,
+        run_id=run_id,
     )
     snaps = journal.first_snapshot(run_id)
     steps = [(s.kind, s.state) for s in journal.steps(run_id)]

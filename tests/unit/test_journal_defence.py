@@ -259,10 +259,11 @@ def test_sigterm_mid_drift_is_journaled(home: Path) -> None:
         from fabtune import drift
         from fabtune.inventory import InventoryInfo
         from fabtune.cli import main
+        from fabtune.state import HostState
         verb = importlib.import_module('fabtune.commands.drift')  # the module, not the click command
         info = InventoryInfo(Path({str(inventory)!r}), 'rack', 'roce', ('h01',), (), 'mpirun', None)
         verb.read_inventory = lambda _path: info
-        drift.desired_for = lambda _info, _profile: drift.DesiredSource({{}}, 'test')
+        drift.desired_for = lambda _info, _profile: drift.DesiredSource(HostState(), 'test')
         def hang(*_args):
             print('checking', flush=True)
             time.sleep(600)

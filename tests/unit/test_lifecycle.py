@@ -13,6 +13,7 @@ from fabtune.errors import PlaybookFailed, Terminated
 from fabtune.journal import Journal
 from fabtune.lifecycle import journaled_run
 from fabtune.lock import LockedError, fabric_lock
+from fabtune.state import HostState
 
 
 @pytest.fixture
@@ -119,7 +120,8 @@ def test_a_drift_run_refused_by_the_lock_leaves_no_run_and_still_exports_its_err
     info = InventoryInfo(inventory, "rack", "roce", ("h01",), (), "mpirun", None)
     verb = sys.modules["fabtune.commands.drift"]
     monkeypatch.setattr(verb, "read_inventory", lambda _path: info)
-    monkeypatch.setattr(drift, "desired_for", lambda _info, _profile: drift.DesiredSource({}, "test"))
+    source = drift.DesiredSource(HostState(), "test")
+    monkeypatch.setattr(drift, "desired_for", lambda _info, _profile: source)
     textfile = home / "drift.prom"
     with fabric_lock("rack", "tune"):
         assert main(["drift", "-i", str(inventory), "--textfile", str(textfile)]) == ExitStatus.LOCKED

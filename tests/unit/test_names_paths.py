@@ -16,6 +16,7 @@ from fabtune.cli import main
 from fabtune.errors import ConfigError, ExitStatus, TestbedError
 from fabtune.inventory import InventoryInfo
 from fabtune.lock import fabric_lock
+from fabtune.state import HostState
 from fabtune.testbed import build, layout
 from fabtune.testbed import oracle as testbed_model
 from fabtune.testbed.spec import build_spec, spec_to_doc
@@ -158,7 +159,7 @@ def test_every_name_that_becomes_a_path_is_checked(home: Path, value: str) -> No
         with pytest.raises(ConfigError):
             make(value)
     with pytest.raises(ConfigError):
-        desired.save_tuned(value, {}, "r1")
+        desired.save_tuned(value, HostState(), "r1")
     assert _files(home) == before
     assert not (home.parent / "x.yml").exists()
 
@@ -175,7 +176,7 @@ def test_lock_and_desired_state_are_private_whatever_the_umask(
     try:
         with fabric_lock("rack", "tune"):
             pass
-        written = desired.save_tuned("rack", {"nccl": {}}, "r1")
+        written = desired.save_tuned("rack", HostState(nccl={}), "r1")
     finally:
         os.umask(old)
     assert _mode(home) == 0o700

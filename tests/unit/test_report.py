@@ -28,6 +28,7 @@ from fabtune.perf.checks import CheckResult
 from fabtune.perf.pairs import PairResult
 from fabtune.perf.schedule import covering_rounds, pair_rounds, rail_pairs
 from fabtune.profile import Profile
+from fabtune.state import HostState
 from fabtune.tune import run as tune_run
 from fabtune.tune.loop import TuneOptions, Tuner
 from fabtune.tune.measure import Batch, Sample
@@ -155,7 +156,7 @@ def bootstrap_run_journal(
     info = InventoryInfo(home / "inventory.yml", "rack1", "roce", HOSTS, (), "mpirun", None)
     fake_bootstrap_phases(monkeypatch, cable_fault=cable_fault, preflight_fails=preflight_fails)
     run_id = journal.open_run("bootstrap", "rack1", str(info.path), "roce.yml")
-    profile = Profile(Path("roce.yml"), {}, {})
+    profile = Profile(Path("roce.yml"), HostState(), {})
     rep = b.run_bootstrap(info.path, info, profile, journal=journal, run_id=run_id)
     journal.close_run(
         run_id,
@@ -297,7 +298,7 @@ def drift_run_journal(
     if not clean:
         measured = iter([_bandwidth(0.8), _bandwidth(0.7 if worse else 1.0)])
         monkeypatch.setattr(
-            d, "snapshot_facts", lambda inv, hosts: {h: {"nics": {"eth2": FACTORY}} for h in hosts}
+            d, "snapshot_facts", lambda inv, hosts: {h: HostState(nics={"eth2": FACTORY}) for h in hosts}
         )
         monkeypatch.setattr(d, "read_hosts", lambda inv: {})
         monkeypatch.setattr(d, "measure", lambda inv, views, info: next(measured))
@@ -312,7 +313,7 @@ def drift_run_journal(
             {"changed": True, "changes": [{"knob": "eth2.mtu", "before": 1500, "after": 4200}]},
         )
         monkeypatch.setattr(ansible, "run_playbook", lambda *a, **k: ok_outcome((task,)))
-        rem = d.remediate(info.path, info, {}, found, journal=journal, run_id=run_id)
+        rem = d.remediate(info.path, info, HostState(), found, journal=journal, run_id=run_id)
     result = d.DriftResult("rack1", source, found, rem)
     state = "clean" if clean else "rolled_back" if rem and rem.rolled_back else "remediated"
     journal.close_run(

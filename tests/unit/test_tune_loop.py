@@ -15,6 +15,7 @@ from fabtune.journal import Journal
 from fabtune.knobs import View, lossless_change, plan
 from fabtune.perf.diagnose import Diagnosis
 from fabtune.perf.pairs import PairResult
+from fabtune.state import HostState, trees_of
 from fabtune.tune.loop import RevertFired, RollbackFailed, TuneOptions, Tuner
 from fabtune.tune.measure import Batch, Sample
 from fabtune.tune.pairs import PairRound
@@ -73,16 +74,16 @@ class FakeRack:
 
     def apply(
         self,
-        desired: Mapping[str, Mapping[str, Any]],
+        desired: Mapping[str, HostState],
         *,
         run_id: str | None = None,
-        snapshots: Mapping[str, Mapping[str, Any]] | None = None,
+        snapshots: Mapping[str, HostState] | None = None,
         exact: bool = False,
         roles: Sequence[str] | None = None,
     ) -> RunOutcome:
         self.applied.append({"exact": exact, "armed": run_id is not None, "roles": roles})
         for host, tree in desired.items():
-            new = copy.deepcopy(dict(tree))
+            new = tree.tree()
             if exact and self.break_rollback:
                 new["nics"]["eth2"]["mtu"] = 9000
             self.state[host] = new
@@ -191,7 +192,7 @@ def test_plan_skips_a_group_the_rack_already_runs() -> None:
 def test_with_change_and_differences() -> None:
     current = {"nics": {"a": dict(FACTORY), "b": dict(FACTORY)}, "nccl": None}
     desired = with_change(current, lossless_change(3))
-    assert desired["nics"]["b"]["pfc"] == [3] and desired["nccl"] == {"NCCL_IB_TC": "106"}
+    assert desired.tree()["nics"]["b"]["pfc"] == [3] and desired.nccl == {"NCCL_IB_TC": "106"}
     assert current["nics"]["a"]["pfc"] == []
     assert differences(current, snapshot_of(current)) == []
     assert differences(current, desired)[0].startswith("nccl: None -> ")
@@ -212,10 +213,10 @@ class RevertingRack(FakeRack):
         self.armed: dict[str, Any] | None = None
         self.fired = False
 
-    def apply(self, desired: Mapping[str, Mapping[str, Any]], *, run_id: str | None = None,
-              snapshots: Mapping[str, Mapping[str, Any]] | None = None, exact: bool = False,
+    def apply(self, desired: Mapping[str, HostState], *, run_id: str | None = None,
+              snapshots: Mapping[str, HostState] | None = None, exact: bool = False,
               roles: Sequence[str] | None = None) -> RunOutcome:
-        self.armed = copy.deepcopy(dict(snapshots["h02"])) if run_id is not None and snapshots else None
+        self.armed = snapshots["h02"].tree() if run_id is not None and snapshots else None
         return super().apply(desired, run_id=run_id, snapshots=snapshots, exact=exact, roles=roles)
 
     def measure(self, repetitions: int) -> Batch:
@@ -270,11 +271,11 @@ class ClockRack(FakeRack):
         self.longest = 0.0  # the longest time one move was held and measured
         self.since = 0.0
 
-    def apply(self, desired: Mapping[str, Mapping[str, Any]], *, run_id: str | None = None,
-              snapshots: Mapping[str, Mapping[str, Any]] | None = None, exact: bool = False,
+    def apply(self, desired: Mapping[str, HostState], *, run_id: str | None = None,
+              snapshots: Mapping[str, HostState] | None = None, exact: bool = False,
               roles: Sequence[str] | None = None) -> RunOutcome:
         if run_id is not None and snapshots:
-            self.armed = copy.deepcopy(dict(snapshots))
+            self.armed = trees_of(snapshots)
             self.fires_at, self.since = self.now + self.deadline_s, self.now
         return super().apply(desired, run_id=run_id, snapshots=snapshots, exact=exact, roles=roles)
 

@@ -16,6 +16,7 @@ from fabtune.errors import ConfigError
 from fabtune.inventory import InventoryInfo
 from fabtune.journal import Journal
 from fabtune.knobs import lossless_change
+from fabtune.state import HostState
 from fabtune.tune.backend import AnsibleBackend
 from fabtune.tune.hosts import host_groups, plan_rack
 from fabtune.tune.loop import TuneOptions, Tuner, TuneResult
@@ -43,8 +44,8 @@ class UnevenRack(FakeRack):
         self.mtu_gain = mtu_gain
         self.touched: list[tuple[str, list[str]]] = []
 
-    def apply(self, desired: Mapping[str, Mapping[str, Any]], *, run_id: str | None = None,
-              snapshots: Mapping[str, Mapping[str, Any]] | None = None, exact: bool = False,
+    def apply(self, desired: Mapping[str, HostState], *, run_id: str | None = None,
+              snapshots: Mapping[str, HostState] | None = None, exact: bool = False,
               roles: Sequence[str] | None = None) -> RunOutcome:
         self.touched.append(("rollback" if exact else "apply", sorted(desired)))
         if snapshots is not None:
@@ -164,7 +165,7 @@ def test_the_backend_limits_each_playbook_to_the_moves_hosts(
     backend = AnsibleBackend(info)
     # an inventory the direct SSH channel cannot follow: extensions go through extend.yml
     backend._hostvars = {h: {"ansible_connection": "local"} for h in info.hosts}
-    backend.apply({"h02": {}}, run_id="r", snapshots={"h02": {}})
+    backend.apply({"h02": HostState()}, run_id="r", snapshots={"h02": HostState()})
     backend.extend("r", hosts=["h02", "h03"])
     backend.confirm("r", hosts=["h01", "h02", "h03"])
     backend.confirm("r")

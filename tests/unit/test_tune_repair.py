@@ -12,7 +12,6 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -22,6 +21,7 @@ from fabtune.errors import PlaybookFailed
 from fabtune.journal import Journal
 from fabtune.perf.diagnose import Diagnosis, GidTable, diagnose_job
 from fabtune.perf.parsers import show_gids
+from fabtune.state import HostState
 from fabtune.tune import run as tune_run
 from fabtune.tune.loop import PreflightFailed, TuneOptions, Tuner
 from fabtune.tune.measure import Batch, FailedRun
@@ -56,8 +56,8 @@ class GidRack(FakeRack):
         self.found: list[Diagnosis] = []
         self.desired_hosts: list[list[str]] = []  # the hosts of each apply
 
-    def apply(self, desired: Mapping[str, Mapping[str, Any]], *, run_id: str | None = None,
-              snapshots: Mapping[str, Mapping[str, Any]] | None = None, exact: bool = False,
+    def apply(self, desired: Mapping[str, HostState], *, run_id: str | None = None,
+              snapshots: Mapping[str, HostState] | None = None, exact: bool = False,
               roles: Sequence[str] | None = None) -> RunOutcome:
         self.desired_hosts.append(sorted(desired))
         return super().apply(desired, run_id=run_id, snapshots=snapshots, exact=exact, roles=roles)

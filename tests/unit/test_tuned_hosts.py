@@ -17,9 +17,11 @@ import yaml
 from fabtune import apply as apply_lib
 from fabtune import desired, drift
 from fabtune.ansible import RunOutcome
+from fabtune.collection import PROFILES
 from fabtune.errors import ConfigError
 from fabtune.inventory import InventoryInfo
 from fabtune.profile import Profile, check_against_rack, load_profile
+from fabtune.state import HostState, states_of, trees_of
 from fabtune.tune.loop import TuneResult
 from fabtune.tune.run import tuned_state
 
@@ -32,13 +34,14 @@ def _info(tmp_path: Path, hosts: tuple[str, ...] = ("h01", "h02", "h03")) -> Inv
 
 
 def test_the_state_most_hosts_share_is_the_rack_s_and_the_odd_host_keeps_its_own() -> None:
-    state = desired.split_by_host({"h01": SHARED, "h02": OWN, "h03": SHARED})
-    assert state.desired == SHARED and state.hosts == {"h02": OWN}
-    assert state.for_host("h02") == OWN and state.for_host("h03") == SHARED
-    assert state.groups(["h01", "h02", "h03"]) == [(SHARED, ["h01", "h03"]), (OWN, ["h02"])]
-    tie = desired.split_by_host({"h01": OWN, "h02": SHARED})  # a tie: the first host's state
-    assert tie.desired == OWN and tie.hosts == {"h02": SHARED}
-    assert desired.split_by_host({"h01": SHARED, "h02": SHARED}).hosts == {}
+    state = desired.split_by_host(states_of({"h01": SHARED, "h02": OWN, "h03": SHARED}))
+    assert state.desired.tree() == SHARED and trees_of(state.hosts) == {"h02": OWN}
+    assert state.for_host("h02").tree() == OWN and state.for_host("h03").tree() == SHARED
+    groups = [(s.tree(), hosts) for s, hosts in state.groups(["h01", "h02", "h03"])]
+    assert groups == [(SHARED, ["h01", "h03"]), (OWN, ["h02"])]
+    tie = desired.split_by_host(states_of({"h01": OWN, "h02": SHARED}))  # a tie: the first host's state
+    assert tie.desired.tree() == OWN and trees_of(tie.hosts) == {"h02": SHARED}
+    assert desired.split_by_host(states_of({"h01": SHARED, "h02": SHARED})).hosts == {}
 
 
 def test_a_tune_result_writes_the_repaired_host_s_index_under_its_name(
@@ -48,14 +51,14 @@ def test_a_tune_result_writes_the_repaired_host_s_index_under_its_name(
     nic = {"enp1s0": {"mtu": 4200}}
     per_host = {h: {"nics": nic, "nccl": dict(SHARED["nccl"])} for h in ("h01", "h02", "h03")}
     per_host["h02"]["nccl"]["NCCL_IB_GID_INDEX"] = "3"
-    result = TuneResult("r1", [1.0], [1.0], 0.01, [], per_host, [])
+    result = TuneResult("r1", [1.0], [1.0], 0.01, [], states_of(per_host), [])
     path = desired.save_tuned("rackx", tuned_state(result), "r1")
     doc = yaml.safe_load(path.read_text())
     assert doc["fabric_desired"] == SHARED
     assert doc["fabric_desired_hosts"] == {"h02": OWN}
     loaded = desired.load_tuned("rackx")
-    assert loaded is not None and loaded.hosts == {"h02": OWN}
-    uniform = desired.save_tuned("racky", SHARED, "r2")
+    assert loaded is not None and trees_of(loaded.hosts) == {"h02": OWN}
+    uniform = desired.save_tuned("racky", HostState.from_tree(SHARED), "r2")
     assert "fabric_desired_hosts" not in yaml.safe_load(uniform.read_text())
 
 
@@ -63,7 +66,7 @@ def test_a_hand_broken_host_section_is_one_clear_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("FABTUNE_HOME", str(tmp_path))
-    path = desired.save_tuned("rackx", SHARED, "r1")
+    path = desired.save_tuned("rackx", HostState.from_tree(SHARED), "r1")
     path.write_text(yaml.safe_dump({"fabric_desired": SHARED, "fabric_desired_hosts": {"h02": [1]}}))
     with pytest.raises(ConfigError) as err:
         desired.load_tuned("rackx")
@@ -78,7 +81,7 @@ def test_a_profile_with_host_states_loads_and_names_each_bad_field(tmp_path: Pat
     good = tmp_path / "good.yml"
     good.write_text(yaml.safe_dump({"fabric_desired": SHARED, "fabric_desired_hosts": {"h02": OWN}}))
     profile = load_profile(good)
-    assert profile.hosts == {"h02": OWN}
+    assert trees_of(profile.hosts) == {"h02": OWN}
     check_against_rack(profile, _info(tmp_path))
     with pytest.raises(ConfigError) as err:
         check_against_rack(profile, _info(tmp_path, ("h01", "h03")))
@@ -119,18 +122,32 @@ def test_drift_checks_each_host_against_its_own_state(
 ) -> None:
     runs = Playbooks()
     monkeypatch.setattr(drift.ansible, "run_playbook", runs)
-    report = drift.detect(tmp_path / "inv.yml", SHARED, ("h01", "h02", "h03"), {"h02": OWN})
+    shared, own = HostState.from_tree(SHARED), {"h02": HostState.from_tree(OWN)}
+    report = drift.detect(tmp_path / "inv.yml", shared, ("h01", "h02", "h03"), own)
     assert runs.calls == [("drift.yml", SHARED, "h01,h03"), ("drift.yml", OWN, "h02")]
     assert report.hosts == ("h01", "h02", "h03") and not report.drifted
     runs.calls.clear()
-    drift.detect(tmp_path / "inv.yml", SHARED, ("h01", "h02", "h03"))
+    drift.detect(tmp_path / "inv.yml", shared, ("h01", "h02", "h03"))
     assert runs.calls == [("drift.yml", SHARED, None)]  # one run, as before, when no host has its own
 
 
 def test_apply_of_a_tuned_file_runs_each_state_on_its_hosts_alone(tmp_path: Path) -> None:
-    profile = Profile(tmp_path / "p.yml", SHARED, SHARED, hosts={"h02": OWN})
-    groups = apply_lib._groups(profile, None, ["h01", "h02", "h03"])
-    assert groups == [(SHARED, "h01,h03"), (OWN, "h02")]
-    assert apply_lib._groups(profile, "h02", ["h02"]) == [(OWN, "h02")]  # --limit h02: its own state only
-    plain = Profile(tmp_path / "p.yml", SHARED, SHARED)
-    assert apply_lib._groups(plain, "h0[1:2]", None) == [(SHARED, "h0[1:2]")]
+    profile = Profile(tmp_path / "p.yml", HostState.from_tree(SHARED), SHARED, hosts=states_of({"h02": OWN}))
+    def groups(of: Profile, limit: str | None, targets: list[str] | None) -> list[tuple[Any, str | None]]:
+        return [(state.tree(), hosts) for state, hosts in apply_lib._groups(of, limit, targets)]
+
+    assert groups(profile, None, ["h01", "h02", "h03"]) == [(SHARED, "h01,h03"), (OWN, "h02")]
+    assert groups(profile, "h02", ["h02"]) == [(OWN, "h02")]  # --limit h02: its own state only
+    plain = Profile(tmp_path / "p.yml", HostState.from_tree(SHARED), SHARED)
+    assert groups(plain, "h0[1:2]", None) == [(SHARED, "h0[1:2]")]
+
+
+def test_the_tuned_file_is_the_yaml_of_the_plain_trees(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FABTUNE_HOME", str(tmp_path))
+    roce = yaml.safe_load((PROFILES / "roce.yml").read_text())["fabric_desired"]
+    state = desired.split_by_host(states_of({"h01": roce, "h02": OWN, "h03": roce}))
+    text = desired.save_tuned("rackx", state, "r1").read_text()
+    body = yaml.safe_dump({"fabric_desired": roce, "fabric_desired_hosts": {"h02": OWN}}, sort_keys=True)
+    assert text.split("\n", 1)[1] == body  # after the header line: byte for byte
