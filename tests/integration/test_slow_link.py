@@ -22,16 +22,21 @@ from tests.integration.conftest import make_testbed
 pytestmark = pytest.mark.testbed
 
 
-@pytest.fixture(scope="module")
-def rack() -> Iterator[TestbedSpec]:
+def slow_port_rack(name: str, hosts: int, subnet_base: str) -> Iterator[TestbedSpec]:
+    """A rack of 2 NICs and 2 GPUs per host whose h02 trained its second port at 200 Gb/s."""
     yield from make_testbed({
-        "name": "spslow",
-        "hosts": 2,
-        "subnet_base": "10.221",
+        "name": name,
+        "hosts": hosts,
+        "subnet_base": subnet_base,
         "nics_per_host": 2,
         "gpus_per_host": 2,
         "overrides": {"h02": {"link_speed": {1: 200}}},
     })
+
+
+@pytest.fixture(scope="module")
+def rack() -> Iterator[TestbedSpec]:
+    yield from slow_port_rack("spslow", 2, "10.221")
 
 
 def fabtune(*args: str) -> subprocess.CompletedProcess[str]:
@@ -64,14 +69,7 @@ def test_pairs_and_check_name_the_slow_port(rack: TestbedSpec, tmp_path: Path) -
 @pytest.fixture(scope="module")
 def odd_rack() -> Iterator[TestbedSpec]:
     """The same port on a 3-host rack: h02's second NIC is an end of two pairs of the matrix."""
-    yield from make_testbed({
-        "name": "slwpt",
-        "hosts": 3,
-        "subnet_base": "10.232",
-        "nics_per_host": 2,
-        "gpus_per_host": 2,
-        "overrides": {"h02": {"link_speed": {1: 200}}},
-    })
+    yield from slow_port_rack("slwpt", 3, "10.232")
 
 
 def test_pairs_name_the_port_that_is_the_common_end_of_its_slow_pairs(
