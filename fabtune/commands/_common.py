@@ -6,7 +6,7 @@ import dataclasses
 import functools
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -19,6 +19,7 @@ from fabtune.advise.job import load_job
 from fabtune.commands import _console
 from fabtune.errors import ConfigError
 from fabtune.journal import RUN_ID_RE, Journal
+from fabtune.state import HostState
 
 
 def absolute_path(_ctx: click.Context, _param: click.Parameter, value: Path | None) -> Path | None:
@@ -176,9 +177,13 @@ def result_output(legacy: bool = False) -> Callable[[F], F]:
 
 
 def _plain(value: Any) -> Any:
+    """``value`` as JSON can write it: a host's state as its tree, dataclasses as their fields, any
+    mapping (a frozen one too) as a dict, tuples as lists."""
+    if isinstance(value, HostState):
+        return value.tree()
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, dict):
+    if isinstance(value, Mapping):
         return {str(k): _plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]

@@ -15,9 +15,11 @@ import pytest
 from click.testing import CliRunner
 
 from fabtune.cli import cli
+from fabtune.commands._common import ResultOutput
 from fabtune.commands.parse import parse
 from fabtune.journal import Journal
 from fabtune.perf.checks import CheckResult
+from fabtune.state import HostState
 
 PERFTEST = """\
 ---------------------------------------------------------------------------------------
@@ -132,3 +134,12 @@ def test_tune_refuses_the_event_stream_and_the_result_on_stdout_together(tmp_pat
     result = CliRunner().invoke(cli, ["tune", "-i", str(inventory), "--jsonl", "--json"])
     assert result.exit_code == 2, result.output
     assert "--jsonl" in result.output and "-o FILE" in result.output
+
+
+def test_a_result_holding_host_states_writes_them_as_their_trees(tmp_path: Path) -> None:
+    """``fabtune tune --json``'s result carries each host's tuned HostState (frozen mappings): the
+    document holds the plain tree, as the journal does (found by the clean-clone run: it raised)."""
+    tree = {"nics": {"eth2": {"mtu": 4200, "pfc": [3]}}, "nccl": {"NCCL_IB_TC": "106"}}
+    target = tmp_path / "result.json"
+    ResultOutput(target).write({"kind": "tune", "result": {"desired": {"h01": HostState.from_tree(tree)}}})
+    assert json.loads(target.read_text())["result"]["desired"] == {"h01": tree}
