@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from fabtune.bootstrap import RERUN_NOTE
 from fabtune.cli import cli, main
 from fabtune.commands.bootstrap import bootstrap as bootstrap_command
 from fabtune.errors import ExitStatus
@@ -92,7 +93,11 @@ def test_bootstrap_names_both_faulty_hosts_then_accepts_the_fixed_rack(tmp_path:
         assert rc == ExitStatus.OK, [c for c in doc["report"]["checks"] if c["verdict"] == "fail"]
         report = doc["report"]
         assert report["phase"] == "done" and doc["passed"]
-        assert len(report["pairs"]) == 6 and all(p["verdict"] == "pass" for p in report["pairs"])
+        # every pair passes, or passed when run again (one slow run: ib_write_bw has them now and then)
+        reran = {(r["client"], r["server"]) for r in report["retests"]
+                 if r["note"] == RERUN_NOTE and r["verdict"] == "pass"}
+        assert len(report["pairs"]) == 6
+        assert all(p["verdict"] == "pass" or (p["client"], p["server"]) in reran for p in report["pairs"])
         assert report["busbw_gbytes"] >= 0.8 * report["busbw_reference_gbytes"]
         transports = {c["host"]: c["verdict"] for c in report["checks"] if c["check"] == "transport"}
         assert transports == {"h01": "pass", "h02": "pass", "h03": "pass", "h04": "pass"}
