@@ -112,7 +112,8 @@ def bootstrap(
     (a missing one named with its package); ports up at one rate; one firmware per HCA model;
     GPU-NIC affinity; one RoCEv2 GID index; a subnet manager (InfiniBand). Then the profile, then
     ib_write_bw over every pair (a suspect pair's hosts are re-tested against a known-good partner
-    before one is blamed), all_reduce_perf bus bandwidth and the NCCL transport.
+    before one is blamed; a pair whose ends both pass that way runs once more, and a pass then is a
+    slow run, a warning), all_reduce_perf bus bandwidth and the NCCL transport.
 
     With --model, once the rack is accepted the job's predicted MFU at --nodes (from the acceptance
     busbw) is reported, and below --min-mfu the bootstrap fails (the phase "job gate").
