@@ -14,8 +14,8 @@ Phases (a failed phase stops the run; preflight changes nothing on any host):
    *suspect* and each of its hosts is re-tested against a known-good partner (a host with a
    passing pair on that rail) before a host is blamed (a pair whose ends both pass that way runs
    once more: a pass then is one slow run, a warning; a second failure, the path between them);
-   all_reduce_perf bus bandwidth per GPU against ``busbw_threshold`` x the reference below; the NCCL transport (NET/IB, no socket
-   fallback) from the same run's NCCL_DEBUG=INFO log.
+   all_reduce_perf bus bandwidth per GPU against ``busbw_threshold`` x the reference below; the
+   NCCL transport (NET/IB, no socket fallback) from the same run's NCCL_DEBUG=INFO log.
 4. **job gate** (with a job spec, ``--model``): the job's predicted MFU at the target size from the
    acceptance busbw (``fabtune.advise.gate``); below ``--min-mfu`` the bootstrap fails there.
 
