@@ -969,6 +969,25 @@ def _round_payload(found: PairRound | None) -> dict[str, Any] | None:
     return {"pairs": dict(found.pairs), "incast": dict(found.incast), "errors": dict(found.errors)}
 
 
+def _restore_reachable(
+    backend: Backend,
+    restore: Mapping[str, HostState],
+    failed: ansible.RunOutcome,
+    roles: Sequence[str] | None,
+) -> None:
+    """After a restore that stopped because hosts could not be reached, restore the others now.
+
+    The apply validates on every host before it changes any (its first play stops them all), so one
+    lost host would leave the reachable ones holding the move until their own revert deadline, and
+    one whose revert fired in the middle of the move's apply holds what the apply did after it
+    (it is no longer armed). The lost hosts revert themselves; the caller still fails on them.
+    """
+    lost = set(failed.unreachable_hosts)
+    reachable = {h: s for h, s in restore.items() if h not in lost}
+    if lost and reachable:
+        backend.apply(reachable, exact=True, roles=roles)
+
+
 def restore_and_verify(
     backend: Backend,
     snapshots: Mapping[str, HostState],
@@ -986,6 +1005,8 @@ def restore_and_verify(
     """
     restore = snapshots if hosts is None else {h: snapshots[h] for h in hosts}
     outcome = backend.apply(restore, exact=True, roles=roles)
+    if not outcome.ok:
+        _restore_reachable(backend, restore, outcome, roles)
     outcome.raise_for_failure("rollback")
     found = {h: snapshot_of(f) for h, f in backend.facts().items()}
     problems = [f"{h}: {d}" for h, snap in snapshots.items()

@@ -68,7 +68,7 @@ def test_host_lost_mid_apply_fails_the_run_and_hosts_end_at_the_snapshot(
     assert "h02" in child.output()
     failed = Journal().run(run.id)
     assert failed.state == "failed" and "h02" in str(failed.summary.get("error"))
-    _wait_clean(rack, before, DEADLINE_S + 60)  # h02 reverted itself, h01 was restored by the controller
+    _wait_clean(rack, before, DEADLINE_S + 60)  # h02 reverts itself; the controller restored h01 (reachable)
     done = cli("rollback", run.id)
     assert done.returncode == 0, done.stdout + done.stderr
     assert drift_from(before, rack) == CLEAN

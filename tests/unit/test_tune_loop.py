@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from fabtune.ansible import RunOutcome, TaskResult
+from fabtune.errors import PlaybookFailed
 from fabtune.journal import Journal
 from fabtune.knobs import View, lossless_change, plan
 from fabtune.perf.diagnose import Diagnosis
@@ -181,6 +182,49 @@ def test_a_rollback_that_does_not_restore_is_an_error(tmp_path: Path) -> None:
     rack = FakeRack(lossless_prio=5, break_rollback=True)
     with pytest.raises(RollbackFailed, match=r"nics\.eth2\.mtu: 1500 -> 9000"):
         tuner(rack, tmp_path).run()
+
+
+class LostRack(FakeRack):
+    """h02's link goes down once the first move is armed: the move changes h01 alone, and every later
+    apply that names h02 stops at its first play (validation on every host) with nothing changed."""
+
+    lost = False
+
+    def apply(
+        self,
+        desired: Mapping[str, HostState],
+        *,
+        run_id: str | None = None,
+        snapshots: Mapping[str, HostState] | None = None,
+        exact: bool = False,
+        roles: Sequence[str] | None = None,
+    ) -> RunOutcome:
+        if run_id is not None:
+            self.lost = True
+            super().apply({h: s for h, s in desired.items() if h != "h02"}, exact=exact, roles=roles)
+            return self._dark()
+        if self.lost and "h02" in desired:
+            return self._dark()
+        return super().apply(desired, exact=exact, roles=roles)
+
+    def _dark(self) -> RunOutcome:
+        stats = {"failures": {"h01": 1}, "dark": {"h02": 1}, "changed": {}}
+        lost = TaskResult("h02", "Validate the desired fabric state", "fabtune.fabric.fabric_validate",
+                          "runner_on_unreachable", False, {"msg": "ssh: connect to host: No route to host"})
+        return RunOutcome("failed", 4, stats, (lost,), Path("/nonexistent"))
+
+
+def test_a_host_lost_mid_move_fails_the_run_and_the_reachable_hosts_are_restored(tmp_path: Path) -> None:
+    """The rollback of a move stops on a host that cannot be reached; the hosts that can are put back
+    at once rather than left holding the move until their revert deadline (tests/faults/test_host_lost
+    on the testbed: the move's apply outlasted the deadline, h01 reverted mid-apply, and the apply's
+    later roles then left it half moved and no longer armed)."""
+    rack = LostRack(lossless_prio=3)
+    before = copy.deepcopy(rack.state)
+    with pytest.raises(PlaybookFailed, match=r"rollback failed: h02: .*No route to host"):
+        tuner(rack, tmp_path).run()
+    assert rack.state["h01"] == before["h01"]
+    assert [a["exact"] for a in rack.applied][-1] is True
 
 
 def test_plan_skips_a_group_the_rack_already_runs() -> None:
