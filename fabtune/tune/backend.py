@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +28,12 @@ EXTEND_FLAG = "--extend"
 EXTEND_TASK = "Extend the revert deadline (the controller is alive)"  # the role's task of extend.yml
 # Where each host keeps a run's pre-run record (the fabric_revert module writes it on first arming).
 REVERT_STATE_DIR = "/var/lib/fabtune/revert"
+# An armed apply arms each host's revert for the deadline plus the time the apply itself may take
+# (role variable fabric_revert_apply_s); its last play then sets the deadline from its end. The
+# allowance is twice the longest apply this run has seen, and at least APPLY_ALLOWANCE_S: an apply
+# that outlasted the deadline had its hosts revert in its middle, and its later roles then changed
+# a host that was no longer armed (found with a host lost mid-apply: SSH to it hung for 30 s a task).
+APPLY_ALLOWANCE_S = 60
 
 
 def extend_result(done: sshdirect.Result) -> ansible.TaskResult:
@@ -69,6 +76,7 @@ class AnsibleBackend:
     views: dict[str, HostView] = field(default_factory=dict)  # read once, for the pair rounds
     hosts: Sequence[str] | None = None  # only these hosts (a rollback of a run that changed some)
     _hostvars: dict[str, dict[str, Any]] | None = field(default=None, repr=False)
+    longest_apply_s: float = 0.0  # the longest apply playbook run so far (the next allowance)
 
     @property
     def inventory(self) -> Path:
@@ -149,10 +157,19 @@ class AnsibleBackend:
             extravars.update(
                 fabric_revert_run_id=run_id,
                 fabric_revert_deadline_s=self.deadline_s,
+                fabric_revert_apply_s=self.apply_allowance_s(),
                 fabric_revert_snapshots=trees_of(snapshots),
             )
         limit = self._limit(desired)
-        return ansible.run_playbook("apply.yml", self.inventory, extravars=extravars, limit=limit)
+        start = time.monotonic()
+        try:
+            return ansible.run_playbook("apply.yml", self.inventory, extravars=extravars, limit=limit)
+        finally:
+            self.longest_apply_s = max(self.longest_apply_s, time.monotonic() - start)
+
+    def apply_allowance_s(self) -> int:
+        """Seconds an armed apply may take on top of the deadline before a host reverts mid-apply."""
+        return max(APPLY_ALLOWANCE_S, int(2 * self.longest_apply_s + 0.5))
 
     def confirm(self, run_id: str, *, hosts: Sequence[str] | None = None) -> ansible.RunOutcome:
         """Cancel the armed reverts of ``run_id`` on ``hosts`` (None: every host)."""

@@ -67,10 +67,10 @@ def tool_state(spec: TestbedSpec, host: str) -> dict[str, Any]:
 
 
 def apply_armed(spec: TestbedSpec, desired: Any, run_id: str, snapshots: dict[str, Any], *,
-                check: bool = False, deadline: int = DEADLINE) -> ansible.RunOutcome:
+                check: bool = False, deadline: int = DEADLINE, apply_s: int = 0) -> ansible.RunOutcome:
     return ansible.run_playbook("apply.yml", inventory(spec), check=check, extravars={
         "fabric_desired": desired, "fabric_revert_run_id": run_id, "fabric_revert_snapshots": snapshots,
-        "fabric_revert_deadline_s": deadline})
+        "fabric_revert_deadline_s": deadline, "fabric_revert_apply_s": apply_s})
 
 
 def armed_deadline(outcome: ansible.RunOutcome) -> float:

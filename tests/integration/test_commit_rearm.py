@@ -58,9 +58,14 @@ def test_rearming_replaces_the_timer(rack: TestbedSpec, snapshot: Any) -> None:
     kept = facts(rack)  # the confirmed profile of the previous test
     apply_armed(rack, changed, "cc-rearm", kept, deadline=300).raise_for_failure("arm long")
     first = on_host(rack, "h01", "cat /run/systemd/transient/fabtune-revert-cc-rearm.timer")
-    armed_deadline(apply_armed(rack, changed, "cc-rearm", kept).raise_for_failure("re-arm"))
+    rearmed = apply_armed(rack, changed, "cc-rearm", kept, apply_s=30).raise_for_failure("re-arm")
+    armed_deadline(rearmed)
     second = on_host(rack, "h01", "cat /run/systemd/transient/fabtune-revert-cc-rearm.timer")
     assert "OnActiveSec=300s" in first and f"OnActiveSec={DEADLINE}s" in second
+    # armed for the apply's allowance on top of the deadline; the apply's end set the deadline itself
+    arms = rearmed.results("Arm the revert to the snapshot")
+    assert {h: r["invocation"]["module_args"]["deadline_s"] for h, r in arms.items()} == dict.fromkeys(
+        HOSTS, DEADLINE + 30)
     assert tool_state(rack, "h01")["pfc"] == [3, 4]
     deadline = shorten(rack, "cc-rearm", 20)
     wait_reverted(rack, "cc-rearm", deadline + 5 - time.time())
