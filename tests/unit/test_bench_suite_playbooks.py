@@ -39,7 +39,9 @@ def _artifact(root: Path, name: str, start: float, first: float | None, end: flo
         os.utime(directory / "status", (end, end))
 
 
-def test_runs_are_timed_from_command_to_status_with_their_start_up(script: ModuleType, tmp_path: Path) -> None:
+def test_runs_are_timed_from_command_to_status_with_their_start_up(
+    script: ModuleType, tmp_path: Path
+) -> None:
     _artifact(tmp_path, "20261205T065935-apply-12f25d", 1000.0, 1001.5, 1020.0)
     _artifact(tmp_path, "20261205T065936-bench_ib_write_bw-aa11bb", 2000.0, 2001.0, 2010.0)
     _artifact(tmp_path, "20261205T065937-apply-cc22dd", 3000.0, None, 3010.0)
@@ -52,6 +54,8 @@ def test_runs_are_timed_from_command_to_status_with_their_start_up(script: Modul
     assert "| all | 3 | 40 | 100% | 10.0 | 1.2 |" in table
 
 
-def test_no_run_found_is_an_error(script: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_no_run_found_is_an_error(
+    script: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert script.main([str(tmp_path)]) == 1
     assert "no finished Ansible runs" in capsys.readouterr().err
