@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -12,19 +10,14 @@ import pytest
 
 from fabtune.knobs import lossless_change
 from fabtune.tune.state import snapshot_of, with_change
+from tests.unit.benchscript import load
 
-SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "projection.py"
 LINE = re.compile(r"^projection (\d+) nodes (factory-defaults|already-tuned): (\d+\.\d) min$")
 
 
 @pytest.fixture(scope="module")
 def projection() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("fabtune_bench_projection", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve their module by name
-    spec.loader.exec_module(module)
-    return module
+    return load("projection")
 
 
 def test_apply_changes_the_models_configuration_and_a_rollback_restores_it(projection: ModuleType) -> None:

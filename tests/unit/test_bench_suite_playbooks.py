@@ -2,27 +2,20 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "suite_playbooks.py"
+from tests.unit.benchscript import load
 
 
 @pytest.fixture(scope="module")
 def script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("fabtune_bench_suite_playbooks", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve their module by name
-    spec.loader.exec_module(module)
-    return module
+    return load("suite_playbooks")
 
 
 def _artifact(root: Path, name: str, start: float, first: float | None, end: float | None) -> None:
