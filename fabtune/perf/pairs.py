@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import re
 import statistics
 import time
 from collections.abc import Mapping, Sequence
@@ -50,7 +49,11 @@ class PairResult:
         return f"{self.client} {self.client_device or '?'} -> {self.server} {self.device}"
 
 
-CLIENTS_TASK = "Run clients"  # bench_ib_write_bw.yml: the ib_write_bw clients, per host
+# bench_ib_write_bw.yml's tasks: the counters read before (with the servers started), the
+# ib_write_bw clients per host, the counters read after (with the servers stopped)
+BEFORE_TASK = "Read counters before and start the servers"
+CLIENTS_TASK = "Run clients"
+AFTER_TASK = "Stop the servers and read counters after"
 SLOW_SHARE = 0.8  # a pair under this share of the other pairs' median is slow
 
 
@@ -238,7 +241,7 @@ def _run_spec(pair: Pair, views: Mapping[str, HostView], opts: PerftestOptions) 
         # perftest runs on the device's port 1 (-i 1, fabtune.perf.argv); pair.port is its TCP port
         "server_hw": rdmacounters.read_item(server.netdev, server.device, 1),
         "client_hw": rdmacounters.read_item(client.netdev, client.device, 1),
-        "server_pattern": "^" + re.escape(" ".join(server_argv)) + "$",
+        "server_command": {"id": run_id, "argv": server_argv, "port": pair.port, "rdma_cm": tuned.rdma_cm},
     }
 
 
@@ -257,8 +260,8 @@ def counter_map(results: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, int
 
 
 def _deltas(outcome: ansible.RunOutcome) -> dict[tuple[str, str], dict[str, int]]:
-    before, hw_before = rdmacounters.as_loops(outcome.results(rdmacounters.READ_BEFORE))
-    after, hw_after = rdmacounters.as_loops(outcome.results(rdmacounters.READ_AFTER))
+    before, hw_before = rdmacounters.as_loops(outcome.results(BEFORE_TASK))
+    after, hw_after = rdmacounters.as_loops(outcome.results(AFTER_TASK))
     deltas = {}
     for host, res in after.items():
         b = counter_map(before.get(host, {}).get("results", []))

@@ -15,7 +15,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import PurePosixPath
 from typing import Any
 
-# the tasks that read the counters around a benchmark (bench_measure.yml, bench_ib_write_bw.yml)
+# the tasks that read the counters around a benchmark in bench_measure.yml (bench_ib_write_bw.yml:
+# fabtune.perf.pairs.BEFORE_TASK and AFTER_TASK, which also start and stop its servers)
 READ_BEFORE, READ_AFTER = "Read counters before", "Read counters after"
 
 HW_COUNTERS = ("np_cnp_sent", "rp_cnp_handled", "np_ecn_marked_roce_packets", "out_of_sequence")

@@ -87,7 +87,7 @@ def _task(playbook: str, name: str) -> dict[str, Any]:
     [
         ("bench_nccl.yml", "Run the launcher"),
         ("bench_measure.yml", "Run nccl-tests"),
-        ("bench_ib_write_bw.yml", "Start servers"),
+        ("bench_ib_write_bw.yml", "Read counters before and start the servers"),
         ("bench_ib_write_bw.yml", "Run clients"),
     ],
 )
@@ -96,6 +96,7 @@ def test_every_launch_runs_under_timeout_with_a_task_deadline(playbook: str, tas
     text = yaml.safe_dump(found)
     launch = found.get("ansible.builtin.command") or found["fabtune.fabric.fabric_run"]
     assert "timeout" in launch.get("argv", []) or "__fabtune_timeout" in text
+    assert launch.get("start_prefix", "{{ __fabtune_timeout }}") == "{{ __fabtune_timeout }}"
     assert "--kill-after=10s" in (PLAYBOOKS / playbook).read_text()
     assert "timeout" in found or "async" in found
 

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from fabtune import ansible, hostpackages, uninstall
-from fabtune.perf import fabric, nccl, pairs, rdmacounters
+from fabtune.perf import fabric, nccl, pairs
 from fabtune.tune import measure
 
 COLLECTION = Path(ansible.COLLECTIONS) / "ansible_collections" / "fabtune" / "fabric"
@@ -21,7 +21,7 @@ ROLE_TASKS = ("ansible.builtin.include_role", "ansible.builtin.import_role", "in
 
 READ = {
     "bench_measure.yml": [measure.READ_BEFORE, measure.READ_AFTER, measure.RUN_TASK],
-    "bench_ib_write_bw.yml": [rdmacounters.READ_BEFORE, rdmacounters.READ_AFTER, pairs.CLIENTS_TASK],
+    "bench_ib_write_bw.yml": [pairs.BEFORE_TASK, pairs.AFTER_TASK, pairs.CLIENTS_TASK],
     "bench_nccl.yml": [nccl.LAUNCH_TASK],
     "host_tools.yml": [hostpackages.DISTRIBUTION_TASK, hostpackages.FIND_TASK],
     "fabric_checks.yml": list(fabric.CHECK_TASKS.values()),

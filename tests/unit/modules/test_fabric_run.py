@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import json
+import signal
+import socket
+import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.unit.modules.conftest import AnsibleExitJson, AnsibleFailJson, load_module
+from tests.unit.modules.conftest import COLLECTIONS, AnsibleExitJson, AnsibleFailJson, load_module
 
 run = load_module("fabric_run")
 
@@ -74,5 +80,112 @@ def test_a_program_that_is_not_there_is_a_failed_run_not_a_failed_task(module_ar
     ],
 )
 def test_bad_input_is_one_clear_error(module_args: Any, args: dict[str, Any], message: str) -> None:
+    result = _main(module_args, args)
+    assert result["failed"] and message in result["msg"]
+
+
+# start and collect: servers left running once they listen, collected by a later call. The servers
+# here are small Python listeners on the loopback address.
+SERVER = """
+import socket, sys
+s = socket.socket(); s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(1)
+if sys.argv[2] == "forever":
+    import time; time.sleep(600)
+conn, _ = s.accept(); print("served", conn.recv(16).decode()); conn.close()
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def _server(port: int, mode: str = "once") -> dict[str, Any]:
+    return {"id": f"srv:{port}", "argv": [sys.executable, "-c", SERVER, str(port), mode], "port": port}
+
+
+def test_a_started_server_listens_when_the_call_returns_and_is_collected_with_its_output(
+    module_args: Any,
+) -> None:
+    port = _free_port()
+    result = _main(module_args, {"start": [_server(port)]})
+    assert not result.get("failed"), result
+    (started,) = result["started"]
+    assert Path(started["dir"]).is_dir() and Path(f"/proc/{started['pid']}").exists()
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:  # it listens already
+        conn.sendall(b"hello")
+    collected = _main(module_args, {"collect": result["started"], "collect_s": 20})["collected"]
+    assert collected == [{"id": f"srv:{port}", "rc": 0, "stdout": "served hello\n", "stderr": "",
+                          "timed_out": False}]
+    assert not Path(started["dir"]).exists()
+
+
+def test_a_server_still_running_at_collect_is_stopped_and_said(module_args: Any) -> None:
+    port = _free_port()
+    started = _main(module_args, {"start": [_server(port, "forever")]})["started"]
+    begin = time.monotonic()
+    (collected,) = _main(module_args, {"collect": started, "collect_s": 0})["collected"]
+    assert time.monotonic() - begin < 10
+    assert collected["timed_out"] and collected["rc"] == -signal.SIGTERM
+    assert not Path(f"/proc/{started[0]['pid']}").exists()
+
+
+def test_a_server_that_exits_before_listening_fails_the_call_with_its_error(module_args: Any) -> None:
+    bad = {"id": "bad", "argv": ["sh", "-c", "echo no such device >&2; exit 2"], "port": _free_port()}
+    result = _main(module_args, {"start": [bad]})
+    assert result["failed"] and result["started"] == []
+    assert "start: bad exited before it listened on port" in result["msg"]
+    assert "rc 2: no such device" in result["msg"]
+
+
+def test_a_server_that_never_listens_is_stopped_at_listen_s(module_args: Any) -> None:
+    token = f"{time.time():.6f}"
+    mute = {"id": "mute", "argv": ["sleep", f"600.{token.replace('.', '')}"], "port": _free_port()}
+    good = _server(_free_port(), "forever")
+    result = _main(module_args, {"start": [good, mute], "listen_s": 1})
+    assert result["failed"] and "start: mute did not listen on port" in result["msg"]
+    assert "within 1 s" in result["msg"]
+    time.sleep(0.5)
+    left = subprocess.run(["pgrep", "-f", mute["argv"][1]], capture_output=True, check=False)
+    assert left.stdout == b""  # both were stopped, the one that listened too
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", good["port"]), timeout=2).close()
+
+
+def test_the_call_returns_while_its_servers_run(tmp_path: Path) -> None:
+    """The servers hold no descriptor of the module's: over SSH the task ends when the module does,
+    not when its servers do (run as Ansible runs it, its output read to the end)."""
+    port = _free_port()
+    code = (f"import sys; sys.path.insert(0, {str(COLLECTIONS)!r}); "
+            "from ansible_collections.fabtune.fabric.plugins.modules.fabric_run import main; main()")
+    args = json.dumps({"ANSIBLE_MODULE_ARGS": {"start": [_server(port, "forever")]}})
+    done = subprocess.run([sys.executable, "-c", code], input=args, capture_output=True, text=True,
+                          timeout=30, check=False)
+    result = json.loads(done.stdout)
+    assert done.returncode == 0 and len(result["started"]) == 1, done
+    load = run.collect_all(result["started"], 0)
+    assert load[0]["timed_out"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ({"collect": [{"id": "x", "pid": 4242, "dir": "/etc"}]},
+         "collect[0].dir: '/etc': not one fabric_run made"),
+        ({"collect": [{"id": "x", "pid": 4242, "dir": "/tmp/../etc/fabtune-run-x"}]},
+         "collect[0].dir: '/tmp/../etc/fabtune-run-x': not one fabric_run made"),
+        ({"collect": [{"id": "x", "pid": "1; rm", "dir": "/tmp/fabtune-run-x"}]},
+         "collect[0]: needs the id and pid"),
+        ({"start": [{"id": "x", "argv": ["true"], "port": "http"}]}, "start[0].port: 'http' must be a port"),
+        ({"start": [{"id": "x", "argv": ["true"], "port": 70000}]}, "start[0].port: 70000 must be a port"),
+        ({"start": [{"id": "x", "argv": [], "port": 1}]}, "start[0]: needs an id and a non-empty argv"),
+        ({"listen_s": 0}, "listen_s: 0 must be a positive number of seconds"),
+    ],
+)
+def test_bad_start_and_collect_arguments_are_refused_by_name(
+    module_args: Any, args: dict[str, Any], message: str
+) -> None:
     result = _main(module_args, args)
     assert result["failed"] and message in result["msg"]

@@ -15,6 +15,12 @@ description:
     with C(timed_out=true).
   - "For benchmark clients that must start together (perftest pairs of one round): one module call
     instead of one async job per command, and no polling."
+  - "O(start): servers left running in the background once each listens on its port (ss for TCP,
+    iproute2's C(rdma resource show cm_id) for rdma_cm); the call returns them as RV(started).
+    A later call's O(collect) waits for them to end (O(collect_s)), stops what is left and returns
+    what each did. One call instead of an async job per server, its polling and a wait task."
+  - "Order within one call: O(collect), then O(commands), then O(start) (read counters after the
+    servers ended; read counters before the servers start)."
   - Runs nothing in check mode (like M(ansible.builtin.command)).
 version_added: "1.0.0"
 options:
@@ -22,16 +28,45 @@ options:
     description: The commands, each C({id, argv}); C(argv) is a list whose first item is the program.
     type: list
     elements: dict
-    required: true
+    default: []
+  start:
+    description:
+      - "Commands to leave running, each C({id, argv, port, rdma_cm}): started in the background
+        (their own session, output to a private directory), then waited for until each listens on
+        C(port): a TCP socket in C(ss -Hltn), or with C(rdma_cm=true) a LISTEN cm_id in
+        C(rdma -j resource show cm_id). One that exits or does not listen within O(listen_s) fails
+        the call, and everything it started is stopped."
+    type: list
+    elements: dict
+    default: []
+  start_prefix:
+    description: Put before every O(start) argv (e.g. C([timeout, --kill-after=10s, 60s])).
+    type: list
+    elements: str
+    default: []
+  listen_s:
+    description: Seconds each O(start) command has to listen.
+    type: int
+    default: 30
+  collect:
+    description: "RV(started) of an earlier call on this host: each is waited for up to O(collect_s)
+      seconds, then stopped (SIGTERM to its session, SIGKILL 10 s later), and reported in RV(collected)."
+    type: list
+    elements: dict
+    default: []
+  collect_s:
+    description: Seconds to wait for the O(collect) commands to end by themselves.
+    type: int
+    default: 10
   argv_prefix:
     description: Put before every command's argv (e.g. C([timeout, --kill-after=10s, 60s])).
     type: list
     elements: str
     default: []
   deadline_s:
-    description: Seconds each command may run.
+    description: Seconds each of O(commands) may run.
     type: int
-    required: true
+    default: 60
 attributes:
   check_mode:
     support: none
@@ -42,6 +77,22 @@ author:
 """
 
 EXAMPLES = r"""
+- name: Read counters before and start the round's ib_write_bw servers on this host
+  fabtune.fabric.fabric_run:
+    commands: [{id: "ethtool eth2", argv: [ethtool, -S, eth2]}]
+    start:
+      - id: "h02->h01/mlx5_0:18515"
+        argv: [ib_write_bw, -d, mlx5_0, -p, "18515", -R]
+        port: 18515
+        rdma_cm: true
+    start_prefix: [timeout, --kill-after=10s, 60s]
+  register: servers
+
+- name: Stop them and read counters after
+  fabtune.fabric.fabric_run:
+    collect: "{{ servers.started }}"
+    commands: [{id: "ethtool eth2", argv: [ethtool, -S, eth2]}]
+
 - name: Run the round's ib_write_bw clients on this host
   fabtune.fabric.fabric_run:
     commands:
@@ -57,9 +108,21 @@ runs:
   type: list
   elements: dict
   sample: [{"id": "h02->h01/mlx5_0:18515", "rc": 0, "stdout": "...", "stderr": "", "timed_out": false}]
+started:
+  description: One entry per O(start) command, listening; give them to a later call's O(collect).
+  returned: always
+  type: list
+  elements: dict
+  sample: [{"id": "h02->h01/mlx5_0:18515", "pid": 4242, "dir": "/tmp/fabtune-run-k2j4", "since": "1234"}]
+collected:
+  description: One entry per O(collect) command, like RV(runs).
+  returned: always
+  type: list
+  elements: dict
 """
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -146,31 +209,266 @@ def run_all(commands: Sequence[Mapping[str, Any]], deadline_s: float,
         return runs
 
 
-def _valid(module: AnsibleModule, commands: Sequence[Mapping[str, Any]]) -> None:
-    for index, command in enumerate(commands):
+# Background commands (O(start)/O(collect)). Each is started by a monitor process in its own session
+# that holds no descriptor of the module's (so the SSH channel closes when the module returns), waits
+# for the command and writes its exit status to RC_FILE; its output goes to OUT_FILE and ERR_FILE in
+# a private directory named DIR_PREFIX..., removed when the command is collected.
+DIR_PREFIX = "fabtune-run-"
+OUT_FILE, ERR_FILE, RC_FILE = "stdout", "stderr", "rc"
+POLL_S = 0.1
+MAX_OUTPUT = 65536  # bytes of a background command's stdout and stderr returned (its end)
+
+
+def _since(pid: int) -> str:
+    """The process's start time (clock ticks since boot, /proc/PID/stat field 22): with the pid, who it is."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    return stat.rsplit(")", 1)[-1].split()[19]
+
+
+def _monitor(argv: Sequence[str], workdir: Path, report: int) -> None:
+    """In the monitor (a grandchild in its own session): start the command, report its pid, wait, write rc."""
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    os.closerange(3, report)
+    os.closerange(report + 1, 65536)
+    with (workdir / OUT_FILE).open("wb") as out, (workdir / ERR_FILE).open("wb") as err:
+        try:
+            proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                                    start_new_session=True)
+        except OSError as exc:
+            os.write(report, f"error {exc}".encode())
+            return
+        os.write(report, f"{proc.pid} {_since(proc.pid)}".encode())
+        os.close(report)
+        rc = proc.wait()
+    (workdir / (RC_FILE + ".new")).write_text(str(rc))
+    (workdir / (RC_FILE + ".new")).replace(workdir / RC_FILE)
+
+
+def _spawn(argv: Sequence[str], workdir: Path) -> tuple[int, str]:
+    """Start ``argv`` under a detached monitor; its pid and start time.
+
+    Raises:
+        OSError: the command could not be started (its reason).
+    """
+    read_end, write_end = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover (runs in the forked processes)
+        code = 0
+        try:
+            os.close(read_end)
+            os.setsid()
+            if os.fork() == 0:
+                _monitor(argv, workdir, write_end)
+        except BaseException:  # nothing may escape a forked child
+            code = 1
+        finally:
+            os._exit(code)
+    os.close(write_end)
+    os.waitpid(child, 0)
+    with os.fdopen(read_end, "rb") as reader:
+        said = reader.read().decode(errors="replace").split(" ", 1)
+    if said[0] == "error" or not said[0].isdigit():
+        raise OSError(said[1] if len(said) > 1 else "the command did not start")
+    return int(said[0]), said[1] if len(said) > 1 else ""
+
+
+def _listens(entry: Mapping[str, Any]) -> bool:
+    """Whether the command of ``entry`` listens on its port (ss for TCP, rdma for rdma_cm)."""
+    port = int(entry["port"])
+    if entry.get("rdma_cm"):
+        done = subprocess.run(["rdma", "-j", "resource", "show", "cm_id"], capture_output=True, timeout=10,
+                              check=False)
+        return done.returncode == 0 and listening_cm_id(done.stdout.decode(errors="replace"), port)
+    done = subprocess.run(["ss", "-Hltn", f"sport = :{port}"], capture_output=True, timeout=10, check=False)
+    return done.returncode == 0 and bool(done.stdout.strip())
+
+
+def listening_cm_id(text: str, port: int) -> bool:
+    """Whether ``rdma -j resource show cm_id`` lists a LISTEN cm_id on ``port`` (src-addr ``ADDR:PORT``)."""
+    try:
+        rows = json.loads(text)
+    except ValueError:
+        return False
+    return any(
+        isinstance(row, dict) and row.get("state") == "LISTEN"
+        and str(row.get("src-addr", "")).rpartition(":")[2] == str(port)
+        for row in (rows if isinstance(rows, list) else [])
+    )
+
+
+def _ended(workdir: Path) -> int | None:
+    try:
+        return int((workdir / RC_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _tail(path: Path) -> str:
+    try:
+        with path.open("rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            handle.seek(max(0, handle.tell() - MAX_OUTPUT))
+            return handle.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def _alive(entry: Mapping[str, Any]) -> bool:
+    """Whether the started command still runs (its pid, with the start time it had then)."""
+    return _since(int(entry["pid"])) == str(entry.get("since", ""))
+
+
+def _stop_started(entry: Mapping[str, Any]) -> int | None:
+    """SIGTERM to the command's session, SIGKILL KILL_AFTER_S later; its exit status once known.
+    A command already gone is not signalled (its pid may be another process's now)."""
+    workdir = Path(str(entry["dir"]))
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        if not _alive(entry):
+            return _wait_ended(workdir, 1.0)  # reaped, its status about to be written (or never)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(int(entry["pid"]), sig)
+        rc = _wait_ended(workdir, KILL_AFTER_S)
+        if rc is not None:
+            return rc
+    return None
+
+
+def _wait_ended(workdir: Path, seconds: float) -> int | None:
+    end = time.monotonic() + seconds
+    while True:
+        rc = _ended(workdir)
+        if rc is not None or time.monotonic() >= end:
+            return rc
+        time.sleep(POLL_S)
+
+
+def collect_all(entries: Sequence[Mapping[str, Any]], wait_s: float) -> list[dict[str, Any]]:
+    """Wait for each started command to end (``wait_s`` in all), stop the rest, report and clean up."""
+    end = time.monotonic() + wait_s
+    found = []
+    for entry in entries:
+        workdir = Path(str(entry["dir"]))
+        rc = _wait_ended(workdir, max(0.0, end - time.monotonic()))
+        timed_out = rc is None
+        if rc is None:
+            rc = _stop_started(entry)
+        found.append({"id": entry["id"], "rc": -9 if rc is None else rc, "stdout": _tail(workdir / OUT_FILE),
+                      "stderr": _tail(workdir / ERR_FILE), "timed_out": timed_out})
+        for name in (OUT_FILE, ERR_FILE, RC_FILE):
+            with contextlib.suppress(OSError):
+                (workdir / name).unlink()
+        with contextlib.suppress(OSError):
+            workdir.rmdir()
+    return found
+
+
+def _start_one(entry: Mapping[str, Any], prefix: Sequence[str]) -> dict[str, Any]:
+    workdir = Path(tempfile.mkdtemp(prefix=DIR_PREFIX))
+    try:
+        pid, since = _spawn([str(a) for a in list(prefix) + list(entry["argv"])], workdir)
+    except OSError:
+        workdir.rmdir()
+        raise
+    return {"id": entry["id"], "pid": pid, "dir": str(workdir), "since": since}
+
+
+def start_all(entries: Sequence[Mapping[str, Any]], prefix: Sequence[str],
+              listen_s: float) -> tuple[list[dict[str, Any]], str | None]:
+    """Start every entry, then wait until each listens; on a failure, stop them all and say why."""
+    started: list[dict[str, Any]] = []
+    problem = None
+    for entry in entries:
+        try:
+            started.append(_start_one(entry, prefix))
+        except OSError as exc:
+            problem = f"start: {entry['id']}: {exc}"
+            break
+    end = time.monotonic() + listen_s
+    waiting = list(zip(entries, started)) if problem is None else []
+    while waiting:
+        for entry, done in list(waiting):
+            if _listens(entry):
+                waiting.remove((entry, done))
+            elif _ended(Path(done["dir"])) is not None:
+                problem = f"start: {entry['id']} exited before it listened on port {entry['port']}"
+        if problem is not None or not waiting:
+            break
+        if time.monotonic() >= end:
+            late = waiting[0][0]
+            problem = f"start: {late['id']} did not listen on port {late['port']} within {listen_s} s"
+            break
+        time.sleep(POLL_S)
+    if problem is None:
+        return started, None
+    said = collect_all(started, 0)
+    why = "; ".join(f"{r['id']}: rc {r['rc']}: {r['stderr'].strip()[-300:]}"
+                    for r in said if r["stderr"].strip())
+    return [], problem + (f" ({why})" if why else "")
+
+
+def _valid_list(module: AnsibleModule, name: str, entries: Sequence[Mapping[str, Any]]) -> None:
+    for index, command in enumerate(entries):
         argv: Any = command.get("argv")
         if "id" not in command or not isinstance(argv, list) or not argv:
-            module.fail_json(msg=f"commands[{index}]: needs an id and a non-empty argv list, got {command!r}")
+            module.fail_json(msg=f"{name}[{index}]: needs an id and a non-empty argv list, got {command!r}")
         if os.sep in str(argv[0]) and not Path(str(argv[0])).is_absolute():
             module.fail_json(
-                msg=f"commands[{index}].argv[0]: {argv[0]!r} must be a program name or an absolute path")
+                msg=f"{name}[{index}].argv[0]: {argv[0]!r} must be a program name or an absolute path")
+
+
+def _valid_start(module: AnsibleModule, entries: Sequence[Mapping[str, Any]]) -> None:
+    _valid_list(module, "start", entries)
+    for index, entry in enumerate(entries):
+        if not str(entry.get("port", "")).isdigit() or not 0 < int(entry["port"]) < 65536:
+            module.fail_json(msg=f"start[{index}].port: {entry.get('port')!r} must be a port (1-65535)")
+
+
+def _valid_collect(module: AnsibleModule, entries: Sequence[Mapping[str, Any]]) -> None:
+    """Only directories this module made (a temp dir named DIR_PREFIX...) and real pids."""
+    tmp = Path(tempfile.gettempdir()).resolve()
+    for index, entry in enumerate(entries):
+        workdir = Path(str(entry.get("dir", "")))
+        if (not workdir.is_absolute() or workdir.resolve().parent != tmp
+                or not workdir.name.startswith(DIR_PREFIX) or workdir.is_symlink()):
+            module.fail_json(msg=f"collect[{index}].dir: {entry.get('dir')!r}: not one fabric_run made")
+        if "id" not in entry or not str(entry.get("pid", "")).isdigit() or int(entry["pid"]) <= 1:
+            module.fail_json(msg=f"collect[{index}]: needs the id and pid of a started command: {entry!r}")
 
 
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
-            "commands": {"type": "list", "elements": "dict", "required": True},
+            "commands": {"type": "list", "elements": "dict", "default": []},
             "argv_prefix": {"type": "list", "elements": "str", "default": []},
-            "deadline_s": {"type": "int", "required": True},
+            "deadline_s": {"type": "int", "default": 60},
+            "start": {"type": "list", "elements": "dict", "default": []},
+            "start_prefix": {"type": "list", "elements": "str", "default": []},
+            "listen_s": {"type": "int", "default": 30},
+            "collect": {"type": "list", "elements": "dict", "default": []},
+            "collect_s": {"type": "int", "default": 10},
         },
         supports_check_mode=False,
     )
-    commands = module.params["commands"]
-    deadline_s = module.params["deadline_s"]
-    if deadline_s <= 0:
-        module.fail_json(msg=f"deadline_s: {deadline_s} must be a positive number of seconds")
-    _valid(module, commands)
-    module.exit_json(changed=False, runs=run_all(commands, deadline_s, module.params["argv_prefix"]))
+    params = module.params
+    for name in ("deadline_s", "listen_s"):
+        if params[name] <= 0:
+            module.fail_json(msg=f"{name}: {params[name]} must be a positive number of seconds")
+    if params["collect_s"] < 0:
+        module.fail_json(msg=f"collect_s: {params['collect_s']} must be 0 or more seconds")
+    _valid_list(module, "commands", params["commands"])
+    _valid_start(module, params["start"])
+    _valid_collect(module, params["collect"])
+    collected = collect_all(params["collect"], params["collect_s"])
+    runs = run_all(params["commands"], params["deadline_s"], params["argv_prefix"])
+    started, problem = start_all(params["start"], params["start_prefix"], params["listen_s"])
+    if problem is not None:
+        module.fail_json(msg=problem, runs=runs, collected=collected, started=[])
+    module.exit_json(changed=False, runs=runs, started=started, collected=collected)
 
 
 if __name__ == "__main__":
