@@ -319,12 +319,12 @@ def test_hw_counters_are_read_from_sysfs_and_differenced() -> None:
     assert rdmacounters.deltas(before, after) == {("h01", "eth3"): {"np_cnp_sent": 15}}
 
 
-def _reads(host: str, when: str, ethtool: str, grep: str) -> TaskResult:
-    """One host's fabric_run counter read (``Read counters before|after``): eth3 on mlx5_1."""
+def _reads(host: str, when: str, ethtool: str, grep: str, task: str = "") -> TaskResult:
+    """One host's fabric_run counter read (``Read counters before|after``, or ``task``): eth3 on mlx5_1."""
     runs = [{"id": "ethtool eth3", "rc": 0, "stdout": ethtool, "stderr": "", "timed_out": False},
             {"id": "hw eth3", "rc": 0, "stdout": grep, "stderr": "", "timed_out": False}]
-    return TaskResult(host, f"Read counters {when}", "fabtune.fabric.fabric_run", "runner_on_ok", False,
-                      {"runs": runs})
+    return TaskResult(host, task or f"Read counters {when}", "fabtune.fabric.fabric_run", "runner_on_ok",
+                      False, {"runs": runs})
 
 
 def test_a_tuning_batch_keeps_pause_and_hw_counters_per_port() -> None:
@@ -341,8 +341,8 @@ def test_a_tuning_batch_keeps_pause_and_hw_counters_per_port() -> None:
 def test_a_pair_round_keeps_hw_counters_beside_the_pause_counters() -> None:
     ethtool = "NIC statistics:\n     rx_prio3_pause: {}\n"
     tasks = (
-        _reads("h02", "before", ethtool.format(1), GREP),
-        _reads("h02", "after", ethtool.format(8), GREP.replace(":12", ":19")),
+        _reads("h02", "before", ethtool.format(1), GREP, pairs.BEFORE_TASK),  # with the servers started
+        _reads("h02", "after", ethtool.format(8), GREP.replace(":12", ":19"), pairs.AFTER_TASK),
     )
     outcome = RunOutcome("successful", 0, {}, tasks, Path("/nonexistent"))
     assert pairs._deltas(outcome) == {("h02", "eth3"): {"rx_prio3_pause": 7, "np_ecn_marked_roce_packets": 7}}
