@@ -212,6 +212,34 @@ def _message(result: Mapping[str, Any]) -> str:
     return str(msg).strip().splitlines()[0][:300] if str(msg).strip() else "failed"
 
 
+# An optional accelerator for every run: FABTUNE_ACCELERATOR=mitogen runs the plays with mitogen's
+# strategy (the "mitogen" extra: pip install 'fabtune[mitogen]'), enabled as its documentation says:
+# ANSIBLE_STRATEGY_PLUGINS at ansible_mitogen's strategy plugins, ANSIBLE_STRATEGY=mitogen_linear.
+ACCELERATOR_ENV = "FABTUNE_ACCELERATOR"
+ACCELERATORS = ("none", "mitogen")
+
+
+def accelerator_env() -> dict[str, str]:
+    """The Ansible settings of FABTUNE_ACCELERATOR (none: nothing).
+
+    Raises:
+        ConfigError: an unknown accelerator, or mitogen asked for and not installed.
+    """
+    raw = os.environ.get(ACCELERATOR_ENV, "").strip()
+    if raw in ("", "none"):
+        return {}
+    if raw != "mitogen":
+        known = ", ".join(ACCELERATORS)
+        raise ConfigError(ACCELERATOR_ENV, [f"{raw!r} is not an accelerator (known: {known})"])
+    try:
+        import ansible_mitogen  # type: ignore[import-not-found,unused-ignore]  # an optional extra
+    except ImportError:
+        why = "'mitogen' needs the mitogen extra: pip install 'fabtune[mitogen]'"
+        raise ConfigError(ACCELERATOR_ENV, [why]) from None
+    plugins = Path(ansible_mitogen.__file__).parent / "plugins" / "strategy"
+    return {"ANSIBLE_STRATEGY_PLUGINS": str(plugins), "ANSIBLE_STRATEGY": "mitogen_linear"}
+
+
 def _private_dir(kind: str) -> tuple[Path, str]:
     base = private_dir(under_home("ansible"))
     return base, f"{time.strftime('%Y%m%dT%H%M%S')}-{kind}-{uuid.uuid4().hex[:6]}"
@@ -241,6 +269,7 @@ def _envvars() -> dict[str, str]:
         "ANSIBLE_STDOUT_CALLBACK": "default",
         "PATH": _path(),
         **STRICT_INVENTORY_ENV,
+        **accelerator_env(),
     }
 
 
