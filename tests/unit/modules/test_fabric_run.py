@@ -140,6 +140,13 @@ def test_a_server_that_exits_before_listening_fails_the_call_with_its_error(modu
     assert "rc 2: no such device" in result["msg"]
 
 
+def test_a_server_that_cannot_start_fails_the_call_naming_it(module_args: Any) -> None:
+    missing = {"id": "gone", "argv": ["/nonexistent/ib_write_bw"], "port": _free_port()}
+    result = _main(module_args, {"start": [missing]})
+    assert result["failed"] and result["started"] == []
+    assert result["msg"].startswith("start: gone: ") and "No such file or directory" in result["msg"]
+
+
 def test_a_server_that_never_listens_is_stopped_at_listen_s(module_args: Any) -> None:
     token = f"{time.time():.6f}"
     mute = {"id": "mute", "argv": ["sleep", f"600.{token.replace('.', '')}"], "port": _free_port()}

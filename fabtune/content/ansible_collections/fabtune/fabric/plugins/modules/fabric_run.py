@@ -124,6 +124,7 @@ collected:
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -359,11 +360,7 @@ def collect_all(entries: Sequence[Mapping[str, Any]], wait_s: float) -> list[dic
             rc = _stop_started(entry)
         found.append({"id": entry["id"], "rc": -9 if rc is None else rc, "stdout": _tail(workdir / OUT_FILE),
                       "stderr": _tail(workdir / ERR_FILE), "timed_out": timed_out})
-        for name in (OUT_FILE, ERR_FILE, RC_FILE):
-            with contextlib.suppress(OSError):
-                (workdir / name).unlink()
-        with contextlib.suppress(OSError):
-            workdir.rmdir()
+        shutil.rmtree(workdir, ignore_errors=True)
     return found
 
 
@@ -372,7 +369,7 @@ def _start_one(entry: Mapping[str, Any], prefix: Sequence[str]) -> dict[str, Any
     try:
         pid, since = _spawn([str(a) for a in list(prefix) + list(entry["argv"])], workdir)
     except OSError:
-        workdir.rmdir()
+        shutil.rmtree(workdir, ignore_errors=True)
         raise
     return {"id": entry["id"], "pid": pid, "dir": str(workdir), "since": since}
 
