@@ -196,3 +196,21 @@ def test_bad_start_and_collect_arguments_are_refused_by_name(
 ) -> None:
     result = _main(module_args, args)
     assert result["failed"] and message in result["msg"]
+
+
+def test_a_tcp_listener_is_read_from_ss_by_its_local_port() -> None:
+    """``ss -Hltn`` lines (iproute2: state, recv-q, send-q, local ADDR:PORT, peer): v4, v6 and any."""
+    text = ("LISTEN 0      4096         0.0.0.0:18515      0.0.0.0:*\n"
+            "LISTEN 0      4096            [::]:18517         [::]:*\n"
+            "LISTEN 0      128                *:22               *:*\n")
+    assert run.listening_tcp(text, 18515) and run.listening_tcp(text, 18517) and run.listening_tcp(text, 22)
+    assert not run.listening_tcp(text, 1851) and not run.listening_tcp(text, 185150)
+    assert not run.listening_tcp("", 18515)
+
+
+def test_several_servers_are_started_and_each_listens_when_the_call_returns(module_args: Any) -> None:
+    ports = [_free_port() for _ in range(3)]
+    started = _main(module_args, {"start": [_server(p, "forever") for p in ports]})["started"]
+    for port in ports:
+        socket.create_connection(("127.0.0.1", port), timeout=5).close()
+    assert [r["timed_out"] for r in run.collect_all(started, 0)] == [True, True, True]

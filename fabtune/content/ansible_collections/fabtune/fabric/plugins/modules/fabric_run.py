@@ -278,15 +278,42 @@ def _spawn(argv: Sequence[str], workdir: Path) -> tuple[int, str]:
     return int(said[0]), said[1] if len(said) > 1 else ""
 
 
-def _listens(entry: Mapping[str, Any]) -> bool:
-    """Whether the command of ``entry`` listens on its port (ss for TCP, rdma for rdma_cm)."""
-    port = int(entry["port"])
-    if entry.get("rdma_cm"):
-        done = subprocess.run(["rdma", "-j", "resource", "show", "cm_id"], capture_output=True, timeout=10,
-                              check=False)
-        return done.returncode == 0 and listening_cm_id(done.stdout.decode(errors="replace"), port)
-    done = subprocess.run(["ss", "-Hltn", f"sport = :{port}"], capture_output=True, timeout=10, check=False)
-    return done.returncode == 0 and bool(done.stdout.strip())
+LISTEN_CHECKS = {  # how a server's listening shows: TCP in ss, rdma_cm (-R) in iproute2's rdma
+    False: ["ss", "-Hltn"],
+    True: ["rdma", "-j", "resource", "show", "cm_id"],
+}
+
+
+def _listening(entries: Sequence[Mapping[str, Any]]) -> set[int]:
+    """The indexes of ``entries`` that listen on their ports: one ss and/or one rdma call for all.
+
+    Raises:
+        OSError: a check's program cannot run (its name in the message).
+    """
+    found: set[int] = set()
+    for rdma_cm, argv in LISTEN_CHECKS.items():
+        mine = [i for i, e in enumerate(entries) if bool(e.get("rdma_cm")) is rdma_cm]
+        if not mine:
+            continue
+        try:
+            done = subprocess.run(argv, capture_output=True, timeout=10, check=False)
+        except subprocess.TimeoutExpired:
+            continue  # not known to listen yet: looked at again
+        if done.returncode != 0:
+            continue
+        text = done.stdout.decode(errors="replace")
+        check = listening_cm_id if rdma_cm else listening_tcp
+        found.update(i for i in mine if check(text, int(entries[i]["port"])))
+    return found
+
+
+def listening_tcp(text: str, port: int) -> bool:
+    """Whether ``ss -Hltn`` lists a listening socket on ``port`` (its fourth column, ``ADDR:PORT``)."""
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) >= 4 and fields[3].rpartition(":")[2] == str(port):
+            return True
+    return False
 
 
 def listening_cm_id(text: str, port: int) -> bool:
@@ -374,6 +401,26 @@ def _start_one(entry: Mapping[str, Any], prefix: Sequence[str]) -> dict[str, Any
     return {"id": entry["id"], "pid": pid, "dir": str(workdir), "since": since}
 
 
+def _wait_listening(waiting: list[tuple[Mapping[str, Any], dict[str, Any]]], listen_s: float) -> str | None:
+    """Wait until every started entry listens; why not (one exited first, or ``listen_s`` passed)."""
+    end = time.monotonic() + listen_s
+    while waiting:
+        try:
+            listening = _listening([entry for entry, _done in waiting])
+        except OSError as exc:
+            return f"start: cannot tell whether the servers listen: {exc}"
+        waiting = [pair for i, pair in enumerate(waiting) if i not in listening]
+        for entry, done in waiting:
+            if _ended(Path(done["dir"])) is not None:
+                return f"start: {entry['id']} exited before it listened on port {entry['port']}"
+        if waiting and time.monotonic() >= end:
+            late = waiting[0][0]
+            return f"start: {late['id']} did not listen on port {late['port']} within {listen_s} s"
+        if waiting:
+            time.sleep(POLL_S)
+    return None
+
+
 def start_all(entries: Sequence[Mapping[str, Any]], prefix: Sequence[str],
               listen_s: float) -> tuple[list[dict[str, Any]], str | None]:
     """Start every entry, then wait until each listens; on a failure, stop them all and say why."""
@@ -385,21 +432,8 @@ def start_all(entries: Sequence[Mapping[str, Any]], prefix: Sequence[str],
         except OSError as exc:
             problem = f"start: {entry['id']}: {exc}"
             break
-    end = time.monotonic() + listen_s
-    waiting = list(zip(entries, started)) if problem is None else []
-    while waiting:
-        for entry, done in list(waiting):
-            if _listens(entry):
-                waiting.remove((entry, done))
-            elif _ended(Path(done["dir"])) is not None:
-                problem = f"start: {entry['id']} exited before it listened on port {entry['port']}"
-        if problem is not None or not waiting:
-            break
-        if time.monotonic() >= end:
-            late = waiting[0][0]
-            problem = f"start: {late['id']} did not listen on port {late['port']} within {listen_s} s"
-            break
-        time.sleep(POLL_S)
+    if problem is None:
+        problem = _wait_listening(list(zip(entries, started)), listen_s)
     if problem is None:
         return started, None
     said = collect_all(started, 0)
