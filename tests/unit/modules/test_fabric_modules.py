@@ -73,6 +73,49 @@ def test_sysfs_writes_and_reads_back(module_args: Any, monkeypatch: pytest.Monke
     assert again.value.args[0]["changed"] is False
 
 
+
+def test_sysfs_nics_sets_only_the_named_knobs_of_every_port(module_args: Any,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """O(nics) with O(only): every port's MTU in one run, their ECN left alone, a port without an MTU
+    skipped; the changes are per desired-state knob as with O(interface); check mode writes nothing."""
+    files = {"/sys/class/net/a/mtu": "1500", "/sys/class/net/b/mtu": "4200"}
+    monkeypatch.setattr(fabric_apply, "read_value", files.get)
+    monkeypatch.setattr(fabric_sysfs, "read_nic_sysfs",
+                        lambda root, name: {"mtu": int(files[f"/sys/class/net/{name}/mtu"])})
+    monkeypatch.setattr(fabric_apply, "write_value", lambda p, v: pytest.fail("wrote in check mode"))
+    nics = {"b": {"mtu": 4200, "ecn": {"np": [3]}}, "a": {"mtu": 4200, "cnp_dscp": 48}, "c": {"cnp_dscp": 48}}
+    module_args({"nics": nics, "only": ["mtu"]}, check_mode=True, diff=True)
+    with pytest.raises(AnsibleExitJson) as done:
+        fabric_sysfs.main()
+    result = done.value.args[0]
+    assert result["changed"] is True and result["paths_changed"] == ["/sys/class/net/a/mtu"]
+    assert result["changes"] == [{"knob": "a.mtu", "before": 1500, "after": 4200}]
+    assert sorted(result["before"]) == ["/sys/class/net/a/mtu", "/sys/class/net/b/mtu"]
+    monkeypatch.setattr(fabric_apply, "write_value", files.__setitem__)
+    module_args({"nics": nics, "only": ["mtu"]})
+    with pytest.raises(AnsibleExitJson) as done:
+        fabric_sysfs.main()
+    assert done.value.args[0]["changed"] is True and files["/sys/class/net/a/mtu"] == "4200"
+    module_args({"nics": nics, "only": ["mtu"]})
+    with pytest.raises(AnsibleExitJson) as again:
+        fabric_sysfs.main()
+    assert again.value.args[0]["changed"] is False
+
+
+def test_sysfs_nics_refuses_mixed_forms_and_bad_ports(module_args: Any) -> None:
+    module_args({"nics": {"a": {"mtu": 4200}}, "knobs": {"/sys/a": "1"}})
+    with pytest.raises(AnsibleFailJson) as failed:
+        fabric_sysfs.main()
+    assert "mutually exclusive" in failed.value.args[0]["msg"]
+    module_args({"nics": {"a": 4200}})
+    with pytest.raises(AnsibleFailJson) as failed:
+        fabric_sysfs.main()
+    assert failed.value.args[0]["msg"] == "nics.a: must be a mapping of knobs, not 4200"
+    module_args({"nics": {"../../etc": {"mtu": 4200}}})
+    with pytest.raises(AnsibleFailJson) as failed:
+        fabric_sysfs.main()
+    assert "must name paths under /sys/" in failed.value.args[0]["msg"]
+
 def test_sysfs_nic_paths() -> None:
     nic = {"mtu": 4200, "ecn": {"np": [3]}, "cnp_prio": 6}
     knobs, problem = fabric_sysfs.nic_knobs("/nonexistent", "eth9", nic)
@@ -207,6 +250,64 @@ def test_qos_fails_on_an_unreadable_state_or_a_failed_write(module_args: Any, mo
     assert "--pfc 0,0,0,1,0,0,0,0 failed (rc 1)" in failed.value.args[0]["msg"]
     assert len(calls) == 2
 
+
+
+@pytest.mark.parametrize("backend", ["mlnx_qos", "dcb"])
+def test_qos_sets_every_port_of_nics_in_one_run(module_args: Any, monkeypatch: pytest.MonkeyPatch,
+                                                tmp_path: Path, backend: str) -> None:
+    """O(nics): each port read and written as O(interface) would, in name order, one result for all;
+    a port with no QoS knob (only an MTU) is left alone; a second run reads only."""
+    calls: list[list[str]] = []
+    monkeypatch.setattr(fabric_qos.AnsibleModule, "run_command", _qos_host(tmp_path / "root", calls))
+    monkeypatch.setattr(fabric_qos.AnsibleModule, "get_bin_path", _usr_bin)
+    nics = {"ens2np0": {"pfc": [3], "mtu": 4200}, "ens1np0": {"trust": "dscp", "dscp2prio": {"26": 3}},
+            "ens3np0": {"mtu": 4200}}
+    module_args({"nics": nics, "backend": backend}, diff=True)
+    with pytest.raises(AnsibleExitJson) as done:
+        fabric_qos.main()
+    result = done.value.args[0]
+    reads = {n: [["/usr/bin/" + a[0], *a[1:]] for a in fabric_qos_backend.read_argvs(backend, n)]
+             for n in ("ens1np0", "ens2np0")}
+    assert result["changed"] is True and sorted(result["before"]) == ["ens1np0", "ens2np0"]
+    assert [c["knob"] for c in result["changes"]] == ["ens1np0.dscp2prio", "ens1np0.trust", "ens2np0.pfc"]
+    assert calls[:len(reads["ens1np0"])] == reads["ens1np0"] and not any("ens3np0" in c for c in calls)
+    assert result["after"]["ens2np0"]["pfc"] == [3] and result["after"]["ens1np0"]["trust"] == "dscp"
+    assert [d["before_header"] for d in result["diff"]] == ["ens1np0 qos", "ens2np0 qos"]
+    calls.clear()
+    module_args({"nics": nics, "backend": backend})
+    with pytest.raises(AnsibleExitJson) as again:
+        fabric_qos.main()
+    assert again.value.args[0]["changed"] is False and calls == reads["ens1np0"] + reads["ens2np0"]
+
+
+def test_qos_nics_failure_reports_the_ports_already_changed(module_args: Any, monkeypatch: pytest.MonkeyPatch,
+                                                            tmp_path: Path) -> None:
+    calls: list[list[str]] = []
+    run_command = _qos_host(tmp_path / "root", calls, fail="--pfc")
+    monkeypatch.setattr(fabric_qos.AnsibleModule, "run_command", run_command)
+    monkeypatch.setattr(fabric_qos.AnsibleModule, "get_bin_path", _usr_bin)
+    module_args({"nics": {"ens1np0": {"trust": "dscp"}, "ens2np0": {"pfc": [3]}}, "backend": "mlnx_qos"})
+    with pytest.raises(AnsibleFailJson) as failed:
+        fabric_qos.main()
+    outcome = failed.value.args[0]
+    assert "--pfc 0,0,0,1,0,0,0,0 failed (rc 1)" in outcome["msg"] and outcome["changed"] is True
+    assert outcome["changes"] == [{"knob": "ens1np0.trust", "before": "pcp", "after": "dscp"}]
+
+
+def test_qos_nics_arguments_are_checked_per_port(module_args: Any) -> None:
+    module_args({"nics": {"ens1np0": {"pfc": [9]}, "ens2np0": "dscp"}})
+    with pytest.raises(AnsibleFailJson) as failed:
+        fabric_qos.main()
+    assert "nics.ens1np0.pfc" in failed.value.args[0]["msg"] and "nics.ens2np0: must be a mapping" in \
+        failed.value.args[0]["msg"]
+    module_args({"nics": {"ens1np0": {"pfc": [3]}}, "pfc": [3]})
+    with pytest.raises(AnsibleFailJson) as failed:
+        fabric_qos.main()
+    assert "mutually exclusive" in failed.value.args[0]["msg"]
+    module_args({"backend": "mlnx_qos"})
+    with pytest.raises(AnsibleFailJson) as failed:
+        fabric_qos.main()
+    assert "interface, nics" in failed.value.args[0]["msg"]
 
 def test_qos_rejects_unknown_backend(module_args: Any) -> None:
     module_args({"interface": "eth9", "backend": "lldptool"})

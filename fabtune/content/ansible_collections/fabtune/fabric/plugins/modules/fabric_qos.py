@@ -7,10 +7,12 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: fabric_qos
-short_description: Set a RoCE port's priority trust, DSCP map, PFC and ETS through mlnx_qos or dcb
+short_description: Set RoCE ports' priority trust, DSCP map, PFC and ETS through mlnx_qos or dcb
 description:
   - Reads the port's QoS state with the chosen backend, compares it with the desired knobs and
     changes only what differs.
+  - One port (O(interface) and the knob options), or every port of the host in one call (O(nics)),
+    one module run for all of a host's ports instead of one per port.
   - Backend C(mlnx_qos) (NVIDIA mlnx-tools) or C(dcb) (iproute2 5.12 or later, upstream kernels);
     C(auto) takes C(mlnx_qos) when it is installed, else C(dcb).
   - "With C(dcb) the DSCP APP entries carry the trust state, as the mlx5 driver keeps it (the first
@@ -22,9 +24,17 @@ description:
 version_added: "1.0.0"
 options:
   interface:
-    description: The RoCE netdev.
+    description:
+      - The RoCE netdev whose knobs the other options give.
+      - Mutually exclusive with O(nics); one of the two is required.
     type: str
-    required: true
+  nics:
+    description:
+      - RoCE netdev to its desired knobs, in the C(fabric_desired.nics) shape (C(trust),
+        C(dscp2prio), C(pfc), C(prio_tc), C(tsa), C(tcbw); other keys are ignored). The ports are
+        set one after another, in name order.
+      - Mutually exclusive with O(interface) and the knob options.
+    type: dict
   backend:
     description: Tool that reads and writes the QoS state.
     type: str
@@ -74,19 +84,29 @@ EXAMPLES = r"""
     trust: dscp
     dscp2prio: {26: 3, 48: 6}
     pfc: [3]
+
+- name: The same on both RoCE ports of the host, in one module run
+  fabtune.fabric.fabric_qos:
+    nics:
+      enp25s0np0: {trust: dscp, dscp2prio: {26: 3, 48: 6}, pfc: [3]}
+      enp26s0np0: {trust: dscp, dscp2prio: {26: 3, 48: 6}, pfc: [3]}
 """
 
 RETURN = r"""
 before:
-  description: The port's QoS state before the change (desired-state shape).
+  description:
+    - The port's QoS state before the change (desired-state shape).
+    - With O(nics), netdev to that state.
   returned: success
   type: dict
 after:
-  description: The port's QoS state after the change (predicted in check mode).
+  description:
+    - The port's QoS state after the change (predicted in check mode).
+    - With O(nics), netdev to that state.
   returned: success
   type: dict
 changes:
-  description: One entry per changed knob.
+  description: One entry per changed knob (every port's, with O(nics); on a failure, those made before it).
   returned: success
   type: list
   elements: dict
@@ -114,7 +134,8 @@ QOS_KEYS = ("trust", "dscp2prio", "pfc", "prio_tc", "tsa", "tcbw")
 
 def get_argument_spec() -> dict[str, Any]:
     return {
-        "interface": {"type": "str", "required": True},
+        "interface": {"type": "str"},
+        "nics": {"type": "dict"},
         "backend": {"type": "str", "choices": ["auto", "mlnx_qos", "dcb"], "default": "auto"},
         "trust": {"type": "str", "choices": ["pcp", "dscp"]},
         "dscp2prio": {"type": "dict"},
@@ -125,14 +146,37 @@ def get_argument_spec() -> dict[str, Any]:
     }
 
 
-def desired_from_params(params: Mapping[str, Any]) -> dict[str, Any]:
+def desired_from_params(params: Mapping[str, Any], where: str = "argument") -> dict[str, Any]:
     """The managed knobs in normal form (DSCP map keys as ints, PFC sorted), checked by the one NIC
     schema (``fabric_desired``: ranges, 8 values, ETS shares); raises ValueError naming each problem."""
     knobs = {key: params[key] for key in QOS_KEYS if params.get(key) is not None}
-    problems, normal = check_nic(knobs, "argument")
+    problems, normal = check_nic(knobs, where)
     if problems:
         raise ValueError("; ".join(problems))
     return normal
+
+
+def desired_by_port(params: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Netdev to its managed knobs in normal form: O(nics), or O(interface) with the knob options
+    (ports without a QoS knob left out); raises ValueError naming each problem."""
+    if params.get("interface"):
+        return {params["interface"]: desired_from_params(params)}
+    out: dict[str, dict[str, Any]] = {}
+    problems: list[str] = []
+    for name, knobs in sorted((params.get("nics") or {}).items()):
+        if not isinstance(knobs, Mapping):
+            problems.append(f"nics.{name}: must be a mapping of knobs, not {knobs!r}")
+            continue
+        try:
+            desired = desired_from_params(knobs, f"nics.{name}")
+        except ValueError as exc:
+            problems.append(str(exc))
+            continue
+        if desired:
+            out[str(name)] = desired
+    if problems:
+        raise ValueError("; ".join(problems))
+    return out
 
 
 def predict(before: Mapping[str, Any], changes: Mapping[str, tuple[Any, Any]]) -> dict[str, Any]:
@@ -158,8 +202,8 @@ def change_list(interface: str, changes: Mapping[str, tuple[Any, Any]]) -> list[
 class QosManager:
     def __init__(self, module: AnsibleModule) -> None:
         self.module = module
-        self.interface: str = module.params["interface"]
         self.backend = self._backend(module.params["backend"])
+        self.done: list[dict[str, Any]] = []  # the changes made so far (a later port's failure reports them)
 
     def _backend(self, wanted: str) -> str:
         if wanted != "auto":
@@ -178,26 +222,43 @@ class QosManager:
         rc, out, err = self.module.run_command(argv)
         if rc != 0:
             self.module.fail_json(msg=f"{' '.join(argv)} failed (rc {rc:d}): {(out + err).strip()[-500:]}",
-                                  rc=rc, stdout=out, stderr=err)
+                                  rc=rc, stdout=out, stderr=err, changed=bool(self.done), changes=self.done)
         text: str = out
         return text
 
-    def apply(self, desired: Mapping[str, Any]) -> dict[str, Any]:
+    def apply(self, interface: str, desired: Mapping[str, Any]) -> dict[str, Any]:
         # The same read/diff/write as the host-side revert (module_utils fabric_apply); a command
         # that fails ends the module in _run. Only the parse of the read raises QosError/ValueError.
         try:
-            before, changes, commands = qos_apply(self.backend, self.interface, desired, self._run,
+            before, changes, commands = qos_apply(self.backend, interface, desired, self._run,
                                                   check_mode=self.module.check_mode)
         except (QosError, ValueError) as exc:
-            self.module.fail_json(msg=f"cannot read the QoS state of {self.interface}: {exc}")
+            self.module.fail_json(msg=f"cannot read the QoS state of {interface}: {exc}",
+                                  changed=bool(self.done), changes=self.done)
         after = predict(before, changes)
+        made = change_list(interface, changes)
+        if not self.module.check_mode:
+            self.done.extend(made)
         result: dict[str, Any] = {"changed": bool(changes), "before": before, "after": after,
-                                  "backend": self.backend, "changes": change_list(self.interface, changes),
-                                  "commands": commands}
+                                  "backend": self.backend, "changes": made, "commands": commands}
         if self.module._diff:
-            header = f"{self.interface} qos"
+            header = f"{interface} qos"
             result["diff"] = {"before": _text(before), "after": _text(after),
                               "before_header": header, "after_header": header}
+        return result
+
+    def apply_ports(self, desired: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+        """Every port of O(nics), one after another: one result with every port's changes."""
+        ports = {name: self.apply(name, knobs) for name, knobs in desired.items()}
+        result: dict[str, Any] = {
+            "changed": any(r["changed"] for r in ports.values()), "backend": self.backend,
+            "before": {n: r["before"] for n, r in ports.items()},
+            "after": {n: r["after"] for n, r in ports.items()},
+            "changes": [c for r in ports.values() for c in r["changes"]],
+            "commands": [c for r in ports.values() for c in r["commands"]],
+        }
+        if self.module._diff:
+            result["diff"] = [r["diff"] for r in ports.values()]
         return result
 
 
@@ -212,13 +273,17 @@ def _text(state: Mapping[str, Any]) -> str:
 
 
 def main() -> None:
-    module = AnsibleModule(argument_spec=get_argument_spec(), supports_check_mode=True)
+    module = AnsibleModule(argument_spec=get_argument_spec(), supports_check_mode=True,
+                           required_one_of=[("interface", "nics")],
+                           mutually_exclusive=[("interface", "nics"), *(("nics", k) for k in QOS_KEYS)])
     try:
-        desired = desired_from_params(module.params)
+        desired = desired_by_port(module.params)
     except ValueError as exc:
         module.fail_json(msg=str(exc))
     manager = QosManager(module)
-    module.exit_json(**manager.apply(desired))
+    if module.params["interface"]:
+        module.exit_json(**manager.apply(module.params["interface"], desired[module.params["interface"]]))
+    module.exit_json(**manager.apply_ports(desired))
 
 
 if __name__ == "__main__":

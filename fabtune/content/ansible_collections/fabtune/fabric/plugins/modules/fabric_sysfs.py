@@ -20,11 +20,24 @@ options:
   knobs:
     description:
       - Path to desired value.
-      - Mutually exclusive with O(interface) and O(nic).
+      - Mutually exclusive with O(interface), O(nic) and O(nics).
     type: dict
   interface:
     description: A RoCE netdev whose knobs O(nic) gives (the paths are derived, as on an mlx5 host).
     type: str
+  nics:
+    description:
+      - Netdev to its desired knobs, in the shape of O(nic), every RoCE port of the host in one
+        module run instead of one run per port.
+      - Mutually exclusive with O(knobs), O(interface) and O(nic).
+    type: dict
+  only:
+    description:
+      - The knobs of O(nic) or O(nics) managed here (for example C([mtu])); the others are ignored.
+      - Default is every knob this module takes.
+    type: list
+    elements: str
+    choices: [mtu, ecn, cnp_dscp, cnp_prio, roce_tos, roce_mode]
   nic:
     description:
       - Desired NIC knobs in the C(fabric_desired.nics) shape. Taken here are C(mtu)
@@ -54,6 +67,13 @@ EXAMPLES = r"""
   fabtune.fabric.fabric_sysfs:
     interface: enp25s0np0
     nic: {ecn: {np: [3], rp: [3]}, cnp_dscp: 48, cnp_prio: 6, roce_tos: 106}
+
+- name: The MTU of both RoCE ports in one module run (their other knobs left alone)
+  fabtune.fabric.fabric_sysfs:
+    nics:
+      enp25s0np0: {mtu: 4200, roce_tos: 106}
+      enp26s0np0: {mtu: 4200, roce_tos: 106}
+    only: [mtu]
 """
 
 RETURN = r"""
@@ -71,7 +91,7 @@ paths_changed:
   type: list
   elements: str
 changes:
-  description: One entry per changed knob (with O(nic), per desired-state knob, e.g. C(IF.ecn)).
+  description: One entry per changed knob (with O(nic) or O(nics), per desired-state knob, e.g. C(IF.ecn)).
   returned: success
   type: list
   elements: dict
@@ -96,6 +116,8 @@ def get_argument_spec() -> dict[str, Any]:
         "knobs": {"type": "dict"},
         "interface": {"type": "str"},
         "nic": {"type": "dict"},
+        "nics": {"type": "dict"},
+        "only": {"type": "list", "elements": "str", "choices": list(NIC_KEYS)},
     }
 
 
@@ -118,6 +140,35 @@ def nic_changes(interface: str, before_state: Mapping[str, Any],
     return out
 
 
+def desired_ports(params: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Netdev to the knobs managed on it: O(interface) with O(nic), or O(nics); each narrowed to
+    O(only) (ports left with none are left out of O(nics))."""
+    taken = [k for k in NIC_KEYS if k in (params.get("only") or NIC_KEYS)]
+    if params.get("interface"):
+        ports = {params["interface"]: params.get("nic") or {}}
+    else:
+        ports = params.get("nics") or {}
+    out: dict[str, dict[str, Any]] = {}
+    for name, nic in sorted(ports.items()):
+        if not isinstance(nic, Mapping):
+            raise ValueError(f"nics.{name}: must be a mapping of knobs, not {nic!r}")
+        knobs = {k: nic[k] for k in taken if nic.get(k) is not None}
+        if knobs or params.get("interface"):
+            out[str(name)] = knobs
+    return out
+
+
+def port_knobs(ports: Mapping[str, Mapping[str, Any]]) -> tuple[dict[str, dict[str, str]], str | None]:
+    """Netdev to the ``{path: value}`` its knobs ask for, or the first problem."""
+    out: dict[str, dict[str, str]] = {}
+    for name, nic in ports.items():
+        knobs, problem = nic_knobs("/", name, nic)
+        if problem:
+            return out, problem
+        out[name] = knobs
+    return out, None
+
+
 def bad_paths(knobs: Mapping[str, object]) -> list[str]:
     """Paths that are not absolute sysfs paths (or that climb out with ``..``)."""
     return [p for p in knobs if not p.startswith("/sys/") or ".." in p.split("/")]
@@ -125,23 +176,28 @@ def bad_paths(knobs: Mapping[str, object]) -> list[str]:
 
 def main() -> None:
     module = AnsibleModule(argument_spec=get_argument_spec(), supports_check_mode=True,
-                           required_one_of=[("knobs", "interface")],
-                           mutually_exclusive=[("knobs", "interface")],
+                           required_one_of=[("knobs", "interface", "nics")],
+                           mutually_exclusive=[("knobs", "interface", "nics"), ("nic", "nics"),
+                                               ("knobs", "only")],
                            required_together=[("interface", "nic")])
-    interface, nic = module.params["interface"], module.params["nic"]
-    before_state = None
+    by_port: dict[str, dict[str, str]] = {}
+    ports: dict[str, dict[str, Any]] = {}
     knobs: Mapping[str, object]
-    if interface:
-        nic = {k: v for k, v in nic.items() if k in NIC_KEYS and v is not None}
-        knobs, problem = nic_knobs("/", interface, nic)
+    if module.params["knobs"] is None:
+        try:
+            ports = desired_ports(module.params)
+        except ValueError as exc:
+            module.fail_json(msg=str(exc))
+        by_port, problem = port_knobs(ports)
         if problem:
             module.fail_json(msg=problem)
-        before_state = read_nic_sysfs("/", interface)
+        knobs = {path: value for port in by_port.values() for path, value in port.items()}
     else:
         knobs = module.params["knobs"]
     bad = bad_paths(knobs)
     if bad:
         module.fail_json(msg=f"argument 'knobs' must name paths under /sys/, not {', '.join(sorted(bad))}")
+    before_state = {name: read_nic_sysfs("/", name) for name in ports}
     before, changes = plan(knobs)
     if changes and not module.check_mode:
         try:
@@ -150,8 +206,9 @@ def main() -> None:
             module.fail_json(msg=str(exc), before=before)
     after: dict[str, str | None] = dict(before)
     after.update({p: new for p, (_old, new) in changes.items()})
-    if before_state is not None:
-        knob_changes = nic_changes(interface, before_state, nic) if changes else []
+    if module.params["knobs"] is None:
+        knob_changes = [change for name, nic in ports.items() if changes.keys() & by_port[name].keys()
+                        for change in nic_changes(name, before_state[name], nic)]
     else:
         knob_changes = [{"knob": p, "before": old, "after": new} for p, (old, new) in sorted(changes.items())]
     result: dict[str, Any] = {"changed": bool(changes), "before": before, "after": after,
