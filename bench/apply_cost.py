@@ -8,8 +8,11 @@ collections alternate within each round, so machine load falls on both alike. Th
 collection is taken from git (``git archive REV``) and run through the same adapter
 (``fabtune.ansible``), pointed at it.
 
-Usage (root): .venv/bin/python bench/apply_cost.py [--baseline REV] [--rounds N]
-Prints a Markdown table (medians, seconds) for docs/benchmarks.md.
+Usage (root): .venv/bin/python bench/apply_cost.py [--baseline REV] [--rounds N] [--nics N]
+[--scoped-baseline]. ``--nics`` sets the RoCE NICs per host (the per-port tasks' cost grows with
+it); ``--scoped-baseline`` lets the earlier collection also apply only the move's roles (it must
+know ``fabric_roles``: commit 7c80544 or later). Prints a Markdown table (medians, seconds) for
+docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -92,9 +95,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--baseline", default="70d6044", help="git revision of the earlier collection")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--nics", type=int, default=SPEC["nics_per_host"], help="RoCE NICs per host")
+    parser.add_argument("--scoped-baseline", action="store_true",
+                        help="the earlier collection also applies only the move's roles")
     args = parser.parse_args()
     os.environ.setdefault("FABTUNE_HOME", tempfile.mkdtemp(prefix="fabtune-bench-"))
-    spec = build_spec(SPEC)
+    spec = build_spec({**SPEC, "nics_per_host": args.nics})
     build.up(spec)
     try:
         backend = AnsibleBackend(read_inventory(layout.testbed_dir(spec.name) / "inventory.yml"), 300)
@@ -102,9 +108,11 @@ def main() -> None:
         for n in range(args.rounds):
             for which, rev in (("baseline", args.baseline), ("current", None)):
                 with collection_at(rev):
-                    runs[which].append(one_move(backend, f"bench-{which}-{n}", scoped=rev is None))
+                    scoped = rev is None or args.scoped_baseline
+                    runs[which].append(one_move(backend, f"bench-{which}-{n}", scoped=scoped))
     finally:
         build.down(spec.name)
+    print(f"{args.nics} RoCE NICs per host")
     print(f"| step (median of {args.rounds}, s) | {args.baseline} | current | ratio |")
     print("|---|---|---|---|")
     for step in ("armed apply", "confirm", "rollback apply"):

@@ -19,15 +19,13 @@ from fabtune.errors import BenchmarkError, ParseError
 from fabtune.perf.checks import rocev2_index
 from fabtune.perf.parsers import ibdev2netdev, ibstat, show_gids, topo
 
-# fabric_checks.yml's read tasks, by what each reads
-CHECK_TASKS = {
-    "topo": "Read GPU-NIC topology",
-    "gids": "Read GID tables",
-    "ibstat": "Read port state",
-    "ibdev2netdev": "Read RDMA device to netdev map",
-    "addr": "Read links and addresses",
-    "sminfo": "Ask for the subnet manager",
-}
+# fabric_checks.yml's tasks: one fabric_run call per host runs the reads (its run ids are the keys
+# of a HostView's raw text), then sminfo where the fabric is InfiniBand
+READ_TASK = "Read GPU-NIC topology, GID tables, port state, device map, links and addresses"
+SMINFO_TASK = "Ask for the subnet manager"
+CHECK_TASKS = {"reads": READ_TASK, "sminfo": SMINFO_TASK}
+READS = ("topo", "gids", "ibstat", "ibdev2netdev", "addr")
+MUST_READ = ("addr",)  # without the links there is nothing to check; the others may be missing
 RATE_RE = re.compile(r"^(\d+(?:\.\d+)?)")
 
 
@@ -57,8 +55,16 @@ class HostView:
     ports: ibstat.IbStat | None = None
 
 
-def _stdout(results: Mapping[str, Mapping[str, Any]], host: str) -> str:
-    return str(results.get(host, {}).get("stdout", ""))
+def _raw(host: str, result: Mapping[str, Any]) -> dict[str, str]:
+    """One host's read outputs by id; a read that must succeed and did not is a BenchmarkError."""
+    runs = {str(r.get("id")): r for r in result.get("runs") or [] if isinstance(r, Mapping)}
+    for key in READS:
+        run = runs.get(key, {})
+        if run.get("timed_out") or (key in MUST_READ and run.get("rc") != 0):
+            why = "it outlasted its deadline" if run.get("timed_out") else f"rc {run.get('rc')}"
+            said = str(run.get("stderr", "")).strip()[-300:]
+            raise BenchmarkError(f"{host}: reading {key} failed ({why}){': ' + said if said else ''}")
+    return {key: str(runs.get(key, {}).get("stdout", "")) for key in READS}
 
 
 def _addresses(text: str) -> dict[str, tuple[str | None, int]]:
@@ -113,12 +119,12 @@ def read_hosts(inventory: Path) -> dict[str, HostView]:
         PlaybookFailed: when a host is unreachable or a read fails.
     """
     outcome = ansible.run_playbook("fabric_checks.yml", inventory).raise_for_failure("reading the fabric")
-    per_task = {key: outcome.results(name) for key, name in CHECK_TASKS.items()}
-    hosts = sorted(per_task["addr"])
+    reads, sminfo = outcome.results(READ_TASK), outcome.results(SMINFO_TASK)
     views = {}
-    for host in hosts:
-        raw = {key: _stdout(per_task[key], host) for key in CHECK_TASKS}
-        sm = per_task["sminfo"].get(host, {})
+    for host in sorted(reads):
+        raw = _raw(host, reads[host])
+        sm = sminfo.get(host, {})
+        raw["sminfo"] = str(sm.get("stdout", ""))
         rc = sm.get("rc") if "rc" in sm else None
         views[host] = _view(host, raw, int(rc) if rc is not None else None)
     return views
