@@ -34,6 +34,11 @@ REVERT_STATE_DIR = "/var/lib/fabtune/revert"
 # that outlasted the deadline had its hosts revert in its middle, and its later roles then changed
 # a host that was no longer armed (found with a host lost mid-apply: SSH to it hung for 30 s a task).
 APPLY_ALLOWANCE_S = 60
+# The tasks that install the host-side code (roles fabric_revert and fabric_boot): once one has run
+# on a host in this run, later applies of the run skip it there (fabric_revert_installed_hosts,
+# fabric_boot_installed_hosts): the code is the same for every move.
+REVERT_INSTALL_TASK = "Install fabtune-revert and the code it shares with the fabric modules"
+BOOT_INSTALL_TASK = "Install fabtune-boot and its unit, enabled (multi-user.target wants it)"
 
 
 def extend_result(done: sshdirect.Result) -> ansible.TaskResult:
@@ -57,6 +62,12 @@ def extend_result(done: sshdirect.Result) -> ansible.TaskResult:
                               event=event, changed=done.ok, result=result)
 
 
+def installed_on(outcome: ansible.RunOutcome, task: str) -> set[str]:
+    """The hosts where ``task`` (an install of host-side code) ran and succeeded, not in check mode."""
+    return {t.host for t in outcome.tasks
+            if t.task == task and t.event == "runner_on_ok" and not t.result.get("skipped")}
+
+
 def prerun_record_path(run_id: str) -> str:
     """The host path of run ``run_id``'s pre-run record (the id's shape is checked by the caller)."""
     return f"{REVERT_STATE_DIR}/{run_id}.prerun.json"
@@ -77,6 +88,9 @@ class AnsibleBackend:
     hosts: Sequence[str] | None = None  # only these hosts (a rollback of a run that changed some)
     _hostvars: dict[str, dict[str, Any]] | None = field(default=None, repr=False)
     longest_apply_s: float = 0.0  # the longest apply playbook run so far (the next allowance)
+    # hosts where an apply of this run installed the revert code / the boot entry point
+    revert_installed: set[str] = field(default_factory=set)
+    boot_installed: set[str] = field(default_factory=set)
 
     @property
     def inventory(self) -> Path:
@@ -153,6 +167,10 @@ class AnsibleBackend:
         }
         if roles is not None:
             extravars["fabric_roles"] = list(roles)
+        if self.revert_installed:
+            extravars["fabric_revert_installed_hosts"] = sorted(self.revert_installed)
+        if self.boot_installed:
+            extravars["fabric_boot_installed_hosts"] = sorted(self.boot_installed)
         if run_id is not None and snapshots is not None:
             extravars.update(
                 fabric_revert_run_id=run_id,
@@ -163,9 +181,12 @@ class AnsibleBackend:
         limit = self._limit(desired)
         start = time.monotonic()
         try:
-            return ansible.run_playbook("apply.yml", self.inventory, extravars=extravars, limit=limit)
+            outcome = ansible.run_playbook("apply.yml", self.inventory, extravars=extravars, limit=limit)
         finally:
             self.longest_apply_s = max(self.longest_apply_s, time.monotonic() - start)
+        self.revert_installed |= installed_on(outcome, REVERT_INSTALL_TASK)
+        self.boot_installed |= installed_on(outcome, BOOT_INSTALL_TASK)
+        return outcome
 
     def apply_allowance_s(self) -> int:
         """Seconds an armed apply may take on top of the deadline before a host reverts mid-apply."""

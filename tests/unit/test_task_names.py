@@ -13,7 +13,7 @@ import yaml
 
 from fabtune import ansible, hostpackages, uninstall
 from fabtune.perf import fabric, nccl, pairs
-from fabtune.tune import measure
+from fabtune.tune import backend, measure
 
 COLLECTION = Path(ansible.COLLECTIONS) / "ansible_collections" / "fabtune" / "fabric"
 PLAYBOOKS = COLLECTION / "playbooks"
@@ -60,3 +60,14 @@ def test_every_task_name_the_controller_reads_is_in_its_playbook(playbook: str) 
     names = set(task_names(yaml.safe_load((PLAYBOOKS / playbook).read_text())))
     missing = [n for n in READ[playbook] if n not in names]
     assert not missing, f"{playbook} has no task named {missing}"
+
+
+@pytest.mark.parametrize(("tasks_file", "name"), [
+    ("fabric_revert/tasks/install.yml", "REVERT_INSTALL_TASK"),
+    ("fabric_boot/tasks/main.yml", "BOOT_INSTALL_TASK"),
+])
+def test_the_install_tasks_the_backend_reads_are_in_their_roles(tasks_file: str, name: str) -> None:
+    """AnsibleBackend skips installing the host-side code where an earlier apply of the run did, read
+    from these tasks' results: a renamed task would install it on every apply again, silently."""
+    names = set(task_names(yaml.safe_load((COLLECTION / "roles" / tasks_file).read_text())))
+    assert getattr(backend, name) in names
