@@ -153,7 +153,7 @@ def _busbw(spec: MeasureSpec, test: str, res: Mapping[str, Any]) -> tuple[float 
     """The largest size's out-of-place busbw, or None and why not; and the output."""
     output = f"{res.get('stdout', '')}\n{res.get('stderr', '')}"
     rc = res.get("rc")
-    if timed_out(rc) or res.get("timedout"):
+    if timed_out(rc) or res.get("timed_out") or res.get("timedout"):
         return None, f"missed its deadline of {spec.deadline} s and was killed", output
     if rc is None:
         return None, f"did not run: {str(res.get('msg') or 'no exit status')[:300]}", output
@@ -244,6 +244,17 @@ def _raise_unless_runs_only(outcome: ansible.RunOutcome) -> None:
         outcome.raise_for_failure("measurement")
 
 
+def launch_runs(result: Mapping[str, Any], argvs: Sequence[Sequence[str]]) -> list[dict[str, Any]]:
+    """The launches of ``argvs`` as bench_measure.yml's one fabric_run call reported them (``runs``,
+    ids "0", "1", ... in order), each with its command line; the leading ones only, in order."""
+    runs: list[dict[str, Any]] = []
+    for index, run in enumerate(result.get("runs") or []):
+        if not isinstance(run, Mapping) or str(run.get("id")) != str(index) or index >= len(argvs):
+            break
+        runs.append({**run, "cmd": list(argvs[index])})
+    return runs
+
+
 def judge_runs(
     spec: MeasureSpec, runs: Sequence[Mapping[str, Any]]
 ) -> tuple[list[Sample], list[FailedRun], str]:
@@ -298,12 +309,13 @@ def measure(spec: MeasureSpec, repetitions: int) -> Batch:
         "bench_measure.yml", spec.inventory, extravars=extravars, timeout_s=timeout_s
     )
     _raise_unless_runs_only(outcome)
-    runs = outcome.results(RUN_TASK).get(spec.hosts[0], {}).get("results", [])
+    launched = outcome.results(RUN_TASK).get(spec.hosts[0], {})
+    runs = launch_runs(launched, argvs)
     samples, failures, first = judge_runs(spec, runs)
-    missing = len(argvs) - len(runs)
+    why_not = f"not run: {str(launched['msg'])[:300]}" if launched.get("msg") else "not run"
     failures += [
-        FailedRun(TESTS[i % 2], spec.hosts[0], " ".join(argvs[i]), spec.deadline, "not run")
-        for i in range(len(runs), len(runs) + missing)
+        FailedRun(TESTS[i % 2], spec.hosts[0], " ".join(argvs[i]), spec.deadline, why_not)
+        for i in range(len(runs), len(argvs))
     ]
     transport = _transport(spec, first, failed_only=not samples) if first else ()
     return Batch(

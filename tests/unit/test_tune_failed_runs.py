@@ -14,7 +14,15 @@ from fabtune.perf.checks import CheckResult
 from fabtune.perf.diagnose import Diagnosis
 from fabtune.tune.hosts import host_groups, plan_rack
 from fabtune.tune.loop import BenchmarkFailed, PreflightFailed, TuneOptions, Tuner
-from fabtune.tune.measure import Batch, FailedRun, MeasureSpec, Sample, busbw_ceilings, judge_runs
+from fabtune.tune.measure import (
+    Batch,
+    FailedRun,
+    MeasureSpec,
+    Sample,
+    busbw_ceilings,
+    judge_runs,
+    launch_runs,
+)
 from fabtune.tune.stats import ImpossibleSample, decide, impossible
 from tests.unit.test_tune_loop import HARDWARE, FakeRack
 
@@ -42,8 +50,12 @@ def ok(busbw: str) -> dict[str, Any]:
         ({"rc": 124, "stdout": "", "stderr": "", "cmd": ["timeout", "30s", "mpirun"]},
          "missed its deadline of 30 s and was killed"),
         ({"rc": 137, "stdout": "", "stderr": ""}, "missed its deadline of 30 s and was killed"),
+        ({"rc": -15, "stdout": "", "stderr": "", "timed_out": True},  # fabric_run stopped it
+         "missed its deadline of 30 s and was killed"),
         ({"failed": True, "timedout": {"period": 70}, "msg": "task timed out"},
          "missed its deadline of 30 s and was killed"),
+        ({"rc": 127, "stdout": "", "stderr": "[Errno 2] No such file or directory: 'timeout'"},
+         "exit 127: [Errno 2] No such file"),
         ({"rc": 0, "stdout": "", "stderr": ""}, "no readable result"),
         ({"failed": True, "msg": "[Errno 2] No such file: b'timeout'"}, "did not run: [Errno 2]"),
         ({"rc": 0, "stdout": "\x00\x17garbage ### 12 GB/s", "stderr": ""}, "no readable result"),
@@ -233,3 +245,17 @@ def test_a_baseline_failed_by_one_hosts_fault_names_it_and_exits_7(tmp_path: Pat
     baseline = next(s for s in tuner.journal.steps(tuner.run_id) if s.name == "baseline")
     assert baseline.state == "failed" and [c["host"] for c in baseline.payload["checks"]] == ["h01", "h02"]
     assert rack.applied == []  # nothing was changed
+
+
+def test_the_launches_are_read_from_the_one_fabric_run_call_in_order() -> None:
+    """bench_measure.yml runs a batch's launches in one fabric_run call (``runs``, ids "0", "1", ...);
+    each is judged with its own command line; runs past a gap or an unknown id are not taken."""
+    argvs = [["mpirun", "all_reduce_perf"], ["mpirun", "alltoall_perf"], ["mpirun", "all_reduce_perf"]]
+    killed = {"id": "1", "rc": 124, "stdout": "", "stderr": "", "timed_out": False}
+    runs = [{"id": "0", **ok("150.0")}, killed]
+    taken = launch_runs({"changed": False, "runs": runs}, argvs)
+    assert [r["cmd"] for r in taken] == argvs[:2]
+    samples, failures, _ = judge_runs(SPEC, taken)
+    assert samples == [] and failures[0].command == "mpirun alltoall_perf"
+    assert launch_runs({"runs": [{"id": "1", **ok("1")}]}, argvs) == []
+    assert launch_runs({"failed": True, "msg": "timed out"}, argvs) == []

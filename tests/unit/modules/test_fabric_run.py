@@ -58,6 +58,22 @@ def test_a_command_past_its_deadline_is_stopped_and_said(module_args: Any) -> No
     assert not quick["timed_out"] and quick["rc"] == 0
 
 
+
+def test_sequential_commands_run_one_after_another_each_with_its_own_deadline(module_args: Any) -> None:
+    """Each command prints when it started and when it ended: with ``sequential`` none starts before
+    the one before it ended; the deadline counts from each command's own start, so two 1.5 s
+    commands under a 2 s deadline both finish, and a third past it is stopped alone."""
+    probe = ["sh", "-c", "date +%s.%N; sleep 1.5; date +%s.%N"]
+    commands = [{"id": str(i), "argv": probe} for i in range(2)]
+    commands += [{"id": "slow", "argv": ["sleep", "60"]}, {"id": "after", "argv": ["true"]}]
+    result = _main(module_args, {"commands": commands, "sequential": True, "deadline_s": 2})
+    first, second = ([float(x) for x in r["stdout"].split()] for r in result["runs"][:2])
+    assert second[0] >= first[1] and first[1] - first[0] >= 1.5
+    assert [(r["id"], r["rc"], r["timed_out"]) for r in result["runs"][:2]] == [("0", 0, False),
+                                                                                  ("1", 0, False)]
+    slow, after = result["runs"][2:]
+    assert slow["timed_out"] and not after["timed_out"] and after["rc"] == 0
+
 def test_the_prefix_goes_before_every_argv(module_args: Any) -> None:
     result = _main(module_args, {"commands": [{"id": "x", "argv": ["sh", "-c", "exit 5"]}],
                                  "argv_prefix": ["timeout", "--kill-after=10s", "20s"], "deadline_s": 30})
@@ -70,6 +86,11 @@ def test_a_program_that_is_not_there_is_a_failed_run_not_a_failed_task(module_ar
     assert result["runs"][0]["rc"] == 127 and "No such file" in result["runs"][0]["stderr"]
 
 
+
+def test_plain_argvs_are_run_with_their_positions_as_ids(module_args: Any) -> None:
+    result = _main(module_args, {"argvs": [["echo", "a"], ["echo", "b"]], "sequential": True})
+    assert [(r["id"], r["stdout"]) for r in result["runs"]] == [("0", "a\n"), ("1", "b\n")]
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -77,6 +98,9 @@ def test_a_program_that_is_not_there_is_a_failed_run_not_a_failed_task(module_ar
         ({"commands": [{"argv": ["true"]}], "deadline_s": 5}, "commands[0]: needs an id"),
         ({"commands": [{"id": "x", "argv": ["bin/x"]}], "deadline_s": 5}, "commands[0].argv[0]: 'bin/x'"),
         ({"commands": [{"id": "x", "argv": ["true"]}], "deadline_s": 0}, "deadline_s: 0 must be a positive"),
+        ({"argvs": [["true"], []]}, "argvs[1]: needs an id and a non-empty argv list"),
+        ({"argvs": [["true"]], "commands": [{"id": "x", "argv": ["true"]}]},
+         "mutually exclusive: commands|argvs"),
     ],
 )
 def test_bad_input_is_one_clear_error(module_args: Any, args: dict[str, Any], message: str) -> None:

@@ -29,6 +29,12 @@ options:
     type: list
     elements: dict
     default: []
+  argvs:
+    description:
+      - Commands given as plain argv lists, instead of O(commands); each one's id is its position
+        (C("0"), C("1"), ...).
+    type: list
+    elements: list
   start:
     description:
       - "Commands to leave running, each C({id, argv, port, rdma_cm}): started in the background
@@ -58,13 +64,21 @@ options:
     description: Seconds to wait for the O(collect) commands to end by themselves.
     type: int
     default: 10
+  sequential:
+    description:
+      - Run O(commands) one after another, each with its own O(deadline_s), instead of all at once
+        (benchmark launches of one batch, which must not overlap; one module call instead of one
+        per launch).
+    type: bool
+    default: false
   argv_prefix:
     description: Put before every command's argv (e.g. C([timeout, --kill-after=10s, 60s])).
     type: list
     elements: str
     default: []
   deadline_s:
-    description: Seconds each of O(commands) may run.
+    description: Seconds each of O(commands) may run (all at once from the start, or each from its
+      own start with O(sequential)).
     type: int
     default: 60
 attributes:
@@ -92,6 +106,15 @@ EXAMPLES = r"""
   fabtune.fabric.fabric_run:
     collect: "{{ servers.started }}"
     commands: [{id: "ethtool eth2", argv: [ethtool, -S, eth2]}]
+
+- name: Run two nccl-tests launches in turn, each killed at 900 s (ids "0" and "1")
+  fabtune.fabric.fabric_run:
+    argvs:
+      - [mpirun, -np, "2", all_reduce_perf, -b, 8G, -e, 8G]
+      - [mpirun, -np, "2", alltoall_perf, -b, 8G, -e, 8G]
+    sequential: true
+    argv_prefix: [timeout, --kill-after=10s, 900s]
+    deadline_s: 915
 
 - name: Run the round's ib_write_bw clients on this host
   fabtune.fabric.fabric_run:
@@ -475,8 +498,10 @@ def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "commands": {"type": "list", "elements": "dict", "default": []},
+            "argvs": {"type": "list", "elements": "list"},
             "argv_prefix": {"type": "list", "elements": "str", "default": []},
             "deadline_s": {"type": "int", "default": 60},
+            "sequential": {"type": "bool", "default": False},
             "start": {"type": "list", "elements": "dict", "default": []},
             "start_prefix": {"type": "list", "elements": "str", "default": []},
             "listen_s": {"type": "int", "default": 30},
@@ -491,11 +516,19 @@ def main() -> None:
             module.fail_json(msg=f"{name}: {params[name]} must be a positive number of seconds")
     if params["collect_s"] < 0:
         module.fail_json(msg=f"collect_s: {params['collect_s']} must be 0 or more seconds")
-    _valid_list(module, "commands", params["commands"])
+    if params["argvs"] is not None:
+        if params["commands"]:
+            module.fail_json(msg="parameters are mutually exclusive: commands|argvs")
+        params["commands"] = [{"id": str(i), "argv": argv} for i, argv in enumerate(params["argvs"])]
+    _valid_list(module, "commands" if params["argvs"] is None else "argvs", params["commands"])
     _valid_start(module, params["start"])
     _valid_collect(module, params["collect"])
     collected = collect_all(params["collect"], params["collect_s"])
-    runs = run_all(params["commands"], params["deadline_s"], params["argv_prefix"])
+    if params["sequential"]:
+        runs = [run for command in params["commands"]
+                for run in run_all([command], params["deadline_s"], params["argv_prefix"])]
+    else:
+        runs = run_all(params["commands"], params["deadline_s"], params["argv_prefix"])
     started, problem = start_all(params["start"], params["start_prefix"], params["listen_s"])
     if problem is not None:
         module.fail_json(msg=problem, runs=runs, collected=collected, started=[])
