@@ -33,7 +33,8 @@ Benchmark time (every assumption; real hardware, not this machine):
 
 Ansible time (measured per-host costs, scaled by waves of ``--forks`` hosts):
 
-* measured on the 2-host testbed: an armed apply 10.9 s wall, a confirm 2.0 s; both hosts ran in
+* measured on the 2-host testbed with 8 RoCE NICs per host, as the projected nodes have
+  (``bench/apply_cost.py --nics 8``): an armed apply 5.8 s wall, a confirm 1.6 s; both hosts ran in
   parallel, so these are one wave's time. With ``--forks`` 50 (an assumption: Ansible's linear
   strategy runs each task on up to ``forks`` hosts at once) a call over N hosts takes
   ceil(N / forks) waves; the controller is assumed not to be the bottleneck at 50 forks;
@@ -94,7 +95,7 @@ FACTORY: dict[str, Any] = {
     "trust": "pcp", "pfc": [], "mtu": 1500, "ecn": {"np": list(range(8)), "rp": list(range(8))},
     "cnp_dscp": 48, "cnp_prio": 6, "roce_tos": 0, "roce_mode": 2,
 }  # fmt: skip
-MEASURED_S = {"apply": 10.9, "confirm": 2.0}  # one wave, the 2-host testbed (the lead's measurement)
+MEASURED_S = {"apply": 5.8, "confirm": 1.6}  # one wave: the 2-host testbed, 8 NICs per host (apply_cost.py)
 PAIR_RUN_S = 4.0  # an assumption: ib_write_bw -D 2, plus server start and rdma_cm connection
 STATES = ("factory-defaults", "already-tuned")
 
