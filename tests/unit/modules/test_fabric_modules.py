@@ -111,10 +111,15 @@ def test_sysfs_nics_refuses_mixed_forms_and_bad_ports(module_args: Any) -> None:
     with pytest.raises(AnsibleFailJson) as failed:
         fabric_sysfs.main()
     assert failed.value.args[0]["msg"] == "nics.a: must be a mapping of knobs, not 4200"
-    module_args({"nics": {"../../etc": {"mtu": 4200}}})
+    for name in ("../../etc", "eth0/../..", "a" * 16, "eth 0", ".."):
+        module_args({"nics": {name: {"mtu": 4200}}})
+        with pytest.raises(AnsibleFailJson) as failed:
+            fabric_sysfs.main()
+        assert failed.value.args[0]["msg"].startswith(f"nics: {name!r} is not a netdev name"), name
+    module_args({"interface": "x/y", "nic": {"mtu": 4200}})
     with pytest.raises(AnsibleFailJson) as failed:
         fabric_sysfs.main()
-    assert "must name paths under /sys/" in failed.value.args[0]["msg"]
+    assert failed.value.args[0]["msg"].startswith("interface: 'x/y' is not a netdev name")
 
 def test_sysfs_nic_paths() -> None:
     nic = {"mtu": 4200, "ecn": {"np": [3]}, "cnp_prio": 6}

@@ -150,12 +150,20 @@ def desired_ports(params: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
         ports = params.get("nics") or {}
     out: dict[str, dict[str, Any]] = {}
     for name, nic in sorted(ports.items()):
+        if not valid_netdev(str(name)):
+            raise ValueError(f"{'interface' if params.get('interface') else 'nics'}: {name!r} is not a "
+                             "netdev name (1 to 15 characters, no '/', ':' or white space, not . or ..)")
         if not isinstance(nic, Mapping):
             raise ValueError(f"nics.{name}: must be a mapping of knobs, not {nic!r}")
         knobs = {k: nic[k] for k in taken if nic.get(k) is not None}
         if knobs or params.get("interface"):
             out[str(name)] = knobs
     return out
+
+
+def valid_netdev(name: str) -> bool:
+    """A name the kernel takes for a netdev (``dev_valid_name``): it becomes a /sys/class/net path."""
+    return 0 < len(name) < 16 and name not in (".", "..") and not any(c in "/:" or c.isspace() for c in name)
 
 
 def port_knobs(ports: Mapping[str, Mapping[str, Any]]) -> tuple[dict[str, dict[str, str]], str | None]:
