@@ -116,7 +116,9 @@ def read_hosts(inventory: Path) -> dict[str, HostView]:
     """Run the read-only checks playbook and return every reachable host's view.
 
     Raises:
-        PlaybookFailed: when a host is unreachable or a read fails.
+        PlaybookFailed: when a host is unreachable or the reads' task fails.
+        BenchmarkError: a read outlasted its deadline, the links could not be read, or ibstat's
+            output cannot be parsed.
     """
     outcome = ansible.run_playbook("fabric_checks.yml", inventory).raise_for_failure("reading the fabric")
     reads, sminfo = outcome.results(READ_TASK), outcome.results(SMINFO_TASK)
