@@ -23,7 +23,6 @@ from fabtune.perf.parsers import ibdev2netdev, ibstat, show_gids, topo
 # of a HostView's raw text), then sminfo where the fabric is InfiniBand
 READ_TASK = "Read GPU-NIC topology, GID tables, port state, device map, links and addresses"
 SMINFO_TASK = "Ask for the subnet manager"
-CHECK_TASKS = {"reads": READ_TASK, "sminfo": SMINFO_TASK}
 READS = ("topo", "gids", "ibstat", "ibdev2netdev", "addr")
 MUST_READ = ("addr",)  # without the links there is nothing to check; the others may be missing
 RATE_RE = re.compile(r"^(\d+(?:\.\d+)?)")

@@ -24,7 +24,7 @@ READ = {
     "bench_ib_write_bw.yml": [pairs.BEFORE_TASK, pairs.AFTER_TASK, pairs.CLIENTS_TASK],
     "bench_nccl.yml": [nccl.LAUNCH_TASK],
     "host_tools.yml": [hostpackages.DISTRIBUTION_TASK, hostpackages.FIND_TASK],
-    "fabric_checks.yml": list(fabric.CHECK_TASKS.values()),
+    "fabric_checks.yml": [fabric.READ_TASK, fabric.SMINFO_TASK],
     uninstall.PLAYBOOK: [uninstall.ARMED_TASK],
 }
 
