@@ -15,7 +15,7 @@ from fabtune import ansible
 from fabtune.ansible import PROFILES
 from fabtune.inventory import read_inventory
 from fabtune.perf.parsers import mlnx_qos
-from fabtune.testbed import layout
+from fabtune.testbed import clock, layout
 from fabtune.testbed.access import ssh_argv
 from fabtune.testbed.spec import TestbedSpec
 from fabtune.tune.backend import AnsibleBackend
@@ -101,6 +101,17 @@ def shorten(spec: TestbedSpec, run_id: str, seconds: int, *, playbook: bool = Fa
     deadlines = [float(r["deadline"]) for r in extended.values() if r.get("deadline")]
     assert len(deadlines) == len(HOSTS), extended
     return max(deadlines)
+
+
+def let_pass(spec: TestbedSpec, seconds: float) -> dict[str, list[str]]:
+    """Let ``seconds`` pass for every revert timer waiting now (the testbed's clock,
+    ``fabtune.testbed.clock``): a test sees a deadline go by without waiting it out. Returns, per
+    host, the timers that were waiting."""
+    return clock.advance(spec.name, seconds)
+
+
+def timer_of(run_id: str) -> str:
+    return f"fabtune-revert-{run_id}"
 
 
 def confirm(spec: TestbedSpec, run_id: str) -> ansible.RunOutcome:

@@ -14,7 +14,6 @@ import pwd
 import re
 import stat
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -33,8 +32,10 @@ from tests.integration.ccrack import (
     apply_armed,
     armed_deadline,
     facts,
+    let_pass,
     on_host,
     shorten,
+    timer_of,
     wait_reverted,
 )
 from tests.integration.conftest import make_testbed
@@ -141,8 +142,9 @@ def test_a_revert_armed_through_sudo_fires_as_root(rack: TestbedSpec) -> None:
     outcome = apply_armed(rack, {"nics": {"all": {"mtu": 9000}}}, "nr-revert", snapshot)
     armed_deadline(outcome.raise_for_failure("apply"))
     assert {h: s["nics"][NIC]["mtu"] for h, s in facts(rack).items()} == {"h01": 9000, "h02": 9000}
-    deadline = shorten(rack, "nr-revert", 20)  # extended through sudo as well
-    wait_reverted(rack, "nr-revert", deadline + 5 - time.time())
+    shorten(rack, "nr-revert", 20)  # extended through sudo as well
+    assert let_pass(rack, 20) == {h: [timer_of("nr-revert")] for h in HOSTS}  # the testbed's clock
+    wait_reverted(rack, "nr-revert", 15)
     assert facts(rack) == snapshot
     for host in HOSTS:
         assert "nr-revert: reverted" in on_host(rack, host, "cat /var/log/fabtune-revert.log")

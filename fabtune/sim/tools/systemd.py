@@ -38,6 +38,10 @@ Access denied`` (exit 1); ``systemctl stop``/``reset-failed`` print ``Failed to 
 denied`` and exit 4 (EXIT_NOPERMISSION, systemctl's ``translate_bus_error_to_exit_status``).
 ``is-active`` and ``list-timers`` are reads: anyone may.
 
+A test's clock (``advance``, used by ``fabtune.testbed.clock``): the deadline of every timer
+waiting now moves earlier, as if that much time had passed for it; each sleeper reads its record's
+deadline as it waits, so it fires within half a second once its deadline is past.
+
 The tools never create ``/run/systemd/system`` (Ansible would then take the host for a systemd
 one). Paths are parameters of the entry points, so tests run them in a temporary directory.
 """
@@ -352,6 +356,34 @@ def _detach_stdio() -> None:
     os.closerange(3, 1024)
 
 
+def _deadline_of(run_dir: Path, name: str, me: int, armed: float) -> float:
+    """The deadline the timer's record holds now (``advance`` may have moved it), else ``armed``."""
+    try:
+        timer = load(run_dir, name)
+    except (KeyError, ValueError, configparser.Error):
+        return armed  # a record being replaced or not this emulation's: keep the last known deadline
+    return timer.deadline if timer is not None and timer.pid == me else armed
+
+
+def advance(run_dir: Path, seconds: float) -> list[str]:
+    """Let ``seconds`` pass for the timers waiting now: each one's deadline moves that much earlier
+    (a test's clock; real timers only wait). Timers armed later are not touched. Returns the names
+    of the timers moved; their sleepers see the new deadline within half a second."""
+    if seconds < 0:
+        raise ValueError(f"seconds: {seconds!r} is negative (time only passes forward)")
+    moved: list[str] = []
+    with _locked(run_dir):
+        for path in sorted(run_dir.glob("*.timer")):
+            # load, not _loaded: a caller outside the host's PID namespace cannot tell whether a
+            # sleeper lives (its pid is the host's); moving a dead sleeper's deadline changes nothing
+            timer = load(run_dir, path.name[: -len(".timer")])
+            if timer is not None and timer.state == "waiting":
+                timer.deadline -= seconds
+                _save(run_dir, timer)
+                moved.append(timer.name)
+    return moved
+
+
 def _sleeper(run_dir: Path, name: str, deadline: float, command: list[str]) -> None:
     """Wait for the deadline, then run the service unless the timer was stopped meanwhile."""
     _detach_stdio()
@@ -359,7 +391,7 @@ def _sleeper(run_dir: Path, name: str, deadline: float, command: list[str]) -> N
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     me = os.getpid()
-    while (left := deadline - time.time()) > 0:
+    while (left := _deadline_of(run_dir, name, me, deadline) - time.time()) > 0:
         time.sleep(min(left, 0.5))
     with _locked(run_dir):
         timer = load(run_dir, name)

@@ -115,3 +115,32 @@ def test_never_creates_run_systemd_system(tmp_path: Path) -> None:
     assert systemd.run_main(["-q", "--unit=t5", "--on-active=60s", "/bin/true"], run_dir=run_dir) == 0
     assert not (tmp_path / "run/systemd/system").exists()
     systemd.systemctl_main(["stop", "t5.timer"], run_dir=run_dir)
+
+
+def test_advance_lets_time_pass_for_the_timers_waiting_now(tmp_path: Path, capsys: Capture) -> None:
+    """A test's clock: the waiting timers' deadlines move earlier and the sleepers follow; a timer
+    armed after the advance keeps its own deadline, a stopped one never fires."""
+    run_dir = tmp_path / "transient"
+    early, late, stopped = tmp_path / "early", tmp_path / "late", tmp_path / "stopped"
+    def arm(unit: str, mark: Path) -> None:
+        assert systemd.run_main(["-q", f"--unit={unit}", "--on-active=600s", "/bin/touch", str(mark)],
+                                run_dir=run_dir) == 0
+
+    arm("a1", early)
+    arm("a2", stopped)
+    assert systemd.systemctl_main(["stop", "a2.timer"], run_dir=run_dir) == 0
+    armed = systemd.load(run_dir, "a1")
+    assert armed is not None
+    assert systemd.advance(run_dir, 599) == ["a1"]
+    moved = systemd.load(run_dir, "a1")
+    assert moved is not None and moved.deadline == pytest.approx(armed.deadline - 599, abs=0.01)
+    arm("a3", late)
+    assert wait_for(early, 5)
+    time.sleep(1.0)
+    assert not late.exists() and not stopped.exists()
+    later = systemd.load(run_dir, "a3")
+    assert later is not None and later.deadline > time.time() + 590
+    with pytest.raises(ValueError, match="negative"):
+        systemd.advance(run_dir, -1)
+    assert systemd.systemctl_main(["stop", "a1.timer", "a3.timer"], run_dir=run_dir) == 0
+    assert systemd.advance(tmp_path / "none", 10) == []
