@@ -1,10 +1,15 @@
-"""What one extension of a revert deadline costs: the direct SSH channel against extend.yml.
+"""What one extension of a revert deadline, and one confirmation, cost: the direct SSH channel
+against extend.yml and confirm.yml.
 
 On one 2-host testbed (2 RoCE NICs per host), a move is applied with its revert armed (as
 ``AnsibleBackend.apply`` does), then each round extends its deadline once through the direct
 channel (``AnsibleBackend.extend``: paramiko, ``fabtune-revert --extend`` on every host) and once
 through ``playbooks/extend.yml`` (the adapter, as operators run it), alternating, so machine load
-falls on both alike. Every extension is checked to have moved both hosts' deadlines.
+falls on both alike. Every extension is checked to have moved both hosts' deadlines. Then each
+round arms the move again (not timed) and confirms it, once through the direct channel
+(``AnsibleBackend.confirm``: ``fabtune-revert --confirm``, where the backend's apply installed it)
+and once through ``playbooks/confirm.yml``; every confirmation is checked to have cancelled an
+armed revert on both hosts.
 
 Usage (root): .venv/bin/python bench/extend_channel.py [--rounds N] [--name N] [--subnet-base B]
 Prints a Markdown table (medians, seconds) for docs/benchmarks.md.
@@ -18,9 +23,10 @@ import time
 
 from fabtune import ansible
 from fabtune.inventory import read_inventory
+from fabtune.state import HostState
 from fabtune.testbed import build, layout
 from fabtune.testbed.spec import build_spec
-from fabtune.tune.backend import EXTEND_TASK, AnsibleBackend
+from fabtune.tune.backend import CONFIRM_TASK, EXTEND_TASK, AnsibleBackend
 from fabtune.tune.state import snapshot_of
 
 DEADLINE_S = 300
@@ -46,6 +52,25 @@ def timed(backend: AnsibleBackend, direct: bool) -> float:
     return took
 
 
+def confirmed(outcome: ansible.RunOutcome) -> None:
+    """Check that both hosts had the run armed and no longer have."""
+    outcome.raise_for_failure("confirm")
+    assert len(outcome.results(CONFIRM_TASK)) == 2, outcome.tasks
+    assert [outcome.changed_count(h) for h in sorted(outcome.stats.get("ok", {}))] == [1, 1], outcome.stats
+
+
+def timed_confirm(backend: AnsibleBackend, snap: dict[str, HostState], direct: bool) -> float:
+    backend.apply(snap, run_id=RUN_ID, snapshots=snap).raise_for_failure("armed apply")
+    start = time.monotonic()
+    if direct:
+        outcome = backend.confirm(RUN_ID)
+    else:
+        outcome = ansible.run_playbook("confirm.yml", backend.inventory, extravars={"fabric_run_id": RUN_ID})
+    took = time.monotonic() - start
+    confirmed(outcome)
+    return took
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
@@ -65,12 +90,18 @@ def main() -> None:
             for direct in (True, False):
                 times[direct].append(timed(backend, direct))
         backend.confirm(RUN_ID).raise_for_failure("confirm")
+        confirms: dict[bool, list[float]] = {True: [], False: []}
+        for _ in range(args.rounds):
+            for direct in (True, False):
+                confirms[direct].append(timed_confirm(backend, snap, direct))
     finally:
         build.down(spec.name)
-    fast, slow = statistics.median(times[True]), statistics.median(times[False])
-    print(f"| step (median of {args.rounds}, s) | extend.yml | direct channel | ratio |")
+    print(f"| step (median of {args.rounds}, s) | playbook | direct channel | ratio |")
     print("|---|---|---|---|")
-    print(f"| extend the revert deadline, 2 hosts | {slow:.2f} | {fast:.2f} | {fast / slow:.2f}x |")
+    for what, found in (("extend the revert deadline (extend.yml), 2 hosts", times),
+                        ("confirm the run (confirm.yml), 2 hosts", confirms)):
+        fast, slow = statistics.median(found[True]), statistics.median(found[False])
+        print(f"| {what} | {slow:.2f} | {fast:.2f} | {fast / slow:.2f}x |")
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -22,10 +23,13 @@ from fabtune.state import HostState, trees_of
 from fabtune.tune import pairs as rdma_cm
 from fabtune.tune.measure import Batch, MeasureSpec, busbw_ceilings, measure
 
-# The host-side revert program (role fabric_revert) and its extension verb (fabric_apply.EXTEND_FLAG).
+# The host-side revert program (role fabric_revert) and its verbs (fabric_apply.EXTEND_FLAG and
+# CONFIRM_FLAG), with the role's tasks (extend.yml's, confirm.yml's) whose results they stand for.
 REVERT_SCRIPT = "/usr/local/sbin/fabtune-revert"
 EXTEND_FLAG = "--extend"
-EXTEND_TASK = "Extend the revert deadline (the controller is alive)"  # the role's task of extend.yml
+EXTEND_TASK = "Extend the revert deadline (the controller is alive)"
+CONFIRM_FLAG = "--confirm"
+CONFIRM_TASK = "Confirm the run (cancel the revert)"
 # Where each host keeps a run's pre-run record (the fabric_revert module writes it on first arming).
 REVERT_STATE_DIR = "/var/lib/fabtune/revert"
 # An armed apply arms each host's revert for the deadline plus the time the apply itself may take
@@ -44,6 +48,18 @@ BOOT_INSTALL_TASK = "Install fabtune-boot and its unit, enabled (multi-user.targ
 def extend_result(done: sshdirect.Result) -> ansible.TaskResult:
     """One host's ``fabtune-revert --extend`` as the extend task's result (its JSON line: ``armed``,
     ``deadline``, ``reverted``, ``msg``); a host that could not be reached is unreachable."""
+    return revert_result(done, EXTEND_TASK)
+
+
+def confirm_result(done: sshdirect.Result) -> ansible.TaskResult:
+    """One host's ``fabtune-revert --confirm`` as the confirm task's result (``changed``, ``reverted``,
+    ``msg``); a host that could not be reached is unreachable."""
+    task = revert_result(done, CONFIRM_TASK)
+    return dataclasses.replace(task, changed=done.ok and bool(task.result.get("changed")))
+
+
+def revert_result(done: sshdirect.Result, task: str) -> ansible.TaskResult:
+    """One host's ``fabtune-revert`` verb as the result of the role's ``task`` it does the work of."""
     result: dict[str, Any] = {}
     if done.rc is not None:
         try:
@@ -58,7 +74,7 @@ def extend_result(done: sshdirect.Result) -> ansible.TaskResult:
         result = {"msg": done.error, "unreachable": True}
     event = ("runner_on_ok" if done.ok else "runner_on_unreachable" if done.rc is None
              else "runner_on_failed")
-    return ansible.TaskResult(host=done.host, task=EXTEND_TASK, action="fabtune.fabric.fabric_revert",
+    return ansible.TaskResult(host=done.host, task=task, action="fabtune.fabric.fabric_revert",
                               event=event, changed=done.ok, result=result)
 
 
@@ -193,10 +209,26 @@ class AnsibleBackend:
         return max(APPLY_ALLOWANCE_S, int(2 * self.longest_apply_s + 0.5))
 
     def confirm(self, run_id: str, *, hosts: Sequence[str] | None = None) -> ansible.RunOutcome:
-        """Cancel the armed reverts of ``run_id`` on ``hosts`` (None: every host)."""
-        return ansible.run_playbook(
-            "confirm.yml", self.inventory, extravars={"fabric_run_id": run_id}, limit=self._limit(hosts)
-        )
+        """Cancel the armed reverts of ``run_id`` on ``hosts`` (None: every host); a host that already
+        reverted the run fails, its result says ``reverted``.
+
+        Over the direct SSH channel (``fabtune-revert --confirm``, the module's own code), one command
+        per host, where this backend's applies installed that program on every host confirmed (so it
+        knows the verb); else, or where the inventory's connection settings are not ones the channel
+        follows, through playbooks/confirm.yml.
+
+        Raises:
+            HostKeyRejected: a host's SSH host key is unknown or changed.
+        """
+        limit = self._limit(hosts)
+        chosen = sorted(self.info.hosts) if limit is None else limit.split(",")
+        found = self._direct(chosen) if set(chosen) <= self.revert_installed else None
+        if found is None:
+            return ansible.run_playbook("confirm.yml", self.inventory, extravars={"fabric_run_id": run_id},
+                                        limit=limit)
+        argv = [REVERT_SCRIPT, CONFIRM_FLAG, run_id]
+        done = sshdirect.run(found, argv, forks=ansible.forks_for(self.inventory), root=True)
+        return ansible.recorded("confirm", [confirm_result(r) for r in done.values()])
 
     def extend(self, run_id: str, *, hosts: Sequence[str] | None = None) -> ansible.RunOutcome:
         """Move the revert deadline of ``run_id`` on ``hosts`` (None: every host; each must hold the
@@ -212,14 +244,20 @@ class AnsibleBackend:
         """
         limit = self._limit(hosts)
         chosen = sorted(self.info.hosts) if limit is None else limit.split(",")
-        try:
-            found = self._targets(chosen)
-        except sshdirect.Unsupported:
+        found = self._direct(chosen)
+        if found is None:
             return ansible.run_playbook("extend.yml", self.inventory, extravars={
                 "fabric_run_id": run_id, "fabric_revert_deadline_s": self.deadline_s}, limit=limit)
         argv = [REVERT_SCRIPT, EXTEND_FLAG, run_id, str(int(self.deadline_s))]
         done = sshdirect.run(found, argv, forks=ansible.forks_for(self.inventory), root=True)
         return ansible.recorded("extend", [extend_result(r) for r in done.values()])
+
+    def _direct(self, hosts: Sequence[str]) -> dict[str, sshdirect.Target] | None:
+        """The direct channel's targets, or None where the channel cannot follow the inventory."""
+        try:
+            return self._targets(hosts)
+        except sshdirect.Unsupported:
+            return None
 
     def _targets(self, hosts: Sequence[str]) -> dict[str, sshdirect.Target]:
         """The direct channel's targets (the inventory is read once per backend)."""

@@ -271,3 +271,31 @@ def test_the_backend_extends_through_the_playbook_where_the_channel_cannot_follo
     assert _backend(tmp_path).extend("r1") is sentinel
     assert calls[0][0][0] == "extend.yml" and calls[0][1]["extravars"] == {
         "fabric_run_id": "r1", "fabric_revert_deadline_s": 45}
+
+
+def test_the_backend_confirms_over_the_direct_channel_where_its_applies_installed_the_revert(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("FABTUNE_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(backend_mod, "host_vars", lambda path: {"h01": {"ansible_host": "10.9.0.1"},
+                                                                 "h02": {"ansible_host": "10.9.0.2"}})
+    seen: dict[str, Any] = {}
+
+    def direct(found: dict[str, sshdirect.Target], argv: list[str], **kw: Any) -> dict[str, Any]:
+        seen.update(found=found, argv=argv, **kw)
+        gone = '{"changed": false, "reverted": true, "msg": "gone"}\n'
+        return {"h01": sshdirect.Result("h01", 0, '{"changed": true, "reverted": false}\n', ""),
+                "h02": sshdirect.Result("h02", 3, gone, "")}
+
+    playbooks: list[str] = []
+    monkeypatch.setattr(sshdirect, "run", direct)
+    monkeypatch.setattr(ansible, "run_playbook", lambda name, *a, **k: playbooks.append(name))
+    backend = _backend(tmp_path)
+    backend.confirm("r1", hosts=["h01"])  # fabtune-revert not installed by this backend: the playbook
+    assert playbooks == ["confirm.yml"] and seen == {}
+    backend.revert_installed = {"h01", "h02"}
+    outcome = backend.confirm("r1")
+    assert seen["argv"] == ["/usr/local/sbin/fabtune-revert", "--confirm", "r1"] and seen["root"] is True
+    assert playbooks == ["confirm.yml"]
+    assert reverted_hosts(outcome) == ["h02"] and outcome.failed_hosts == ["h02"]
+    assert outcome.changed_count("h01") == 1 and outcome.changed_count("h02") == 0
+    assert set(outcome.results("Confirm the run (cancel the revert)")) == {"h01", "h02"}

@@ -167,3 +167,41 @@ sys.exit(fabric_apply.revert_main(sys.argv[1:], state_dir={str(state_dir)!r},
     gone = fabtune_revert("--extend", "r1", "40")
     assert gone.returncode == 3 and json.loads(gone.stdout)["reverted"] is True
     assert "already reverted" in json.loads(gone.stdout)["msg"]
+
+
+def test_fabtune_revert_confirm_keeps_the_run_with_the_modules_code(lib_dir: Path, tmp_path: Path) -> None:
+    state_dir, calls = tmp_path / "state", tmp_path / "calls"
+    _fake_systemd(tmp_path / "bin", calls)
+    code = f"""
+import sys
+sys.path.insert(0, {str(lib_dir)!r})
+import fabric_apply
+if sys.argv[1] == "arm":
+    fabric_apply.write_record({str(state_dir)!r}, "r1", {{"deadline": 1.0, "snapshot": {{"nccl": None}}}})
+    sys.exit(0)
+sys.exit(fabric_apply.revert_main(sys.argv[1:], state_dir={str(state_dir)!r},
+                                  log_file={str(tmp_path / "log")!r}))
+"""
+    env = {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin"}
+
+    def fabtune_revert(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-I", "-S", "-c", code, *args], capture_output=True, text=True,
+                              check=False, timeout=60, env=env)
+
+    assert fabtune_revert("--confirm", "../r1").returncode == 2
+    assert fabtune_revert("--confirm").returncode == 2
+    assert fabtune_revert("arm").returncode == 0
+    kept = fabtune_revert("--confirm", "r1")
+    assert kept.returncode == 0, kept.stderr
+    assert json.loads(kept.stdout) == {"run_id": "r1", "changed": True, "reverted": False}
+    assert not (state_dir / "r1.json").exists()
+    argvs = [json.loads(line) for line in calls.read_text().splitlines()]
+    assert argvs[:2] == [["is-active", "fabtune-revert-r1.timer"], ["stop", "fabtune-revert-r1.timer"]]
+    assert "r1: confirmed" in (tmp_path / "log").read_text()
+    again = fabtune_revert("--confirm", "r1")  # idempotent: nothing left to cancel
+    assert again.returncode == 0 and json.loads(again.stdout)["changed"] is False
+    assert fabtune_revert("arm").returncode == 0
+    (state_dir / "r1.json").rename(state_dir / "r1.reverted.json")  # the timer fired first
+    gone = fabtune_revert("--confirm", "r1")
+    assert gone.returncode == 3 and json.loads(gone.stdout)["reverted"] is True
+    assert "already reverted" in json.loads(gone.stdout)["msg"]

@@ -572,6 +572,29 @@ def extend_armed(run_id: str, deadline_s: int, *, state_dir: str, execute: Exec,
     return {"armed": True, "deadline": record["deadline"], "commands": [argv]}
 
 
+CONFIRM_FLAG = "--confirm"
+
+
+def confirm_armed(run_id: str, *, state_dir: str, execute: Exec, systemctl: str) -> dict[str, Any]:
+    """Keep the run ``run_id`` on this host: stop its revert timer and remove the saved snapshot
+    (the pre-run record stays); ``{"changed"}``: whether anything was armed. Idempotent.
+
+    Raises:
+        RevertError: the host already reverted the run (``reverted``), or systemd refused the stop.
+    """
+    with locked(state_dir):
+        saved = Path(record_path(state_dir, run_id)).exists()
+        rc, out, _err = execute([systemctl, "is-active", unit_name(run_id) + ".timer"])
+        active = rc == 0 and out.strip() in ("active", "activating")
+        if not saved:
+            check_not_reverted(state_dir, run_id)
+        if saved or active:
+            stop_timer(execute, systemctl, run_id)
+            if saved:
+                Path(record_path(state_dir, run_id)).unlink()
+    return {"changed": saved or active}
+
+
 def exec_argv(timeout_s: int = COMMAND_TIMEOUT_S) -> Exec:
     """An :data:`Exec` over subprocess, each command held to ``timeout_s`` (rc 124 past it)."""
     def execute(argv: Sequence[str]) -> tuple[int, str, str]:
@@ -616,13 +639,45 @@ def extend_main(argv: Sequence[str], state_dir: str = STATE_DIR, log: Log | None
     return 0
 
 
+def confirm_main(argv: Sequence[str], state_dir: str = STATE_DIR, log: Log | None = None) -> int:
+    """``fabtune-revert --confirm RUN_ID``: the module's confirmation, for a direct SSH call.
+
+    Prints one JSON object (``run_id``, ``changed``, ``reverted``, ``msg`` on failure); exits 0 when
+    the run is kept (or was already), EXIT_REVERTED when the host already reverted it, 1 on another
+    failure.
+    """
+    log = log or (lambda text: None)
+    if len(argv) != 1 or not RUN_ID_RE.match(argv[0]):
+        sys.stderr.write(f"usage: fabtune-revert {CONFIRM_FLAG} RUN_ID   (RUN_ID: letters, digits, _ . -)\n")
+        return 2
+    run_id = argv[0]
+    systemctl = command_runner().which("systemctl")
+    result: dict[str, Any] = {"run_id": run_id, "changed": False, "reverted": False}
+    try:
+        if systemctl is None:
+            raise RevertError("systemctl not found: cannot stop a revert timer")
+        result.update(confirm_armed(run_id, state_dir=state_dir, execute=exec_argv(), systemctl=systemctl))
+    except RevertError as exc:
+        result.update(reverted=exc.reverted, msg=str(exc))
+        log(f"run {run_id}: confirm failed: {exc}")
+        sys.stdout.write(json.dumps(result, sort_keys=True) + "\n")
+        return EXIT_REVERTED if exc.reverted else 1
+    if result["changed"]:
+        log(f"run {run_id}: confirmed (revert cancelled)")
+    sys.stdout.write(json.dumps(result, sort_keys=True) + "\n")
+    return 0
+
+
 def revert_main(argv: Sequence[str], state_dir: str = STATE_DIR, log_file: str = LOG_FILE,
                 root: str = "/") -> int:
     """``fabtune-revert RUN_ID``: the command the revert timer runs; ``fabtune-revert --extend RUN_ID
-    DEADLINE_S``: move the run's deadline (:func:`extend_main`)."""
+    DEADLINE_S``: move the run's deadline (:func:`extend_main`); ``fabtune-revert --confirm RUN_ID``:
+    keep the run (:func:`confirm_main`)."""
     log = file_logger(log_file)
     if argv[:1] == [EXTEND_FLAG]:
         return extend_main(argv[1:], state_dir, log)
+    if argv[:1] == [CONFIRM_FLAG]:
+        return confirm_main(argv[1:], state_dir, log)
     if len(argv) != 1 or not RUN_ID_RE.match(argv[0]):
         sys.stderr.write("usage: fabtune-revert RUN_ID   (RUN_ID: letters, digits, _ . -)\n")
         return 2

@@ -120,12 +120,11 @@ reverted:
   type: bool
 """
 
-import contextlib
 import json
 import os
 import time
 from pathlib import Path
-from typing import Any, ContextManager, Sequence
+from typing import Any, Sequence
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_apply import (
@@ -134,7 +133,7 @@ from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_apply import
     RevertError,
     arm_argv,
     check_not_reverted,
-    done_kinds,
+    confirm_armed,
     extend_armed,
     keep_prerun,
     kept_files,
@@ -189,18 +188,10 @@ class Revert:
         except RevertError as exc:
             self.module.fail_json(msg=str(exc), **self.result())
 
-    def _lock(self) -> ContextManager[None]:
-        """The revert lock; none in check mode (nothing is written then)."""
-        return locked(self.state_dir) if not self.module.check_mode else contextlib.nullcontext()
-
     def _deadline_checked(self, deadline_s: int) -> None:
         if deadline_s < MIN_DEADLINE_S:
             self.module.fail_json(msg=f"argument 'deadline_s' must be at least {MIN_DEADLINE_S:d} seconds, "
                                   f"not {deadline_s:d}", **self.result())
-
-    def _reverted(self) -> list[str]:
-        """The kinds of done record the host has for the run (``reverted``, ``failed``)."""
-        return done_kinds(self.state_dir, self.run_id)
 
     def arm(self) -> dict[str, Any]:
         params = self.module.params
@@ -285,18 +276,18 @@ class Revert:
                            commands=[argv])
 
     def confirm(self) -> dict[str, Any]:
-        with self._lock():
+        """Keep the run (fabric_apply.confirm_armed: the code of ``fabtune-revert --confirm`` too)."""
+        if self.module.check_mode:
             saved = Path(self.path).exists()
-            active = self.active()
-            reverted = self._reverted()
-            if reverted and not saved:
+            if not saved:
                 self.gone()
-            changed = saved or active
-            if changed and not self.module.check_mode:
-                self.stop()
-                if saved:
-                    Path(self.path).unlink()
-        return self.result(changed=changed, reverted=False)
+            return self.result(changed=saved or self.active(), reverted=False)
+        try:
+            done = confirm_armed(self.run_id, state_dir=self.state_dir, execute=self.execute,
+                                 systemctl=self.module.get_bin_path("systemctl", required=True))
+        except RevertError as exc:
+            self.module.fail_json(msg=str(exc), reverted=exc.reverted, **self.result())
+        return self.result(changed=done["changed"], reverted=False)
 
 
 def main() -> None:
