@@ -13,7 +13,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -87,6 +87,21 @@ def load_spec_of(name: str) -> TestbedSpec:
     if state is None:
         raise TestbedError(f"no testbed named {name!r} (run 'fabtune testbed up')")
     return build_spec(state["spec"], f"{layout.testbed_dir(name)}/state.json")
+
+
+def chosen_hosts(spec: TestbedSpec, hosts: Sequence[str], verb: str, label: str) -> list[str]:
+    """The names of ``hosts`` (every host of ``spec`` when empty), in the spec's order.
+
+    Raises:
+        ConfigError: a host the testbed does not have (``verb``: the error's subject, ``label``: the
+            argument's name).
+    """
+    known = [h.name for h in spec.hosts]
+    unknown = [h for h in hosts if h not in known]
+    if unknown:
+        raise ConfigError(verb, [f"{label}: {unknown[0]!r} is not a host of testbed {spec.name!r} "
+                                 f"(its hosts: {', '.join(known)})"])
+    return [h for h in known if not hosts or h in hosts]
 
 
 def _check_subnet_free(spec: TestbedSpec) -> None:

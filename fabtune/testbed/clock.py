@@ -46,17 +46,12 @@ def advance(name: str, seconds: float, hosts: Sequence[str] = ()) -> dict[str, l
     """
     if seconds < 0:
         raise ConfigError("seconds", [f"seconds: {seconds!r} is negative (time only passes forward)"])
-    spec = build.load_spec_of(name)
-    known = [h.name for h in spec.hosts]
-    unknown = [h for h in hosts if h not in known]
-    if unknown:
-        raise ConfigError("hosts", [f"hosts: {unknown[0]!r} is not a host of testbed {name!r} "
-                                    f"(its hosts: {', '.join(known)})"])
+    chosen = build.chosen_hosts(build.load_spec_of(name), hosts, "hosts", "hosts")
     state = build.load_state(name)
     if state is None:
         raise TestbedError(f"testbed {name!r} is not up")
     moved: dict[str, list[str]] = {}
-    for host in hosts or known:
+    for host in chosen:
         run_dir = _run_dir(name, host, state)
         moved[host] = systemd.advance(run_dir, seconds) if run_dir.is_dir() else []
     return moved

@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from fabtune.errors import ConfigError, TestbedError
+from fabtune.errors import TestbedError
 from fabtune.testbed import build, layout, system
 from fabtune.testbed.layout import Names
 from fabtune.testbed.spec import HostSpec, TestbedSpec
@@ -53,12 +53,8 @@ def reboot(name: str, hosts: Sequence[str] = (), progress: build.Progress = buil
     """
     build.preflight()
     spec = build.load_spec_of(name)
-    known = [h.name for h in spec.hosts]
-    unknown = [h for h in hosts if h not in known]
-    if unknown:
-        raise ConfigError("testbed reboot", [f"HOST: {unknown[0]!r} is not a host of testbed {name!r} "
-                                             f"(its hosts: {', '.join(known)})"])
-    chosen = [h for h in spec.hosts if not hosts or h.name in hosts]
+    names = build.chosen_hosts(spec, hosts, "testbed reboot", "HOST")
+    chosen = [h for h in spec.hosts if h.name in names]
     tb_dir = layout.testbed_dir(name)
     for host in chosen:
         progress(f"host {host.name}: power off")

@@ -14,6 +14,7 @@ import json
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import jinja2
@@ -128,10 +129,14 @@ def _fake_systemd(bin_dir: Path, calls: Path) -> None:
         tool.chmod(0o755)
 
 
-def test_fabtune_revert_extend_moves_the_deadline_with_the_modules_code(lib_dir: Path,
-                                                                       tmp_path: Path) -> None:
-    state_dir, calls = tmp_path / "state", tmp_path / "calls"
-    _fake_systemd(tmp_path / "bin", calls)
+Revert = Callable[..., subprocess.CompletedProcess[str]]
+
+
+def _fabtune_revert(lib_dir: Path, tmp_path: Path) -> Revert:
+    """``fabtune-revert ARGS`` as the installed script runs it (the modules' code, no site-packages),
+    with a fake systemd logging to ``tmp_path/calls``; ``arm`` writes run r1's record instead."""
+    state_dir = tmp_path / "state"
+    _fake_systemd(tmp_path / "bin", tmp_path / "calls")
     code = f"""
 import sys
 sys.path.insert(0, {str(lib_dir)!r})
@@ -149,6 +154,13 @@ sys.exit(fabric_apply.revert_main(sys.argv[1:], state_dir={str(state_dir)!r},
         return subprocess.run([sys.executable, "-I", "-S", "-c", code, *args], capture_output=True, text=True,
                               check=False, timeout=60, env=env)
 
+    return fabtune_revert
+
+
+def test_fabtune_revert_extend_moves_the_deadline_with_the_modules_code(lib_dir: Path,
+                                                                       tmp_path: Path) -> None:
+    state_dir, calls = tmp_path / "state", tmp_path / "calls"
+    fabtune_revert = _fabtune_revert(lib_dir, tmp_path)
     assert fabtune_revert("--extend", "r1", "5").returncode == 2  # under the 10 s minimum
     missing = fabtune_revert("--extend", "r1", "40")
     assert missing.returncode == 1 and "not armed on this host" in json.loads(missing.stdout)["msg"]
@@ -171,23 +183,7 @@ sys.exit(fabric_apply.revert_main(sys.argv[1:], state_dir={str(state_dir)!r},
 
 def test_fabtune_revert_confirm_keeps_the_run_with_the_modules_code(lib_dir: Path, tmp_path: Path) -> None:
     state_dir, calls = tmp_path / "state", tmp_path / "calls"
-    _fake_systemd(tmp_path / "bin", calls)
-    code = f"""
-import sys
-sys.path.insert(0, {str(lib_dir)!r})
-import fabric_apply
-if sys.argv[1] == "arm":
-    fabric_apply.write_record({str(state_dir)!r}, "r1", {{"deadline": 1.0, "snapshot": {{"nccl": None}}}})
-    sys.exit(0)
-sys.exit(fabric_apply.revert_main(sys.argv[1:], state_dir={str(state_dir)!r},
-                                  log_file={str(tmp_path / "log")!r}))
-"""
-    env = {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin"}
-
-    def fabtune_revert(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-I", "-S", "-c", code, *args], capture_output=True, text=True,
-                              check=False, timeout=60, env=env)
-
+    fabtune_revert = _fabtune_revert(lib_dir, tmp_path)
     assert fabtune_revert("--confirm", "../r1").returncode == 2
     assert fabtune_revert("--confirm").returncode == 2
     assert fabtune_revert("arm").returncode == 0
