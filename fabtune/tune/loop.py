@@ -546,7 +546,7 @@ class Tuner:
         seq = self._open_move(record, intent, cand.why)
         applied = self._apply_armed(record, desired)
         if not applied.ok:
-            return self._undo(seq, record, apply_failure(applied), desired)
+            return self._undo(seq, record, apply_failure(applied), desired, lost=applied.unreachable_hosts)
         self.journal.finish_step(self.run_id, seq, "applied")
         try:
             judged = self.judge(held=hosts, pairs=touches_rdma_cm(cand.change, intent.nics))
@@ -581,7 +581,7 @@ class Tuner:
         seq = self._open_move(record, intent, fix.why)
         applied = self._apply_armed(record, desired)
         if not applied.ok:
-            return self._undo(seq, record, apply_failure(applied), desired)
+            return self._undo(seq, record, apply_failure(applied), desired, lost=applied.unreachable_hosts)
         self.journal.finish_step(self.run_id, seq, "applied")
         failed = self._runs_after_repair(record)
         if failed:
@@ -853,9 +853,12 @@ class Tuner:
             self.pair_reference = self._reference_or_none(judged.pair_rounds, "the kept state")
 
     def _undo(
-        self, seq: int, record: MoveRecord, reason: str, desired: Mapping[str, HostState]
+        self, seq: int, record: MoveRecord, reason: str, desired: Mapping[str, HostState],
+        *, lost: Sequence[str] = (),
     ) -> MoveRecord:
-        restore_and_verify(self.backend, self.current, roles_of(record.knobs), hosts=record.hosts)
+        """Restore the move's hosts (verified), confirm the run there, journal and say why.
+        ``lost``: hosts the move's apply could not reach (they are not tried again)."""
+        restore_and_verify(self.backend, self.current, roles_of(record.knobs), hosts=record.hosts, lost=lost)
         confirmed = self.backend.confirm(self.run_id, hosts=record.hosts)
         fired = reverted_hosts(confirmed)
         if fired:
@@ -994,20 +997,34 @@ def restore_and_verify(
     roles: Sequence[str] | None = None,
     *,
     hosts: Sequence[str] | None = None,
+    lost: Sequence[str] = (),
 ) -> None:
     """Apply each host's snapshot exactly (couplings off), read the state back, require equality.
 
     ``roles``: only the roles of the knobs that moved run; ``hosts``: only the hosts a move changed
     are restored (None: every host of ``snapshots``). Every host's whole state is verified all the same.
+    ``lost``: hosts the move's own apply could not reach (Ansible had already retried the
+    connection): they are not tried again, a second wait on their SSH for nothing; the others are
+    restored, and the rollback fails naming them (each reverts by itself at its armed deadline).
 
     Raises:
         RollbackFailed: naming every knob that did not come back.
+        PlaybookFailed: a host could not be restored (unreachable, or a failed task), or was lost.
     """
     restore = snapshots if hosts is None else {h: snapshots[h] for h in hosts}
-    outcome = backend.apply(restore, exact=True, roles=roles)
-    if not outcome.ok:
-        _restore_reachable(backend, restore, outcome, roles)
-    outcome.raise_for_failure("rollback")
+    reachable = {h: s for h, s in restore.items() if h not in lost}
+    if reachable:
+        outcome = backend.apply(reachable, exact=True, roles=roles)
+        if not outcome.ok:
+            _restore_reachable(backend, reachable, outcome, roles)
+        outcome.raise_for_failure("rollback")
+    gone = sorted(set(lost) & set(restore))
+    if gone:
+        raise PlaybookFailed(
+            f"rollback failed: {', '.join(gone)} could not be reached by the move's apply and "
+            "is not tried again: its armed revert puts it back by itself at the deadline"
+            + (f"; {', '.join(sorted(reachable))} restored" if reachable else "")
+        )
     found = {h: snapshot_of(f) for h, f in backend.facts().items()}
     problems = [f"{h}: {d}" for h, snap in snapshots.items()
                 for d in snap.differences(found.get(h, HostState()))]
