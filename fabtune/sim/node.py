@@ -57,6 +57,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+# The rack's shared fabric directory, the same in every host (the flows, the switch, the SM and the
+# rdma_cm registry the emulated tools share): here, not in observe, so a tool that only needs the
+# path does not load the fabric model (numpy) for it.
+FABRIC_DIR = Path("/var/lib/fabtune-fabric")
 PRIORITIES = 8
 DSCP_COUNT = 64
 GID_TABLE_LEN = 16

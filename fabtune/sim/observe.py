@@ -43,9 +43,8 @@ from fabtune.sim.model.config import (
     SwitchConfig,
     Trust,
 )
-from fabtune.sim.node import GID_TYPE_V1, ZERO_GID, NicDescription, NodeState, pcie_distance
+from fabtune.sim.node import FABRIC_DIR, GID_TYPE_V1, ZERO_GID, NicDescription, NodeState, pcie_distance
 
-FABRIC_DIR = Path("/var/lib/fabtune-fabric")
 NCCL_CONF = Path("/etc/nccl.conf")
 FRONTEND_IFNAME = "eth0"
 FRONTEND_GBPS = 50.0

@@ -50,10 +50,9 @@ from typing import Any
 
 from fabtune.collection import module_util
 from fabtune.formats import opensm_conf_lines as conf_lines
-from fabtune.sim.node import NicDescription, NodeState, atomic_write
+from fabtune.sim.node import FABRIC_DIR, NicDescription, NodeState, atomic_write
 
 CONF = Path("/etc/opensm/opensm.conf")
-FABRIC_DIR = Path("/var/lib/fabtune-fabric")
 SM_FILE = "sm.json"
 MASTER_FILE = "sminfo.json"
 POLL_S = 0.5

@@ -20,8 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from fabtune.sim.node import atomic_write
-from fabtune.sim.observe import FABRIC_DIR
+from fabtune.sim.node import FABRIC_DIR, atomic_write
 
 STALE_S = 30.0
 """A flow file older than its ``until`` by this much is removed by the next reader."""

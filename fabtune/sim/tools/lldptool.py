@@ -46,8 +46,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from fabtune.sim.node import NodeState
-from fabtune.sim.observe import FABRIC_DIR
+from fabtune.sim.node import FABRIC_DIR, NodeState
 from fabtune.sim.tools._common import err, out, state_or_host
 
 SOCKET = "\0/com/intel/lldpad"

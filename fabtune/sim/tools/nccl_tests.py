@@ -32,7 +32,7 @@ from fabtune.sim.model.collective import failed_hops
 from fabtune.sim.model.config import CollectiveOp
 from fabtune.sim.model.results import CollectiveResult
 from fabtune.sim.model.transport import usable_hcas
-from fabtune.sim.node import NodeState
+from fabtune.sim.node import FABRIC_DIR, NodeState
 from fabtune.sim.tools import _counters, _fabric
 from fabtune.sim.tools import _nccl_out as fmt
 from fabtune.sim.tools._common import err, out, state_or_host
@@ -558,7 +558,7 @@ def _rank0(prog: str, args: TestArgs, env: Env, job: Job, *, jdir: Path, record:
 
 def main(prog: str, argv: list[str], state: NodeState | None = None) -> int:
     """Entry point of one tool inside a host."""
-    env = Env(state_or_host(state), observe.FABRIC_DIR, dict(os.environ), observe.NCCL_CONF)
+    env = Env(state_or_host(state), FABRIC_DIR, dict(os.environ), observe.NCCL_CONF)
     try:
         return run_job(prog, argv, env)
     finally:

@@ -43,7 +43,7 @@ from fabtune.sim.model.p2p import flow_port
 from fabtune.sim.model.qos import nic_prio
 from fabtune.sim.model.results import Counters
 from fabtune.sim.model.transport import best_gid
-from fabtune.sim.node import NicDescription, NodeState
+from fabtune.sim.node import FABRIC_DIR, NicDescription, NodeState
 from fabtune.sim.tools import _counters, _fabric, _rdma_cm
 from fabtune.sim.tools import _perftest_out as fmt
 from fabtune.sim.tools._common import err, out, state_or_host
@@ -527,7 +527,7 @@ def _measure(ctx: Ctx, peer: dict[str, Any]) -> Outcome:
 
 
 def run(prog: str, argv: list[str], state: NodeState | None = None,
-        fabric_dir: Path = observe.FABRIC_DIR, environ: dict[str, str] | None = None) -> int:
+        fabric_dir: Path = FABRIC_DIR, environ: dict[str, str] | None = None) -> int:
     """Run ``prog`` (``ib_write_bw``, ``ib_read_bw`` or ``ib_send_bw``) with ``argv``.
 
     Returns:

@@ -23,8 +23,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from fabtune.sim import observe
-from fabtune.sim.node import NodeState
+from fabtune.sim.node import FABRIC_DIR, NodeState
 from fabtune.sim.tools import _rdma_cm
 from fabtune.sim.tools._common import err, out, state_or_host
 
@@ -79,7 +78,7 @@ def _text(row: dict[str, Any]) -> str:
     return line
 
 
-def main(argv: list[str], state: NodeState | None = None, fabric_dir: Path = observe.FABRIC_DIR) -> int:
+def main(argv: list[str], state: NodeState | None = None, fabric_dir: Path = FABRIC_DIR) -> int:
     """``rdma [-j] [-p] [-d] resource show cm_id``; exit 0, or 1 on anything else."""
     json_out = pretty = False
     rest = list(argv)

@@ -13,7 +13,7 @@ import getopt
 from pathlib import Path
 
 from fabtune.sim import opensm
-from fabtune.sim.node import NodeState
+from fabtune.sim.node import FABRIC_DIR, NodeState
 from fabtune.sim.tools._common import err, out, state_or_host
 
 STATES = ("SMINFO_NOTACT", "SMINFO_DISCOVER", "SMINFO_STANDBY", "SMINFO_MASTER")
@@ -41,7 +41,7 @@ def main(argv: list[str], state: NodeState | None = None, fabric_dir: Path | Non
     node = state_or_host(state)
     info = node.sm_info()
     if info is None:
-        shared = fabric_dir if fabric_dir is not None or state is not None else opensm.FABRIC_DIR
+        shared = fabric_dir if fabric_dir is not None or state is not None else FABRIC_DIR
         info = None if shared is None else opensm.master(shared)
     if info is None or node.node.fabric != "ib":
         err("sminfo: iberror: failed: query")
