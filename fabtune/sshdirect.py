@@ -16,6 +16,11 @@ channel never does): the caller then uses the playbook. Commands are argv lists,
 remote shell; a command that needs root runs under ``sudo -n`` when the login user is not root (as
 Ansible's ``become``). Every connect and every command has a deadline; hosts run in parallel, as
 many as Ansible's forks.
+
+:func:`run_commands` runs several commands per host over one connection, together or one after
+another, each reported as ``fabtune.fabric.fabric_run`` reports its ``runs`` (``id``, ``rc``,
+``stdout``, ``stderr``, ``timed_out``), so the results of a benchmark batch read the same whichever
+way it went.
 """
 
 from __future__ import annotations
@@ -36,6 +41,9 @@ from fabtune.errors import ConfigError, PlaybookFailed
 CONNECT_TIMEOUT_S = 20
 COMMAND_TIMEOUT_S = 60
 MAX_OUTPUT = 1 << 20  # bytes kept of a command's stdout and of its stderr
+# rc reported for a command given up at its deadline (fabric_run's SIGKILL status): its channel is
+# closed; the command's own deadline (coreutils timeout in its argv) ends it on the host
+GIVEN_UP_RC = -9
 DEFAULT_KNOWN_HOSTS = ("~/.ssh/known_hosts", "/etc/ssh/ssh_known_hosts")
 SSH_CONNECTIONS = (None, "ssh", "smart", "paramiko", "paramiko_ssh", "ansible.builtin.ssh",
                    "ansible.builtin.paramiko_ssh", "ansible.legacy.ssh")
@@ -116,7 +124,7 @@ def _ssh_options(host: str, vars_: Mapping[str, Any]) -> dict[str, str]:
     return options
 
 
-def _value(host: str, vars_: Mapping[str, Any], *names: str) -> str | None:
+def plain(host: str, vars_: Mapping[str, Any], *names: str) -> str | None:
     """The first of ``names`` the host has, as text; a Jinja template is Unsupported."""
     for name in names:
         value = vars_.get(name)
@@ -191,21 +199,21 @@ def target(host: str, vars_: Mapping[str, Any]) -> Target:
         Unsupported: a connection this channel cannot make as Ansible would.
         ConfigError: a port that is not one.
     """
-    connection = _value(host, vars_, "ansible_connection")
+    connection = plain(host, vars_, "ansible_connection")
     if connection not in SSH_CONNECTIONS:
         raise Unsupported(host, [f"ansible_connection: {connection!r} is not ssh"])
-    address = _value(host, vars_, "ansible_host", "ansible_ssh_host") or host
+    address = plain(host, vars_, "ansible_host", "ansible_ssh_host") or host
     config = ssh_config(host, address, _ssh_options(host, vars_))
     _follows(host, config)
     files = config.get("userknownhostsfile")
     known = tuple(str(Path(f).expanduser()) for f in (shlex.split(files) if files else DEFAULT_KNOWN_HOSTS))
-    key = _value(host, vars_, "ansible_ssh_private_key_file", "ansible_private_key_file")
+    key = plain(host, vars_, "ansible_ssh_private_key_file", "ansible_private_key_file")
     keys = [key] if key else list(config.get("identityfile") or [])
-    login = _value(host, vars_, "ansible_user", "ansible_ssh_user") or config.get("user") or getpass.getuser()
+    login = plain(host, vars_, "ansible_user", "ansible_ssh_user") or config.get("user") or getpass.getuser()
     return Target(
         host=host,
         address=str(config.get("hostname") or address),
-        port=_port(host, _value(host, vars_, "ansible_port", "ansible_ssh_port") or config.get("port")),
+        port=_port(host, plain(host, vars_, "ansible_port", "ansible_ssh_port") or config.get("port")),
         user=str(login),
         key_file=str(Path(keys[0]).expanduser()) if keys else None,
         known_hosts=known,
@@ -272,15 +280,9 @@ def run_one(t: Target, argv: Sequence[str], *, root: bool = False,
             connect_timeout_s: float = CONNECT_TIMEOUT_S, timeout_s: float = COMMAND_TIMEOUT_S) -> Result:
     """Run ``argv`` on ``t``; the result says what failed (never raises for one host's failure)."""
     where = f"{t.user}@{t.address}:{t.port}"
-    try:
-        client = _client(t, connect_timeout_s)
-    except (paramiko.BadHostKeyException, paramiko.SSHException) as err:
-        hostkey = isinstance(err, paramiko.BadHostKeyException) or "not found in known_hosts" in str(err)
-        why = (f"host key of {where} unknown or changed (known_hosts: {', '.join(t.known_hosts)}): refused"
-               if hostkey else f"cannot connect to {where}: {err}")
+    client, why, hostkey = _connect(t, connect_timeout_s)
+    if client is None:
         return Result(t.host, None, "", "", why, hostkey=hostkey)
-    except (OSError, EOFError) as err:
-        return Result(t.host, None, "", "", f"cannot connect to {where}: {err or type(err).__name__}")
     try:
         chan = client.get_transport().open_session(timeout=connect_timeout_s)  # type: ignore[union-attr]
         chan.exec_command(command_line(argv, root=root, user=t.user))
@@ -310,6 +312,115 @@ def run(found: Mapping[str, Target], argv: Sequence[str], *, forks: int, root: b
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sshdirect") as pool:
         done = list(pool.map(lambda h: run_one(found[h], argv, root=root, connect_timeout_s=connect_timeout_s,
                                                timeout_s=timeout_s), hosts))
+    refused = [r for r in done if r.hostkey]
+    if refused:
+        raise HostKeyRejected("; ".join(f"{r.host}: {r.error}" for r in refused))
+    return {r.host: r for r in done}
+
+
+@dataclass(frozen=True)
+class HostRuns:
+    """One host's commands of :func:`run_commands`: each one's run, in the order given (those that
+    ran), and ``error`` when the host could not be reached or was lost part way."""
+
+    host: str
+    runs: tuple[dict[str, Any], ...]
+    error: str | None = None
+    hostkey: bool = False
+
+
+def _connect(t: Target, connect_timeout_s: float) -> tuple[paramiko.SSHClient | None, str | None, bool]:
+    """A connected client, or None with why not and whether a host key was refused."""
+    where = f"{t.user}@{t.address}:{t.port}"
+    try:
+        return _client(t, connect_timeout_s), None, False
+    except (paramiko.BadHostKeyException, paramiko.SSHException) as err:
+        hostkey = isinstance(err, paramiko.BadHostKeyException) or "not found in known_hosts" in str(err)
+        why = (f"host key of {where} unknown or changed (known_hosts: {', '.join(t.known_hosts)}): refused"
+               if hostkey else f"cannot connect to {where}: {err}")
+        return None, why, hostkey
+    except (OSError, EOFError) as err:
+        return None, f"cannot connect to {where}: {err or type(err).__name__}", False
+
+
+def _open(client: paramiko.SSHClient, argv: Sequence[str], user: str,
+          connect_timeout_s: float) -> paramiko.Channel:
+    chan = client.get_transport().open_session(timeout=connect_timeout_s)  # type: ignore[union-attr]
+    chan.exec_command(command_line(argv, root=False, user=user))
+    return chan
+
+
+def _ran(command: Mapping[str, Any], chan: paramiko.Channel, deadline: float,
+         max_output: int) -> dict[str, Any]:
+    """One command's run (fabric_run's shape); given up (``timed_out``) past ``deadline``. A command
+    ended by a signal has no exit status over SSH: rc -1 (paramiko's)."""
+    out, err = bytearray(), bytearray()
+    rc, timed_out = GIVEN_UP_RC, True
+    while True:
+        while chan.recv_ready():
+            out += chan.recv(65536)[: max(0, max_output - len(out))]
+        while chan.recv_stderr_ready():
+            err += chan.recv_stderr(65536)[: max(0, max_output - len(err))]
+        if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
+            rc, timed_out = chan.recv_exit_status(), False
+            break
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            break
+        chan.status_event.wait(min(remaining, _POLL_S))
+    chan.close()
+    return {"id": str(command["id"]), "rc": rc, "stdout": out.decode(errors="replace"),
+            "stderr": err.decode(errors="replace"), "timed_out": timed_out}
+
+
+def _lost(client: paramiko.SSHClient) -> bool:
+    transport = client.get_transport()
+    return transport is None or not transport.is_active()
+
+
+def _host_commands(t: Target, commands: Sequence[Mapping[str, Any]], *, sequential: bool,
+                   prefix: Sequence[str], deadline_s: float, connect_timeout_s: float,
+                   max_output: int) -> HostRuns:
+    """Run one host's commands over one connection (see :func:`run_commands`)."""
+    client, why, hostkey = _connect(t, connect_timeout_s)
+    if client is None:
+        return HostRuns(t.host, (), why, hostkey)
+    runs: list[dict[str, Any]] = []
+    try:
+        batches = [[c] for c in commands] if sequential else [list(commands)]
+        for batch in batches:
+            chans = [_open(client, [*prefix, *map(str, c["argv"])], t.user, connect_timeout_s) for c in batch]
+            end = time.monotonic() + deadline_s
+            runs += [_ran(c, chan, end, max_output) for c, chan in zip(batch, chans, strict=True)]
+            if _lost(client):
+                return HostRuns(t.host, tuple(runs), f"the connection to {t.host} was lost")
+        return HostRuns(t.host, tuple(runs))
+    except (paramiko.SSHException, OSError, EOFError) as exc:
+        return HostRuns(t.host, tuple(runs), f"commands on {t.host} failed: {exc or type(exc).__name__}")
+    finally:
+        client.close()
+
+
+def run_commands(found: Mapping[str, Target], commands: Mapping[str, Sequence[Mapping[str, Any]]], *,
+                 forks: int, deadline_s: float, sequential: bool = False, prefix: Sequence[str] = (),
+                 connect_timeout_s: float = CONNECT_TIMEOUT_S,
+                 max_output: int = MAX_OUTPUT) -> dict[str, HostRuns]:
+    """Run each host's commands (``{id, argv}``, as the login user) over one connection per host,
+    ``forks`` hosts at a time: all at once, given up ``deadline_s`` after they started; or with
+    ``sequential`` one after another, each given up ``deadline_s`` after its own start. ``prefix``
+    goes before every argv. A command given up is reported ``timed_out`` with rc ``GIVEN_UP_RC``.
+
+    Raises:
+        HostKeyRejected: a host's key is unknown or changed.
+    """
+    hosts = sorted(h for h in commands if h in found)
+    if not hosts:
+        return {}
+    workers = max(1, min(forks, len(hosts)))
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sshdirect") as pool:
+        done = list(pool.map(lambda h: _host_commands(
+            found[h], commands[h], sequential=sequential, prefix=prefix, deadline_s=deadline_s,
+            connect_timeout_s=connect_timeout_s, max_output=max_output), hosts))
     refused = [r for r in done if r.hostkey]
     if refused:
         raise HostKeyRejected("; ".join(f"{r.host}: {r.error}" for r in refused))

@@ -21,7 +21,7 @@ from fabtune.perf.pairs import PairResult
 from fabtune.perf.schedule import covering_rounds, pair_rounds, rail_pairs
 from fabtune.state import HostState, trees_of
 from fabtune.tune import pairs as rdma_cm
-from fabtune.tune.measure import Batch, MeasureSpec, busbw_ceilings, measure
+from fabtune.tune.measure import Batch, Channel, MeasureSpec, busbw_ceilings, measure
 
 # The host-side revert program (role fabric_revert) and its verbs (fabric_apply.EXTEND_FLAG and
 # CONFIRM_FLAG), with the role's tasks (extend.yml's, confirm.yml's) whose results they stand for.
@@ -333,7 +333,25 @@ class AnsibleBackend:
             ceilings=self.ceilings or {},
             hw_reads=self.hw_reads,
         )
-        return measure(spec, repetitions)
+        return measure(spec, repetitions, self._channel())
+
+    def _channel(self) -> Channel | None:
+        """The direct channel to every host for a batch (its counter reads and launches), or None
+        where the inventory's connection settings or its ``fabtune_tool_path`` are not ones the
+        channel follows (the batch then runs bench_measure.yml)."""
+        found = self._direct(self.info.hosts)
+        if found is None:
+            return None
+        assert self._hostvars is not None  # read by _direct
+        paths: dict[str, str] = {}
+        for host in self.info.hosts:
+            try:
+                given = sshdirect.plain(host, self._hostvars.get(host, {}), "fabtune_tool_path")
+            except sshdirect.Unsupported:
+                return None
+            if given is not None:
+                paths[host] = given
+        return Channel(found, ansible.forks_for(self.inventory), paths)
 
     def pairs(self) -> rdma_cm.PairRound | None:
         """One pair round and one incast stage over rdma_cm (None: fewer than 2 hosts to pair).
