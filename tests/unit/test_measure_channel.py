@@ -11,8 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from fabtune import ansible, sshdirect
+from fabtune.collection import COLLECTION
 from fabtune.errors import PlaybookFailed
 from fabtune.inventory import InventoryInfo
 from fabtune.tune import backend as backend_mod
@@ -151,3 +153,17 @@ def test_the_backend_measures_through_the_playbook_where_the_channel_cannot_foll
     monkeypatch.setattr(ansible, "run_playbook", playbook)
     batch = _backend(tmp_path).measure(1)
     assert played == ["bench_measure.yml"] and batch.samples == ()
+
+
+def test_the_channel_keeps_the_playbooks_settings() -> None:
+    """bench_measure.yml and the channel in step: the reads' PATH and deadline, the launches' kill
+    delay and the module's stop after each launch's deadline."""
+    plays = yaml.safe_load((COLLECTION / "playbooks" / "bench_measure.yml").read_text())
+    reads = plays[0]["tasks"][0]
+    assert reads["name"] == measure_mod.READ_BEFORE and plays[2]["tasks"][0]["name"] == measure_mod.READ_AFTER
+    assert reads["fabtune.fabric.fabric_run"]["deadline_s"] == measure_mod.READ_DEADLINE_S
+    assert f"default('{measure_mod.TOOL_PATH}')" in reads["environment"]["PATH"]
+    launch = plays[1]["tasks"][0]
+    assert launch["name"] == measure_mod.RUN_TASK
+    assert plays[1]["vars"]["__fabtune_timeout"][:2] == ["timeout", measure_mod.KILL_AFTER]
+    assert f"| int + {measure_mod.LAUNCH_GRACE_S} }}}}" in launch["fabtune.fabric.fabric_run"]["deadline_s"]
