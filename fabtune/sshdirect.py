@@ -30,7 +30,7 @@ import shlex
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +52,9 @@ PROXY_OPTIONS = ("proxycommand", "proxyjump")
 SSH_CONFIGS = ("~/.ssh/config", "/etc/ssh/ssh_config")  # OpenSSH's, when no -F names another
 LAX_HOST_KEYS = ("no", "off", "accept-new")  # StrictHostKeyChecking values that accept unknown keys
 _POLL_S = 0.05
+# The PATH the benchmark playbooks give their commands (Debian leaves sbin out of a non-root login's)
+# where the inventory sets no fabtune_tool_path
+TOOL_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 class Unsupported(ConfigError):
@@ -319,6 +322,19 @@ def run(found: Mapping[str, Target], argv: Sequence[str], *, forks: int, root: b
 
 
 @dataclass(frozen=True)
+class Channel:
+    """The direct channel to the hosts of a benchmark: their targets, hosts at a time, and each
+    host's PATH for its commands (the inventory's ``fabtune_tool_path``, else TOOL_PATH)."""
+
+    targets: Mapping[str, Target]
+    forks: int
+    tool_path: Mapping[str, str] = field(default_factory=dict)
+
+    def path(self, host: str) -> str:
+        return self.tool_path.get(host, TOOL_PATH)
+
+
+@dataclass(frozen=True)
 class HostRuns:
     """One host's commands of :func:`run_commands`: each one's run, in the order given (those that
     ran), and ``error`` when the host could not be reached or was lost part way."""
@@ -341,13 +357,6 @@ def _connect(t: Target, connect_timeout_s: float) -> tuple[paramiko.SSHClient | 
         return None, why, hostkey
     except (OSError, EOFError) as err:
         return None, f"cannot connect to {where}: {err or type(err).__name__}", False
-
-
-def _open(client: paramiko.SSHClient, argv: Sequence[str], user: str,
-          connect_timeout_s: float) -> paramiko.Channel:
-    chan = client.get_transport().open_session(timeout=connect_timeout_s)  # type: ignore[union-attr]
-    chan.exec_command(command_line(argv, root=False, user=user))
-    return chan
 
 
 def _ran(command: Mapping[str, Any], chan: paramiko.Channel, deadline: float,
@@ -373,9 +382,83 @@ def _ran(command: Mapping[str, Any], chan: paramiko.Channel, deadline: float,
             "stderr": err.decode(errors="replace"), "timed_out": timed_out}
 
 
-def _lost(client: paramiko.SSHClient) -> bool:
-    transport = client.get_transport()
-    return transport is None or not transport.is_active()
+class Lost(Exception):
+    """A host's connection failed part way: why, and the runs that ended before."""
+
+    def __init__(self, why: str, runs: Sequence[dict[str, Any]] = ()) -> None:
+        super().__init__(why)
+        self.why = why
+        self.runs = tuple(runs)
+
+
+class Session:
+    """One host's open connection: commands run over it, one channel each, as the login user."""
+
+    def __init__(self, t: Target, client: paramiko.SSHClient,
+                 connect_timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+        self.target = t
+        self.client = client
+        self.connect_timeout_s = connect_timeout_s
+
+    @property
+    def lost(self) -> bool:
+        transport = self.client.get_transport()
+        return transport is None or not transport.is_active()
+
+    def open(self, argv: Sequence[str]) -> paramiko.Channel:
+        """Start ``argv`` on its own channel (the caller reads it and closes it).
+
+        Raises:
+            paramiko.SSHException, OSError, EOFError: the channel could not be opened.
+        """
+        chan = self.client.get_transport().open_session(timeout=self.connect_timeout_s)  # type: ignore[union-attr]
+        chan.exec_command(command_line([str(a) for a in argv], root=False, user=self.target.user))
+        return chan
+
+    def run(self, commands: Sequence[Mapping[str, Any]], *, deadline_s: float, sequential: bool = False,
+            prefix: Sequence[str] = (), max_output: int = MAX_OUTPUT) -> list[dict[str, Any]]:
+        """Run ``commands`` (``{id, argv}``) as :func:`run_commands` does on one host.
+
+        Raises:
+            Lost: the connection failed part way (with the runs that ended before).
+        """
+        runs: list[dict[str, Any]] = []
+        host = self.target.host
+        try:
+            for batch in [[c] for c in commands] if sequential else [list(commands)]:
+                chans = [self.open([*prefix, *map(str, c["argv"])]) for c in batch]
+                end = time.monotonic() + deadline_s
+                runs += [_ran(c, chan, end, max_output) for c, chan in zip(batch, chans, strict=True)]
+                if self.lost:
+                    raise Lost(f"the connection to {host} was lost", runs)
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            raise Lost(f"commands on {host} failed: {exc or type(exc).__name__}", runs) from exc
+        return runs
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def connect(found: Mapping[str, Target], hosts: Sequence[str], *, forks: int,
+            connect_timeout_s: float = CONNECT_TIMEOUT_S) -> tuple[dict[str, Session], dict[str, str]]:
+    """Open a session to each of ``hosts``, ``forks`` at a time: the sessions, and why each host
+    that could not be reached was not.
+
+    Raises:
+        HostKeyRejected: a host's key is unknown or changed (every session opened is closed).
+    """
+    chosen = sorted(set(hosts))
+    with ThreadPoolExecutor(max_workers=max(1, min(forks, len(chosen) or 1)),
+                            thread_name_prefix="sshdirect") as pool:
+        done = list(pool.map(lambda h: _connect(found[h], connect_timeout_s), chosen))
+    sessions = {h: Session(found[h], c, connect_timeout_s)
+                for h, (c, _w, _k) in zip(chosen, done, strict=True) if c is not None}
+    refused = [f"{h}: {why}" for h, (_c, why, hostkey) in zip(chosen, done, strict=True) if hostkey]
+    if refused:
+        for session in sessions.values():
+            session.close()
+        raise HostKeyRejected("; ".join(refused))
+    return sessions, {h: str(why) for h, (c, why, _k) in zip(chosen, done, strict=True) if c is None}
 
 
 def _host_commands(t: Target, commands: Sequence[Mapping[str, Any]], *, sequential: bool,
@@ -385,20 +468,15 @@ def _host_commands(t: Target, commands: Sequence[Mapping[str, Any]], *, sequenti
     client, why, hostkey = _connect(t, connect_timeout_s)
     if client is None:
         return HostRuns(t.host, (), why, hostkey)
-    runs: list[dict[str, Any]] = []
+    session = Session(t, client, connect_timeout_s)
     try:
-        batches = [[c] for c in commands] if sequential else [list(commands)]
-        for batch in batches:
-            chans = [_open(client, [*prefix, *map(str, c["argv"])], t.user, connect_timeout_s) for c in batch]
-            end = time.monotonic() + deadline_s
-            runs += [_ran(c, chan, end, max_output) for c, chan in zip(batch, chans, strict=True)]
-            if _lost(client):
-                return HostRuns(t.host, tuple(runs), f"the connection to {t.host} was lost")
+        runs = session.run(commands, deadline_s=deadline_s, sequential=sequential, prefix=prefix,
+                           max_output=max_output)
         return HostRuns(t.host, tuple(runs))
-    except (paramiko.SSHException, OSError, EOFError) as exc:
-        return HostRuns(t.host, tuple(runs), f"commands on {t.host} failed: {exc or type(exc).__name__}")
+    except Lost as lost:
+        return HostRuns(t.host, lost.runs, lost.why)
     finally:
-        client.close()
+        session.close()
 
 
 def run_commands(found: Mapping[str, Target], commands: Mapping[str, Sequence[Mapping[str, Any]]], *,

@@ -21,7 +21,7 @@ from fabtune.perf.pairs import PairResult
 from fabtune.perf.schedule import covering_rounds, pair_rounds, rail_pairs
 from fabtune.state import HostState, trees_of
 from fabtune.tune import pairs as rdma_cm
-from fabtune.tune.measure import Batch, Channel, MeasureSpec, busbw_ceilings, measure
+from fabtune.tune.measure import Batch, MeasureSpec, busbw_ceilings, measure
 
 # The host-side revert program (role fabric_revert) and its verbs (fabric_apply.EXTEND_FLAG and
 # CONFIRM_FLAG), with the role's tasks (extend.yml's, confirm.yml's) whose results they stand for.
@@ -317,7 +317,8 @@ class AnsibleBackend:
         rails = min(len(v.rails) for v in views.values())
         rounds = pair_rounds(hosts, rails) if full else rail_pairs(covering_rounds(hosts), rails)
         done = pairs.run_rounds(
-            self.inventory, rounds, views, PerftestOptions(duration_s=2), deadline_s=self.info.bench_timeout_s
+            self.inventory, rounds, views, PerftestOptions(duration_s=2),
+            deadline_s=self.info.bench_timeout_s, channel=self._channel(),
         )
         return [r for rnd in done for r in rnd]
 
@@ -335,7 +336,7 @@ class AnsibleBackend:
         )
         return measure(spec, repetitions, self._channel())
 
-    def _channel(self) -> Channel | None:
+    def _channel(self) -> sshdirect.Channel | None:
         """The direct channel to every host for a batch (its counter reads and launches), or None
         where the inventory's connection settings or its ``fabtune_tool_path`` are not ones the
         channel follows (the batch then runs bench_measure.yml)."""
@@ -351,7 +352,7 @@ class AnsibleBackend:
                 return None
             if given is not None:
                 paths[host] = given
-        return Channel(found, ansible.forks_for(self.inventory), paths)
+        return sshdirect.Channel(found, ansible.forks_for(self.inventory), paths)
 
     def pairs(self) -> rdma_cm.PairRound | None:
         """One pair round and one incast stage over rdma_cm (None: fewer than 2 hosts to pair).
@@ -365,4 +366,4 @@ class AnsibleBackend:
             return None
         if not self.views:
             self.views = read_hosts(self.inventory)
-        return rdma_cm.measure(self.inventory, self.views, self.info.bench_timeout_s)
+        return rdma_cm.measure(self.inventory, self.views, self.info.bench_timeout_s, self._channel())

@@ -38,7 +38,7 @@ RUN_TASK = "Run nccl-tests"
 # bench_measure.yml's settings, which the direct channel keeps: the PATH of the counter reads (Debian
 # leaves sbin out of a non-root login's), their deadline, the launches' coreutils timeout (SIGKILL
 # 10 s after SIGTERM) and the module's own stop 15 s after a launch's deadline
-TOOL_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+TOOL_PATH = sshdirect.TOOL_PATH
 READ_DEADLINE_S = 60
 KILL_AFTER = "--kill-after=10s"
 LAUNCH_GRACE_S = 15
@@ -299,16 +299,6 @@ def judge_runs(
     return samples, failures, first_output or fallback
 
 
-@dataclass(frozen=True)
-class Channel:
-    """The direct SSH channel to every host of a batch: its targets, hosts at a time, and each
-    host's PATH for the counter reads (the inventory's ``fabtune_tool_path``, else TOOL_PATH)."""
-
-    targets: Mapping[str, sshdirect.Target]
-    forks: int
-    tool_path: Mapping[str, str] = field(default_factory=dict)
-
-
 def _channel_task(done: sshdirect.HostRuns, task: str) -> ansible.TaskResult:
     """One host's commands over the channel as the result of bench_measure.yml's ``task``."""
     result: dict[str, Any] = {"runs": list(done.runs), "started": [], "collected": [], "changed": False}
@@ -320,12 +310,12 @@ def _channel_task(done: sshdirect.HostRuns, task: str) -> ansible.TaskResult:
     )
 
 
-def _read_over(channel: Channel, reads: Mapping[str, Sequence[Mapping[str, Any]]],
+def _read_over(channel: sshdirect.Channel, reads: Mapping[str, Sequence[Mapping[str, Any]]],
                task: str) -> list[ansible.TaskResult]:
     """Every host's counter reads at once, each under its deadline, as ``task``'s results."""
     by_path: dict[str, list[str]] = {}
     for host in reads:
-        by_path.setdefault(channel.tool_path.get(host, TOOL_PATH), []).append(host)
+        by_path.setdefault(channel.path(host), []).append(host)
     tasks = []
     for path, hosts in by_path.items():  # one call per PATH (one, unless the inventory sets several)
         done = sshdirect.run_commands(
@@ -337,8 +327,11 @@ def _read_over(channel: Channel, reads: Mapping[str, Sequence[Mapping[str, Any]]
     return tasks
 
 
-def _over_channel(spec: MeasureSpec, argvs: Sequence[Sequence[str]],
-                  reads: Mapping[str, Sequence[Mapping[str, Any]]], channel: Channel) -> ansible.RunOutcome:
+Reads = Mapping[str, Sequence[Mapping[str, Any]]]  # per host, its counter reads ({id, argv})
+
+
+def _over_channel(spec: MeasureSpec, argvs: Sequence[Sequence[str]], reads: Reads,
+                  channel: sshdirect.Channel) -> ansible.RunOutcome:
     """bench_measure.yml's work over the direct channel, recorded as its run (a host lost on the way
     stops the batch there, as the playbook's failure would fail it).
 
@@ -359,7 +352,7 @@ def _over_channel(spec: MeasureSpec, argvs: Sequence[Sequence[str]],
     return ansible.recorded("bench_measure", tasks)
 
 
-def measure(spec: MeasureSpec, repetitions: int, channel: Channel | None = None) -> Batch:
+def measure(spec: MeasureSpec, repetitions: int, channel: sshdirect.Channel | None = None) -> Batch:
     """Run ``repetitions`` of (all_reduce, alltoall) in one Ansible run, or over ``channel``.
 
     A launch that fails (deadline, exit status, unreadable or impossible output) is returned as a

@@ -17,10 +17,11 @@ from fabtune import ansible, sshdirect
 from fabtune.collection import COLLECTION
 from fabtune.errors import PlaybookFailed
 from fabtune.inventory import InventoryInfo
+from fabtune.sshdirect import Channel
 from fabtune.tune import backend as backend_mod
 from fabtune.tune import measure as measure_mod
 from fabtune.tune.backend import AnsibleBackend
-from fabtune.tune.measure import Channel, MeasureSpec, Sample, measure
+from fabtune.tune.measure import MeasureSpec, Sample, measure
 from tests.unit.test_tune_failed_runs import TABLE
 
 ETHTOOL = "NIC statistics:\n     rx_prio3_pause: {}\n     tx_prio3_pause: 0\n"

@@ -1,103 +1,27 @@
 """``sshdirect.run_commands``: several commands per host over one connection, as fabric_run runs them.
 
-The server is paramiko's, on loopback, and runs each command it is sent with ``/bin/sh -c`` (as an
-OpenSSH server runs it through the login's shell) in a temporary directory: the commands here only
-sleep, print and touch files there.
+The server (``tests/unit/shellsshd.py``) is paramiko's, on loopback, and runs each command it is sent
+with ``/bin/sh -c`` in a temporary directory: the commands here only sleep, print and touch files there.
 """
 
 from __future__ import annotations
 
 import socket
-import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import paramiko
 import pytest
 
 from fabtune import sshdirect
-
-
-class _ShellServer(paramiko.ServerInterface):
-    """Accepts the client key; runs each exec request's command with ``/bin/sh -c`` in ``workdir``."""
-
-    def __init__(self, client_key: paramiko.PKey, workdir: Path,
-                 procs: list[subprocess.Popen[bytes]]) -> None:
-        self.client_key = client_key
-        self.workdir = workdir
-        self.procs = procs
-
-    def get_allowed_auths(self, username: str) -> str:
-        return "publickey"
-
-    def check_auth_publickey(self, username: str, key: paramiko.PKey) -> int:
-        ok = key.get_base64() == self.client_key.get_base64()
-        return int(paramiko.common.AUTH_SUCCESSFUL if ok else paramiko.common.AUTH_FAILED)
-
-    def check_channel_request(self, kind: str, chanid: int) -> int:
-        return int(paramiko.common.OPEN_SUCCEEDED)
-
-    def check_channel_exec_request(self, channel: paramiko.Channel, command: bytes) -> bool:
-        proc = subprocess.Popen(["/bin/sh", "-c", command.decode()], cwd=self.workdir,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
-        self.procs.append(proc)
-
-        def answer() -> None:
-            out, err = proc.communicate()
-            try:
-                channel.sendall(out)
-                channel.sendall_stderr(err)
-                channel.send_exit_status(proc.returncode)
-                channel.close()
-            except (OSError, EOFError, paramiko.SSHException):
-                pass  # the client gave the command up
-
-        threading.Thread(target=answer, daemon=True).start()
-        return True
+from tests.unit.shellsshd import serving
 
 
 @pytest.fixture
 def shell(tmp_path: Path) -> Iterator[dict[str, Any]]:
-    host_key = paramiko.ECDSAKey.generate()
-    client_key = paramiko.ECDSAKey.generate()
-    client_key.write_private_key_file(str(tmp_path / "id"))
-    workdir = tmp_path / "work"
-    workdir.mkdir()
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(8)
-    port = listener.getsockname()[1]
-    procs: list[subprocess.Popen[bytes]] = []
-    transports: list[paramiko.Transport] = []
-
-    def serve() -> None:
-        while True:
-            try:
-                conn, _addr = listener.accept()
-            except OSError:
-                return
-            transport = paramiko.Transport(conn)
-            transport.add_server_key(host_key)
-            transport.start_server(server=_ShellServer(client_key, workdir, procs))
-            transports.append(transport)
-
-    threading.Thread(target=serve, daemon=True).start()
-    known = tmp_path / "known_hosts"
-    known.write_text(f"[127.0.0.1]:{port} {host_key.get_name()} {host_key.get_base64()}\n")
-    target = sshdirect.target("h01", {
-        "ansible_host": "127.0.0.1", "ansible_port": port, "ansible_user": "ops",
-        "ansible_ssh_private_key_file": str(tmp_path / "id"),
-        "ansible_ssh_common_args": f"-o UserKnownHostsFile={known}"})
-    yield {"targets": {"h01": target}, "work": workdir, "transports": transports}
-    listener.close()
-    for transport in transports:
-        transport.close()
-    for proc in procs:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    with serving(tmp_path) as served:
+        yield served
 
 
 def _cmd(ident: str, *argv: str) -> dict[str, Any]:
