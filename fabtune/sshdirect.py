@@ -16,11 +16,6 @@ channel never does): the caller then uses the playbook. Commands are argv lists,
 remote shell; a command that needs root runs under ``sudo -n`` when the login user is not root (as
 Ansible's ``become``). Every connect and every command has a deadline; hosts run in parallel, as
 many as Ansible's forks.
-
-:func:`run_commands` runs several commands per host over one connection, together or one after
-another, each reported as ``fabtune.fabric.fabric_run`` reports its ``runs`` (``id``, ``rc``,
-``stdout``, ``stderr``, ``timed_out``), so the results of a benchmark batch read the same whichever
-way it went.
 """
 
 from __future__ import annotations
@@ -30,7 +25,7 @@ import shlex
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,9 +36,6 @@ from fabtune.errors import ConfigError, PlaybookFailed
 CONNECT_TIMEOUT_S = 20
 COMMAND_TIMEOUT_S = 60
 MAX_OUTPUT = 1 << 20  # bytes kept of a command's stdout and of its stderr
-# rc reported for a command given up at its deadline (fabric_run's SIGKILL status): its channel is
-# closed; the command's own deadline (coreutils timeout in its argv) ends it on the host
-GIVEN_UP_RC = -9
 DEFAULT_KNOWN_HOSTS = ("~/.ssh/known_hosts", "/etc/ssh/ssh_known_hosts")
 SSH_CONNECTIONS = (None, "ssh", "smart", "paramiko", "paramiko_ssh", "ansible.builtin.ssh",
                    "ansible.builtin.paramiko_ssh", "ansible.legacy.ssh")
@@ -52,9 +44,6 @@ PROXY_OPTIONS = ("proxycommand", "proxyjump")
 SSH_CONFIGS = ("~/.ssh/config", "/etc/ssh/ssh_config")  # OpenSSH's, when no -F names another
 LAX_HOST_KEYS = ("no", "off", "accept-new")  # StrictHostKeyChecking values that accept unknown keys
 _POLL_S = 0.05
-# The PATH the benchmark playbooks give their commands (Debian leaves sbin out of a non-root login's)
-# where the inventory sets no fabtune_tool_path
-TOOL_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 class Unsupported(ConfigError):
@@ -127,7 +116,7 @@ def _ssh_options(host: str, vars_: Mapping[str, Any]) -> dict[str, str]:
     return options
 
 
-def plain(host: str, vars_: Mapping[str, Any], *names: str) -> str | None:
+def _value(host: str, vars_: Mapping[str, Any], *names: str) -> str | None:
     """The first of ``names`` the host has, as text; a Jinja template is Unsupported."""
     for name in names:
         value = vars_.get(name)
@@ -202,21 +191,21 @@ def target(host: str, vars_: Mapping[str, Any]) -> Target:
         Unsupported: a connection this channel cannot make as Ansible would.
         ConfigError: a port that is not one.
     """
-    connection = plain(host, vars_, "ansible_connection")
+    connection = _value(host, vars_, "ansible_connection")
     if connection not in SSH_CONNECTIONS:
         raise Unsupported(host, [f"ansible_connection: {connection!r} is not ssh"])
-    address = plain(host, vars_, "ansible_host", "ansible_ssh_host") or host
+    address = _value(host, vars_, "ansible_host", "ansible_ssh_host") or host
     config = ssh_config(host, address, _ssh_options(host, vars_))
     _follows(host, config)
     files = config.get("userknownhostsfile")
     known = tuple(str(Path(f).expanduser()) for f in (shlex.split(files) if files else DEFAULT_KNOWN_HOSTS))
-    key = plain(host, vars_, "ansible_ssh_private_key_file", "ansible_private_key_file")
+    key = _value(host, vars_, "ansible_ssh_private_key_file", "ansible_private_key_file")
     keys = [key] if key else list(config.get("identityfile") or [])
-    login = plain(host, vars_, "ansible_user", "ansible_ssh_user") or config.get("user") or getpass.getuser()
+    login = _value(host, vars_, "ansible_user", "ansible_ssh_user") or config.get("user") or getpass.getuser()
     return Target(
         host=host,
         address=str(config.get("hostname") or address),
-        port=_port(host, plain(host, vars_, "ansible_port", "ansible_ssh_port") or config.get("port")),
+        port=_port(host, _value(host, vars_, "ansible_port", "ansible_ssh_port") or config.get("port")),
         user=str(login),
         key_file=str(Path(keys[0]).expanduser()) if keys else None,
         known_hosts=known,
@@ -283,9 +272,15 @@ def run_one(t: Target, argv: Sequence[str], *, root: bool = False,
             connect_timeout_s: float = CONNECT_TIMEOUT_S, timeout_s: float = COMMAND_TIMEOUT_S) -> Result:
     """Run ``argv`` on ``t``; the result says what failed (never raises for one host's failure)."""
     where = f"{t.user}@{t.address}:{t.port}"
-    client, why, hostkey = _connect(t, connect_timeout_s)
-    if client is None:
+    try:
+        client = _client(t, connect_timeout_s)
+    except (paramiko.BadHostKeyException, paramiko.SSHException) as err:
+        hostkey = isinstance(err, paramiko.BadHostKeyException) or "not found in known_hosts" in str(err)
+        why = (f"host key of {where} unknown or changed (known_hosts: {', '.join(t.known_hosts)}): refused"
+               if hostkey else f"cannot connect to {where}: {err}")
         return Result(t.host, None, "", "", why, hostkey=hostkey)
+    except (OSError, EOFError) as err:
+        return Result(t.host, None, "", "", f"cannot connect to {where}: {err or type(err).__name__}")
     try:
         chan = client.get_transport().open_session(timeout=connect_timeout_s)  # type: ignore[union-attr]
         chan.exec_command(command_line(argv, root=root, user=t.user))
@@ -315,190 +310,6 @@ def run(found: Mapping[str, Target], argv: Sequence[str], *, forks: int, root: b
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sshdirect") as pool:
         done = list(pool.map(lambda h: run_one(found[h], argv, root=root, connect_timeout_s=connect_timeout_s,
                                                timeout_s=timeout_s), hosts))
-    refused = [r for r in done if r.hostkey]
-    if refused:
-        raise HostKeyRejected("; ".join(f"{r.host}: {r.error}" for r in refused))
-    return {r.host: r for r in done}
-
-
-@dataclass(frozen=True)
-class Channel:
-    """The direct channel to the hosts of a benchmark: their targets, hosts at a time, and each
-    host's PATH for its commands (the inventory's ``fabtune_tool_path``, else TOOL_PATH)."""
-
-    targets: Mapping[str, Target]
-    forks: int
-    tool_path: Mapping[str, str] = field(default_factory=dict)
-
-    def path(self, host: str) -> str:
-        return self.tool_path.get(host, TOOL_PATH)
-
-
-@dataclass(frozen=True)
-class HostRuns:
-    """One host's commands of :func:`run_commands`: each one's run, in the order given (those that
-    ran), and ``error`` when the host could not be reached or was lost part way."""
-
-    host: str
-    runs: tuple[dict[str, Any], ...]
-    error: str | None = None
-    hostkey: bool = False
-
-
-def _connect(t: Target, connect_timeout_s: float) -> tuple[paramiko.SSHClient | None, str | None, bool]:
-    """A connected client, or None with why not and whether a host key was refused."""
-    where = f"{t.user}@{t.address}:{t.port}"
-    try:
-        return _client(t, connect_timeout_s), None, False
-    except (paramiko.BadHostKeyException, paramiko.SSHException) as err:
-        hostkey = isinstance(err, paramiko.BadHostKeyException) or "not found in known_hosts" in str(err)
-        why = (f"host key of {where} unknown or changed (known_hosts: {', '.join(t.known_hosts)}): refused"
-               if hostkey else f"cannot connect to {where}: {err}")
-        return None, why, hostkey
-    except (OSError, EOFError) as err:
-        return None, f"cannot connect to {where}: {err or type(err).__name__}", False
-
-
-def _ran(command: Mapping[str, Any], chan: paramiko.Channel, deadline: float,
-         max_output: int) -> dict[str, Any]:
-    """One command's run (fabric_run's shape); given up (``timed_out``) past ``deadline``. A command
-    ended by a signal has no exit status over SSH: rc -1 (paramiko's)."""
-    out, err = bytearray(), bytearray()
-    rc, timed_out = GIVEN_UP_RC, True
-    while True:
-        while chan.recv_ready():
-            out += chan.recv(65536)[: max(0, max_output - len(out))]
-        while chan.recv_stderr_ready():
-            err += chan.recv_stderr(65536)[: max(0, max_output - len(err))]
-        if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
-            rc, timed_out = chan.recv_exit_status(), False
-            break
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            break
-        chan.status_event.wait(min(remaining, _POLL_S))
-    chan.close()
-    return {"id": str(command["id"]), "rc": rc, "stdout": out.decode(errors="replace"),
-            "stderr": err.decode(errors="replace"), "timed_out": timed_out}
-
-
-class Lost(Exception):
-    """A host's connection failed part way: why, and the runs that ended before."""
-
-    def __init__(self, why: str, runs: Sequence[dict[str, Any]] = ()) -> None:
-        super().__init__(why)
-        self.why = why
-        self.runs = tuple(runs)
-
-
-class Session:
-    """One host's open connection: commands run over it, one channel each, as the login user."""
-
-    def __init__(self, t: Target, client: paramiko.SSHClient,
-                 connect_timeout_s: float = CONNECT_TIMEOUT_S) -> None:
-        self.target = t
-        self.client = client
-        self.connect_timeout_s = connect_timeout_s
-
-    @property
-    def lost(self) -> bool:
-        transport = self.client.get_transport()
-        return transport is None or not transport.is_active()
-
-    def open(self, argv: Sequence[str]) -> paramiko.Channel:
-        """Start ``argv`` on its own channel (the caller reads it and closes it).
-
-        Raises:
-            paramiko.SSHException, OSError, EOFError: the channel could not be opened.
-        """
-        chan = self.client.get_transport().open_session(timeout=self.connect_timeout_s)  # type: ignore[union-attr]
-        chan.exec_command(command_line([str(a) for a in argv], root=False, user=self.target.user))
-        return chan
-
-    def run(self, commands: Sequence[Mapping[str, Any]], *, deadline_s: float, sequential: bool = False,
-            prefix: Sequence[str] = (), max_output: int = MAX_OUTPUT) -> list[dict[str, Any]]:
-        """Run ``commands`` (``{id, argv}``) as :func:`run_commands` does on one host.
-
-        Raises:
-            Lost: the connection failed part way (with the runs that ended before).
-        """
-        runs: list[dict[str, Any]] = []
-        host = self.target.host
-        try:
-            for batch in [[c] for c in commands] if sequential else [list(commands)]:
-                chans = [self.open([*prefix, *map(str, c["argv"])]) for c in batch]
-                end = time.monotonic() + deadline_s
-                runs += [_ran(c, chan, end, max_output) for c, chan in zip(batch, chans, strict=True)]
-                if self.lost:
-                    raise Lost(f"the connection to {host} was lost", runs)
-        except (paramiko.SSHException, OSError, EOFError) as exc:
-            raise Lost(f"commands on {host} failed: {exc or type(exc).__name__}", runs) from exc
-        return runs
-
-    def close(self) -> None:
-        self.client.close()
-
-
-def connect(found: Mapping[str, Target], hosts: Sequence[str], *, forks: int,
-            connect_timeout_s: float = CONNECT_TIMEOUT_S) -> tuple[dict[str, Session], dict[str, str]]:
-    """Open a session to each of ``hosts``, ``forks`` at a time: the sessions, and why each host
-    that could not be reached was not.
-
-    Raises:
-        HostKeyRejected: a host's key is unknown or changed (every session opened is closed).
-    """
-    chosen = sorted(set(hosts))
-    with ThreadPoolExecutor(max_workers=max(1, min(forks, len(chosen) or 1)),
-                            thread_name_prefix="sshdirect") as pool:
-        done = list(pool.map(lambda h: _connect(found[h], connect_timeout_s), chosen))
-    sessions = {h: Session(found[h], c, connect_timeout_s)
-                for h, (c, _w, _k) in zip(chosen, done, strict=True) if c is not None}
-    refused = [f"{h}: {why}" for h, (_c, why, hostkey) in zip(chosen, done, strict=True) if hostkey]
-    if refused:
-        for session in sessions.values():
-            session.close()
-        raise HostKeyRejected("; ".join(refused))
-    return sessions, {h: str(why) for h, (c, why, _k) in zip(chosen, done, strict=True) if c is None}
-
-
-def _host_commands(t: Target, commands: Sequence[Mapping[str, Any]], *, sequential: bool,
-                   prefix: Sequence[str], deadline_s: float, connect_timeout_s: float,
-                   max_output: int) -> HostRuns:
-    """Run one host's commands over one connection (see :func:`run_commands`)."""
-    client, why, hostkey = _connect(t, connect_timeout_s)
-    if client is None:
-        return HostRuns(t.host, (), why, hostkey)
-    session = Session(t, client, connect_timeout_s)
-    try:
-        runs = session.run(commands, deadline_s=deadline_s, sequential=sequential, prefix=prefix,
-                           max_output=max_output)
-        return HostRuns(t.host, tuple(runs))
-    except Lost as lost:
-        return HostRuns(t.host, lost.runs, lost.why)
-    finally:
-        session.close()
-
-
-def run_commands(found: Mapping[str, Target], commands: Mapping[str, Sequence[Mapping[str, Any]]], *,
-                 forks: int, deadline_s: float, sequential: bool = False, prefix: Sequence[str] = (),
-                 connect_timeout_s: float = CONNECT_TIMEOUT_S,
-                 max_output: int = MAX_OUTPUT) -> dict[str, HostRuns]:
-    """Run each host's commands (``{id, argv}``, as the login user) over one connection per host,
-    ``forks`` hosts at a time: all at once, given up ``deadline_s`` after they started; or with
-    ``sequential`` one after another, each given up ``deadline_s`` after its own start. ``prefix``
-    goes before every argv. A command given up is reported ``timed_out`` with rc ``GIVEN_UP_RC``.
-
-    Raises:
-        HostKeyRejected: a host's key is unknown or changed.
-    """
-    hosts = sorted(h for h in commands if h in found)
-    if not hosts:
-        return {}
-    workers = max(1, min(forks, len(hosts)))
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sshdirect") as pool:
-        done = list(pool.map(lambda h: _host_commands(
-            found[h], commands[h], sequential=sequential, prefix=prefix, deadline_s=deadline_s,
-            connect_timeout_s=connect_timeout_s, max_output=max_output), hosts))
     refused = [r for r in done if r.hostkey]
     if refused:
         raise HostKeyRejected("; ".join(f"{r.host}: {r.error}" for r in refused))

@@ -1,5 +1,4 @@
-"""ib_write_bw pair matrices and incast stages across an inventory, through Ansible (or, where the
-caller gives one, over the direct SSH channel: ``fabtune.perf.roundchannel``)."""
+"""ib_write_bw pair matrices and incast stages across an inventory, through Ansible."""
 
 from __future__ import annotations
 
@@ -11,10 +10,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fabtune import ansible, linkrate, sshdirect
+from fabtune import ansible, linkrate
 from fabtune.errors import BenchmarkError, ParseError
 from fabtune.events import Event, round_event
-from fabtune.perf import rdmacounters, roundchannel
+from fabtune.perf import rdmacounters
 from fabtune.perf.argv import PerftestOptions, perftest_argv
 from fabtune.perf.deadline import perftest_deadline_s, run_timeout_s, timed_out
 from fabtune.perf.fabric import HostView, Rail
@@ -50,9 +49,11 @@ class PairResult:
         return f"{self.client} {self.client_device or '?'} -> {self.server} {self.device}"
 
 
-# bench_ib_write_bw.yml's tasks (roundchannel records its steps under the same names)
-BEFORE_TASK, CLIENTS_TASK = roundchannel.BEFORE_TASK, roundchannel.CLIENTS_TASK
-AFTER_TASK = roundchannel.AFTER_TASK
+# bench_ib_write_bw.yml's tasks: the counters read before (with the servers started), the
+# ib_write_bw clients per host, the counters read after (with the servers stopped)
+BEFORE_TASK = "Read counters before and start the servers"
+CLIENTS_TASK = "Run clients"
+AFTER_TASK = "Stop the servers and read counters after"
 SLOW_SHARE = 0.8  # a pair under this share of the other pairs' median is slow
 
 
@@ -350,28 +351,22 @@ def run_round(
     opts: PerftestOptions,
     *,
     deadline_s: int | None = None,
-    channel: sshdirect.Channel | None = None,
 ) -> list[PairResult]:
     """Run one round of pairs concurrently; servers are stopped afterwards whatever happened.
 
     Each server and client has a deadline (``deadline_s``, else derived from ``opts``); a client
     that misses it is a failed pair, its error naming the host, the command and the deadline.
-    With ``channel``, the round runs over the direct SSH channel (``roundchannel``), else as
-    bench_ib_write_bw.yml.
 
     Raises:
         PlaybookFailed: when the round could not run (unreachable host, failed task).
     """
     deadline = perftest_deadline_s(opts, deadline_s)
     runs = [_run_spec(p, views, opts) for p in pairs]
-    if channel is not None:
-        outcome = roundchannel.run_round(channel, runs, _counter_reads(runs), deadline)
-    else:
-        extravars = {"fabtune_bench_runs": runs, "fabtune_bench_deadline_s": deadline,
-                     "fabtune_counter_reads": _counter_reads(runs)}
-        outcome = ansible.run_playbook(
-            "bench_ib_write_bw.yml", inventory, extravars=extravars, timeout_s=run_timeout_s(deadline, 3)
-        )
+    extravars = {"fabtune_bench_runs": runs, "fabtune_bench_deadline_s": deadline,
+                 "fabtune_counter_reads": _counter_reads(runs)}
+    outcome = ansible.run_playbook(
+        "bench_ib_write_bw.yml", inventory, extravars=extravars, timeout_s=run_timeout_s(deadline, 3)
+    )
     outcome.raise_for_failure("perftest round")
     return _results(outcome, runs, views, pairs, deadline)
 
@@ -385,7 +380,6 @@ def run_rounds(
     *,
     deadline_s: int | None = None,
     phase: str = "pair matrix",
-    channel: sshdirect.Channel | None = None,
 ) -> list[list[PairResult]]:
     """Run rounds one after another, each announced as a ``round`` event with an ETA."""
     done: list[list[PairResult]] = []
@@ -394,5 +388,5 @@ def run_rounds(
         if on_event is not None:
             eta = (time.monotonic() - start) / (index - 1) * (len(rounds) - index + 1) if index > 1 else None
             on_event(*round_event(phase, index, len(rounds), eta))
-        done.append(run_round(inventory, pairs, views, opts, deadline_s=deadline_s, channel=channel))
+        done.append(run_round(inventory, pairs, views, opts, deadline_s=deadline_s))
     return done

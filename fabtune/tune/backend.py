@@ -317,8 +317,7 @@ class AnsibleBackend:
         rails = min(len(v.rails) for v in views.values())
         rounds = pair_rounds(hosts, rails) if full else rail_pairs(covering_rounds(hosts), rails)
         done = pairs.run_rounds(
-            self.inventory, rounds, views, PerftestOptions(duration_s=2),
-            deadline_s=self.info.bench_timeout_s, channel=self._channel(),
+            self.inventory, rounds, views, PerftestOptions(duration_s=2), deadline_s=self.info.bench_timeout_s
         )
         return [r for rnd in done for r in rnd]
 
@@ -334,25 +333,7 @@ class AnsibleBackend:
             ceilings=self.ceilings or {},
             hw_reads=self.hw_reads,
         )
-        return measure(spec, repetitions, self._channel())
-
-    def _channel(self) -> sshdirect.Channel | None:
-        """The direct channel to every host for a batch (its counter reads and launches), or None
-        where the inventory's connection settings or its ``fabtune_tool_path`` are not ones the
-        channel follows (the batch then runs bench_measure.yml)."""
-        found = self._direct(self.info.hosts)
-        if found is None:
-            return None
-        assert self._hostvars is not None  # read by _direct
-        paths: dict[str, str] = {}
-        for host in self.info.hosts:
-            try:
-                given = sshdirect.plain(host, self._hostvars.get(host, {}), "fabtune_tool_path")
-            except sshdirect.Unsupported:
-                return None
-            if given is not None:
-                paths[host] = given
-        return sshdirect.Channel(found, ansible.forks_for(self.inventory), paths)
+        return measure(spec, repetitions)
 
     def pairs(self) -> rdma_cm.PairRound | None:
         """One pair round and one incast stage over rdma_cm (None: fewer than 2 hosts to pair).
@@ -366,4 +347,4 @@ class AnsibleBackend:
             return None
         if not self.views:
             self.views = read_hosts(self.inventory)
-        return rdma_cm.measure(self.inventory, self.views, self.info.bench_timeout_s, self._channel())
+        return rdma_cm.measure(self.inventory, self.views, self.info.bench_timeout_s)

@@ -4,12 +4,6 @@ Each repetition runs all_reduce (the primary metric: bus bandwidth at the larges
 alltoall (many-to-many traffic that loads the lossless class like an incast: the guard metric),
 and the RDMA ports' pause counters are read around each batch.
 
-A batch runs as playbooks/bench_measure.yml, or, where the inventory's connection settings are ones
-the direct SSH channel follows (:class:`Channel`, ``fabtune.sshdirect``), as the same commands over
-that channel: the counter reads, then the launches one after another on the launch host, then the
-reads again, each with the playbook's deadlines; their results are recorded as that playbook's tasks'
-(``fabtune.fabric.fabric_run``'s ``runs``), so everything after reads them the same way.
-
 Every launch has a deadline (``fabtune.perf.deadline``). A launch that misses it, exits non-zero,
 prints no readable table, or reports a bus bandwidth that cannot be (zero, negative, not a number,
 above what the NICs' line rate allows) gives no sample: it is a :class:`FailedRun` with the
@@ -24,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fabtune import ansible, sshdirect
+from fabtune import ansible
 from fabtune.errors import ParseError
 from fabtune.perf import diagnose, nccl, pairs, rdmacounters
 from fabtune.perf.argv import NcclOptions
@@ -35,14 +29,6 @@ from fabtune.tune.stats import impossible
 
 PAUSE_KEYS = ("rx_prio{}_pause", "tx_prio{}_pause")
 RUN_TASK = "Run nccl-tests"
-# bench_measure.yml's settings, which the direct channel keeps: the PATH of the counter reads (Debian
-# leaves sbin out of a non-root login's), their deadline, the launches' coreutils timeout (SIGKILL
-# 10 s after SIGTERM) and the module's own stop 15 s after a launch's deadline
-TOOL_PATH = sshdirect.TOOL_PATH
-READ_DEADLINE_S = 60
-KILL_AFTER = "--kill-after=10s"
-LAUNCH_GRACE_S = 15
-LAUNCH_OUTPUT = 64 << 20  # bytes kept of a launch's output (NCCL_DEBUG=INFO of every rank)
 TESTS = ("all_reduce_perf", "alltoall_perf")
 _RATE_RE = re.compile(r"^\s*(?P<gbps>\d+(?:\.\d+)?)\s*Gb/sec")
 
@@ -299,61 +285,8 @@ def judge_runs(
     return samples, failures, first_output or fallback
 
 
-def _channel_task(done: sshdirect.HostRuns, task: str) -> ansible.TaskResult:
-    """One host's commands over the channel as the result of bench_measure.yml's ``task``."""
-    result: dict[str, Any] = {"runs": list(done.runs), "started": [], "collected": [], "changed": False}
-    if done.error is not None:
-        result.update(msg=done.error, unreachable=True)
-    return ansible.TaskResult(
-        host=done.host, task=task, action="fabtune.fabric.fabric_run",
-        event="runner_on_ok" if done.error is None else "runner_on_unreachable", changed=False, result=result,
-    )
-
-
-def _read_over(channel: sshdirect.Channel, reads: Mapping[str, Sequence[Mapping[str, Any]]],
-               task: str) -> list[ansible.TaskResult]:
-    """Every host's counter reads at once, each under its deadline, as ``task``'s results."""
-    by_path: dict[str, list[str]] = {}
-    for host in reads:
-        by_path.setdefault(channel.path(host), []).append(host)
-    tasks = []
-    for path, hosts in by_path.items():  # one call per PATH (one, unless the inventory sets several)
-        done = sshdirect.run_commands(
-            channel.targets, {h: reads[h] for h in hosts if reads[h]}, forks=channel.forks,
-            deadline_s=READ_DEADLINE_S + LAUNCH_GRACE_S,
-            prefix=["env", f"PATH={path}", "timeout", KILL_AFTER, f"{READ_DEADLINE_S}s"],
-        )
-        tasks += [_channel_task(done[h], task) for h in sorted(done)]
-    return tasks
-
-
-Reads = Mapping[str, Sequence[Mapping[str, Any]]]  # per host, its counter reads ({id, argv})
-
-
-def _over_channel(spec: MeasureSpec, argvs: Sequence[Sequence[str]], reads: Reads,
-                  channel: sshdirect.Channel) -> ansible.RunOutcome:
-    """bench_measure.yml's work over the direct channel, recorded as its run (a host lost on the way
-    stops the batch there, as the playbook's failure would fail it).
-
-    Raises:
-        HostKeyRejected: a host's key is unknown or changed.
-    """
-    tasks = _read_over(channel, reads, READ_BEFORE)
-    if not any(t.failed for t in tasks):
-        launcher = spec.hosts[0]
-        done = sshdirect.run_commands(
-            channel.targets, {launcher: [{"id": str(i), "argv": list(a)} for i, a in enumerate(argvs)]},
-            forks=1, deadline_s=spec.deadline + LAUNCH_GRACE_S, sequential=True,
-            prefix=["timeout", KILL_AFTER, f"{spec.deadline}s"], max_output=LAUNCH_OUTPUT,
-        )
-        tasks.append(_channel_task(done[launcher], RUN_TASK))
-        if not tasks[-1].failed:
-            tasks += _read_over(channel, reads, READ_AFTER)
-    return ansible.recorded("bench_measure", tasks)
-
-
-def measure(spec: MeasureSpec, repetitions: int, channel: sshdirect.Channel | None = None) -> Batch:
-    """Run ``repetitions`` of (all_reduce, alltoall) in one Ansible run, or over ``channel``.
+def measure(spec: MeasureSpec, repetitions: int) -> Batch:
+    """Run ``repetitions`` of (all_reduce, alltoall) in one Ansible run.
 
     A launch that fails (deadline, exit status, unreadable or impossible output) is returned as a
     failed run, never as a sample.
@@ -362,23 +295,19 @@ def measure(spec: MeasureSpec, repetitions: int, channel: sshdirect.Channel | No
         PlaybookFailed: when a host is unreachable or the run itself missed its deadline.
     """
     argvs = [_argv(spec, t) for _ in range(repetitions) for t in TESTS]
-    reads = {
-        h: rdmacounters.read_commands(spec.netdevs.get(h, ()), spec.hw_reads.get(h, ()))
-        for h in sorted(set(spec.netdevs) | set(spec.hw_reads))
+    extravars = {
+        "fabtune_launch_host": spec.hosts[0],
+        "fabtune_measure_argvs": argvs,
+        "fabtune_counter_reads": {
+            h: rdmacounters.read_commands(spec.netdevs.get(h, ()), spec.hw_reads.get(h, ()))
+            for h in sorted(set(spec.netdevs) | set(spec.hw_reads))
+        },
+        "fabtune_bench_deadline_s": spec.deadline,
     }
-    if channel is not None:
-        outcome = _over_channel(spec, argvs, reads, channel)
-    else:
-        extravars = {
-            "fabtune_launch_host": spec.hosts[0],
-            "fabtune_measure_argvs": argvs,
-            "fabtune_counter_reads": reads,
-            "fabtune_bench_deadline_s": spec.deadline,
-        }
-        outcome = ansible.run_playbook(
-            "bench_measure.yml", spec.inventory, extravars=extravars,
-            timeout_s=run_timeout_s(spec.deadline, len(argvs)),
-        )
+    timeout_s = run_timeout_s(spec.deadline, len(argvs))
+    outcome = ansible.run_playbook(
+        "bench_measure.yml", spec.inventory, extravars=extravars, timeout_s=timeout_s
+    )
     _raise_unless_runs_only(outcome)
     launched = outcome.results(RUN_TASK).get(spec.hosts[0], {})
     runs = launch_runs(launched, argvs)

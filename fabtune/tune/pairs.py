@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fabtune import sshdirect
 from fabtune.perf import pairs
 from fabtune.perf.argv import PerftestOptions
 from fabtune.perf.fabric import HostView
@@ -104,10 +103,8 @@ def _schedule(views: Mapping[str, HostView]) -> tuple[list[list[Pair]], list[Pai
     return rounds, stages
 
 
-def measure(inventory: Path, views: Mapping[str, HostView], deadline_s: int | None,
-            channel: sshdirect.Channel | None = None) -> PairRound:
-    """One covering pair round and one incast stage (every rail), with ib_write_bw over rdma_cm
-    (over ``channel``, the direct SSH channel, where given).
+def measure(inventory: Path, views: Mapping[str, HostView], deadline_s: int | None) -> PairRound:
+    """One covering pair round and one incast stage (every rail), with ib_write_bw over rdma_cm.
 
     Raises:
         PlaybookFailed: when a round could not run (unreachable host, failed task).
@@ -117,15 +114,15 @@ def measure(inventory: Path, views: Mapping[str, HostView], deadline_s: int | No
     errors: dict[str, str] = {}
     measured: list[PairResult] = []
     for rnd in rounds:
-        done = pairs.run_round(inventory, rnd, views, OPTIONS, deadline_s=deadline_s, channel=channel)
-        for pair, res in zip(rnd, done, strict=True):
+        for pair, res in zip(rnd, pairs.run_round(inventory, rnd, views, OPTIONS, deadline_s=deadline_s),
+                             strict=True):
             measured.append(res)
             found[_label(pair, views)] = res.gbps
             if res.error:
                 errors[_label(pair, views)] = res.error
     incast: dict[str, float | None] = {}
     if stages:
-        results = pairs.run_round(inventory, stages, views, OPTIONS, deadline_s=deadline_s, channel=channel)
+        results = pairs.run_round(inventory, stages, views, OPTIONS, deadline_s=deadline_s)
         for rail in sorted({p.rail for p in stages}):
             mine = [(p, r) for p, r in zip(stages, results, strict=True) if p.rail == rail]
             server = mine[0][0]

@@ -145,6 +145,7 @@ collected:
 """
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -155,11 +156,6 @@ from pathlib import Path
 from typing import IO, Any, Mapping, Sequence, Tuple
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_listen import (
-    LISTEN_CHECKS,
-    listening_cm_id,
-    listening_tcp,
-)
 
 KILL_AFTER_S = 10
 
@@ -305,6 +301,12 @@ def _spawn(argv: Sequence[str], workdir: Path) -> tuple[int, str]:
     return int(said[0]), said[1] if len(said) > 1 else ""
 
 
+LISTEN_CHECKS = {  # how a server's listening shows: TCP in ss, rdma_cm (-R) in iproute2's rdma
+    False: ["ss", "-Hltn"],
+    True: ["rdma", "-j", "resource", "show", "cm_id"],
+}
+
+
 def _listening(entries: Sequence[Mapping[str, Any]]) -> set[int]:
     """The indexes of ``entries`` that listen on their ports: one ss and/or one rdma call for all.
 
@@ -326,6 +328,28 @@ def _listening(entries: Sequence[Mapping[str, Any]]) -> set[int]:
         check = listening_cm_id if rdma_cm else listening_tcp
         found.update(i for i in mine if check(text, int(entries[i]["port"])))
     return found
+
+
+def listening_tcp(text: str, port: int) -> bool:
+    """Whether ``ss -Hltn`` lists a listening socket on ``port`` (its fourth column, ``ADDR:PORT``)."""
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) >= 4 and fields[3].rpartition(":")[2] == str(port):
+            return True
+    return False
+
+
+def listening_cm_id(text: str, port: int) -> bool:
+    """Whether ``rdma -j resource show cm_id`` lists a LISTEN cm_id on ``port`` (src-addr ``ADDR:PORT``)."""
+    try:
+        rows = json.loads(text)
+    except ValueError:
+        return False
+    return any(
+        isinstance(row, dict) and row.get("state") == "LISTEN"
+        and str(row.get("src-addr", "")).rpartition(":")[2] == str(port)
+        for row in (rows if isinstance(rows, list) else [])
+    )
 
 
 def _ended(workdir: Path) -> int | None:
