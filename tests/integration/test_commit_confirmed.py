@@ -74,6 +74,28 @@ def test_unconfirmed_change_reverts_itself_by_the_deadline(rack: TestbedSpec, sn
     assert not late.ok and "already reverted" in str(late.failures()[0].result.get("msg"))
 
 
+def test_once_the_armed_run_reverted_the_roles_change_nothing(rack: TestbedSpec, snapshot: Any) -> None:
+    """An apply that outlasts its deadline has its hosts revert in its middle: the roles that run
+    after that refuse to change them (``fabric_apply.while_armed``), so each host stays at its
+    snapshot instead of holding the rest of the move with no revert left to undo it."""
+    before = {h: tool_state(rack, h) for h in HOSTS}
+    apply_armed(rack, PROFILE, "cc-late", snapshot).raise_for_failure("apply")
+    shorten(rack, "cc-late", 20)
+    assert let_pass(rack, 20) == {h: [timer_of("cc-late")] for h in HOSTS}
+    wait_reverted(rack, "cc-late", 15)
+    assert {h: tool_state(rack, h) for h in HOSTS} == before
+    # the same apply's roles after the revert fired: apply.yml's roles with its armed run, not armed again
+    late = ansible.run_playbook("apply.yml", inventory(rack), extravars={
+        "fabric_desired": PROFILE, "fabric_armed_run": "cc-late"})
+    refused = late.failures()
+    assert not late.ok and {t.host for t in refused} == set(HOSTS)
+    for task in refused:
+        assert task.result.get("reverted") is True, task.result
+        assert "run cc-late was already reverted on this host" in str(task.result.get("msg"))
+    assert {h: tool_state(rack, h) for h in HOSTS} == before
+    assert facts(rack) == snapshot
+
+
 def test_check_mode_arms_nothing(rack: TestbedSpec, snapshot: Any) -> None:
     outcome = apply_armed(rack, PROFILE, "cc-check", snapshot, check=True)
     outcome.raise_for_failure("check")

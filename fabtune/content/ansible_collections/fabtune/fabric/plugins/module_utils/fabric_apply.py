@@ -537,6 +537,36 @@ def check_not_reverted(state_dir: str, run_id: str) -> None:
                           "the change is gone", reverted=True)
 
 
+ARMED_RUN_OPTION = "armed_run"  # the modules' option naming the run an apply armed (apply.yml's)
+
+
+@contextlib.contextmanager
+def while_armed(run_id: str | None, state_dir: str | None = None) -> Iterator[None]:
+    """Make a change of an armed apply only while this host holds ``run_id`` armed.
+
+    The change is made under the revert's lock: a revert whose deadline passes meanwhile waits for
+    it, then puts the snapshot back over it. Before, the armed record must be there: where the revert
+    already fired (an apply that outlasted its deadline), nothing more is changed, so the host stays
+    at its snapshot instead of holding the rest of the move with no revert left to undo it. An empty
+    ``run_id`` (an apply that armed nothing) is not guarded. ``state_dir``: default STATE_DIR.
+
+    Raises:
+        RevertError: the run is not armed on this host (``reverted``: its revert already fired).
+    """
+    if not run_id:
+        yield
+        return
+    if not RUN_ID_RE.match(run_id):
+        raise RevertError(f"{ARMED_RUN_OPTION}: {run_id!r} is not a run id (letters, digits, '_', '.', '-')")
+    state_dir = state_dir or STATE_DIR
+    with locked(state_dir):
+        if not Path(record_path(state_dir, run_id)).exists():
+            check_not_reverted(state_dir, run_id)
+            raise RevertError(f"run {run_id} is not armed on this host: nothing is changed without its "
+                              "revert")
+        yield
+
+
 def stop_timer(execute: Exec, systemctl: str, run_id: str) -> None:
     """Stop the run's revert timer; not loaded (rc 5) is fine."""
     timer = unit_name(run_id) + ".timer"

@@ -19,6 +19,16 @@ description:
   - Paths must be absolute and normalised (no C(..), no C(//)).
 version_added: "1.0.0"
 options:
+  armed_run:
+    description:
+      - The run whose revert this apply armed (the roles pass C(fabric_armed_run), which the apply
+        playbook sets when it arms one).
+      - When given, the change is made only while the host holds that run armed, under the revert's
+        lock (module_utils C(fabric_apply.while_armed)); where the run's revert already fired (an
+        apply that outlasted its deadline), the module fails with C(reverted=true) and changes
+        nothing, so the host stays at its snapshot. Not checked in check mode.
+    type: str
+    default: ""
   directories:
     description: Directories to create (parents included) with their mode.
     type: list
@@ -104,10 +114,12 @@ from pathlib import Path
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_apply import RevertError, while_armed
 
 
 def get_argument_spec() -> dict[str, Any]:
     return {
+        "armed_run": {"type": "str", "default": ""},
         "directories": {"type": "list", "elements": "dict", "default": [], "options": {
             "path": {"type": "path", "required": True}, "mode": {"type": "str", "default": "0755"}}},
         "files": {"type": "list", "elements": "dict", "default": [], "options": {
@@ -222,10 +234,8 @@ def check_paths(module: AnsibleModule) -> None:
                 module.fail_json(msg=f"argument '{kind}' path {problem}")
 
 
-def main() -> None:
-    module = AnsibleModule(argument_spec=get_argument_spec(), supports_check_mode=True)
-    check_paths(module)
-    installer = Installer(module)
+def install(module: AnsibleModule, installer: Installer) -> None:
+    """The directories, then the files, then the links."""
     for entry in module.params["directories"]:
         installer.directory(entry["path"], entry["mode"])
     for entry in module.params["files"]:
@@ -235,6 +245,17 @@ def main() -> None:
         installer.write(entry["path"], entry["content"], entry["mode"])
     for entry in module.params["links"]:
         installer.link(entry["path"], entry["src"])
+
+
+def main() -> None:
+    module = AnsibleModule(argument_spec=get_argument_spec(), supports_check_mode=True)
+    check_paths(module)
+    installer = Installer(module)
+    try:
+        with while_armed("" if module.check_mode else module.params["armed_run"]):
+            install(module, installer)
+    except RevertError as exc:
+        module.fail_json(msg=str(exc), reverted=exc.reverted, changed=False)
     result: dict[str, Any] = {"changed": bool(installer.changed), "changed_paths": installer.changed,
                               "skipped": installer.skipped}
     if module._diff:

@@ -22,6 +22,16 @@ description:
     so a move that is not confirmed is not re-applied at the next boot.
 version_added: "1.0.0"
 options:
+  armed_run:
+    description:
+      - The run whose revert this apply armed (the roles pass C(fabric_armed_run), which the apply
+        playbook sets when it arms one).
+      - When given, the change is made only while the host holds that run armed, under the revert's
+        lock (module_utils C(fabric_apply.while_armed)); where the run's revert already fired (an
+        apply that outlasted its deadline), the module fails with C(reverted=true) and changes
+        nothing, so the host stays at its snapshot. Not checked in check mode.
+    type: str
+    default: ""
   nics:
     description: NIC knobs in the C(fabric_desired.nics) shape (C(all) or netdev names as keys).
     type: dict
@@ -80,10 +90,12 @@ from typing import Any, Mapping
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_apply import (
     PERSISTED,
+    RevertError,
     merge_persisted,
     persisted_text,
     read_file,
     read_persisted,
+    while_armed,
     write_file,
 )
 from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_desired import validate
@@ -92,6 +104,7 @@ from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_host import 
 
 def get_argument_spec() -> dict[str, Any]:
     return {
+        "armed_run": {"type": "str", "default": ""},
         "nics": {"type": "dict", "required": True},
         "knobs": {"type": "list", "elements": "str"},
         "path": {"type": "path", "default": PERSISTED},
@@ -132,7 +145,10 @@ def main() -> None:
     changed = current != text
     if changed and not module.check_mode:
         try:
-            write_file(path, text, 0o644)
+            with while_armed(module.params["armed_run"]):
+                write_file(path, text, 0o644)
+        except RevertError as exc:
+            module.fail_json(msg=str(exc), reverted=exc.reverted, path=path)
         except OSError as exc:
             module.fail_json(msg=f"cannot write {path}: {exc}", path=path)
     result: dict[str, Any] = {"changed": changed, "path": path, "nics": after,

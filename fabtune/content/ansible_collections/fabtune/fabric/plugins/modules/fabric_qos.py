@@ -23,6 +23,16 @@ description:
   - Knobs left out are not managed. C(dscp2prio) manages only the DSCPs it names.
 version_added: "1.0.0"
 options:
+  armed_run:
+    description:
+      - The run whose revert this apply armed (the roles pass C(fabric_armed_run), which the apply
+        playbook sets when it arms one).
+      - When given, the change is made only while the host holds that run armed, under the revert's
+        lock (module_utils C(fabric_apply.while_armed)); where the run's revert already fired (an
+        apply that outlasted its deadline), the module fails with C(reverted=true) and changes
+        nothing, so the host stays at its snapshot. Not checked in check mode.
+    type: str
+    default: ""
   interface:
     description:
       - The RoCE netdev whose knobs the other options give.
@@ -125,7 +135,11 @@ backend:
 from typing import Any, Mapping, Sequence
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_apply import qos_apply
+from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_apply import (
+    RevertError,
+    qos_apply,
+    while_armed,
+)
 from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_desired import check_nic
 from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_qos_backend import QosError
 
@@ -134,6 +148,7 @@ QOS_KEYS = ("trust", "dscp2prio", "pfc", "prio_tc", "tsa", "tcbw")
 
 def get_argument_spec() -> dict[str, Any]:
     return {
+        "armed_run": {"type": "str", "default": ""},
         "interface": {"type": "str"},
         "nics": {"type": "dict"},
         "backend": {"type": "str", "choices": ["auto", "mlnx_qos", "dcb"], "default": "auto"},
@@ -281,9 +296,15 @@ def main() -> None:
     except ValueError as exc:
         module.fail_json(msg=str(exc))
     manager = QosManager(module)
-    if module.params["interface"]:
-        module.exit_json(**manager.apply(module.params["interface"], desired[module.params["interface"]]))
-    module.exit_json(**manager.apply_ports(desired))
+    try:
+        with while_armed("" if module.check_mode else module.params["armed_run"]):
+            if module.params["interface"]:
+                result = manager.apply(module.params["interface"], desired[module.params["interface"]])
+            else:
+                result = manager.apply_ports(desired)
+    except RevertError as exc:
+        module.fail_json(msg=str(exc), reverted=exc.reverted, changed=False)
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":

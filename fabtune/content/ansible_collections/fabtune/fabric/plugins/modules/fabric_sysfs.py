@@ -17,6 +17,16 @@ description:
     the same); configfs must be mounted.
 version_added: "1.0.0"
 options:
+  armed_run:
+    description:
+      - The run whose revert this apply armed (the roles pass C(fabric_armed_run), which the apply
+        playbook sets when it arms one).
+      - When given, the change is made only while the host holds that run armed, under the revert's
+        lock (module_utils C(fabric_apply.while_armed)); where the run's revert already fired (an
+        apply that outlasted its deadline), the module fails with C(reverted=true) and changes
+        nothing, so the host stays at its snapshot. Not checked in check mode.
+    type: str
+    default: ""
   knobs:
     description:
       - Path to desired value.
@@ -104,8 +114,10 @@ from typing import Any, Mapping
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_apply import (
     ApplyError,
+    RevertError,
     nic_knobs,
     plan,
+    while_armed,
     write_changes,
 )
 from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_host import read_nic_sysfs
@@ -113,6 +125,7 @@ from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_host import 
 
 def get_argument_spec() -> dict[str, Any]:
     return {
+        "armed_run": {"type": "str", "default": ""},
         "knobs": {"type": "dict"},
         "interface": {"type": "str"},
         "nic": {"type": "dict"},
@@ -209,7 +222,10 @@ def main() -> None:
     before, changes = plan(knobs)
     if changes and not module.check_mode:
         try:
-            write_changes(changes)  # the same code the host-side revert runs (module_utils fabric_apply)
+            with while_armed(module.params["armed_run"]):
+                write_changes(changes)  # the same code the host-side revert runs (module_utils fabric_apply)
+        except RevertError as exc:
+            module.fail_json(msg=str(exc), reverted=exc.reverted, before=before)
         except ApplyError as exc:
             module.fail_json(msg=str(exc), before=before)
     after: dict[str, str | None] = dict(before)
