@@ -94,3 +94,18 @@ def test_a_link_pointing_elsewhere_is_replaced_a_file_in_its_place_is_refused(mo
 def test_relative_or_unnormalised_paths_are_refused(module_args: Any, tmp_path: Path, path: str) -> None:
     result = run(module_args, {"files": [{"path": path, "content": "x"}]})
     assert result["failed"] and "absolute, normalised path" in result["msg"] and path in result["msg"]
+
+
+def test_absent_removes_a_file_once_and_refuses_a_directory(module_args: Any, tmp_path: Path) -> None:
+    conf = tmp_path / "etc/nccl.conf"
+    conf.parent.mkdir(parents=True)
+    conf.write_text("NCCL_IB_QPS_PER_CONNECTION=4\n")
+    checked = run(module_args, {"absent": [str(conf)]}, check_mode=True)
+    assert checked["changed"] and conf.exists()  # check mode removes nothing, and says it would
+    assert checked["diff"] == [{"before_header": str(conf), "after_header": str(conf),
+                                "before": "NCCL_IB_QPS_PER_CONNECTION=4\n", "after": ""}]
+    assert run(module_args, {"absent": [str(conf)]})["changed_paths"] == [str(conf)] and not conf.exists()
+    assert run(module_args, {"absent": [str(conf)]})["changed"] is False
+    refused = run(module_args, {"absent": [str(tmp_path / "etc")]})
+    assert refused["failed"] and "is a directory" in refused["msg"] and (tmp_path / "etc").is_dir()
+    assert "argument 'absent' path" in run(module_args, {"absent": ["etc/nccl.conf"]})["msg"]

@@ -9,11 +9,11 @@ DOCUMENTATION = r"""
 module: fabric_files
 short_description: Install the files, directories and links a fabtune role puts on a host, in one call
 description:
-  - "Makes each of O(directories), O(files) and O(links) be as given, in that order, in one module
-    call: one SSH round trip for what M(ansible.builtin.file), M(ansible.builtin.copy) and
-    M(ansible.builtin.template) take several round trips each to do. The roles render the content
-    on the controller (the C(ansible.builtin.template) and C(ansible.builtin.file) lookups) and
-    pass it here."
+  - "Makes each of O(directories), O(files) and O(links) be as given, in that order, then removes
+    O(absent), in one module call: one SSH round trip for what M(ansible.builtin.file),
+    M(ansible.builtin.copy) and M(ansible.builtin.template) take several round trips each to do. The
+    roles render the content on the controller (the C(ansible.builtin.template) and
+    C(ansible.builtin.file) lookups) and pass it here."
   - A file whose bytes, mode, owner and group already match is left alone; one that differs is
     written to a temporary file in its directory and moved over the old one (atomic).
   - Paths must be absolute and normalised (no C(..), no C(//)).
@@ -60,6 +60,12 @@ options:
     suboptions:
       path: {description: The link., type: path, required: true}
       src: {description: What it points to., type: path, required: true}
+  absent:
+    description:
+      - Files (or links) to remove where they exist; a directory there is refused.
+    type: list
+    elements: path
+    default: []
   owner:
     description: Owner of everything written.
     type: str
@@ -128,6 +134,7 @@ def get_argument_spec() -> dict[str, Any]:
             "mode": {"type": "str", "default": "0644"}, "if_dir_exists": {"type": "bool", "default": False}}},
         "links": {"type": "list", "elements": "dict", "default": [], "options": {
             "path": {"type": "path", "required": True}, "src": {"type": "path", "required": True}}},
+        "absent": {"type": "list", "elements": "path", "default": []},
         "owner": {"type": "str", "default": "root"},
         "group": {"type": "str", "default": "root"},
     }
@@ -201,6 +208,23 @@ class Installer:
                 Path(tmp).unlink()
             self.module.fail_json(msg=f"cannot write {path}: {exc}", changed_paths=self.changed)
 
+    def remove(self, path: str) -> None:
+        target = Path(path)
+        if not target.is_symlink() and not target.exists():
+            return
+        if target.is_dir() and not target.is_symlink():
+            self.module.fail_json(msg=f"{path} is a directory (fabtune removes only files)",
+                                  changed_paths=self.changed)
+        self.changed.append(path)
+        before = "" if target.is_symlink() else (read_bytes(path) or b"").decode("utf-8", "replace")
+        self.diffs.append({"before_header": path, "after_header": path, "before": before, "after": ""})
+        if self.module.check_mode:
+            return
+        try:
+            target.unlink()
+        except OSError as exc:
+            self.module.fail_json(msg=f"cannot remove {path}: {exc}", changed_paths=self.changed)
+
     def link(self, path: str, src: str) -> None:
         link = Path(path)
         if link.is_symlink() and os.readlink(path) == src:
@@ -232,10 +256,14 @@ def check_paths(module: AnsibleModule) -> None:
             problem = bad_path(entry["path"])
             if problem:
                 module.fail_json(msg=f"argument '{kind}' path {problem}")
+    for path in module.params["absent"]:
+        problem = bad_path(path)
+        if problem:
+            module.fail_json(msg=f"argument 'absent' path {problem}")
 
 
 def install(module: AnsibleModule, installer: Installer) -> None:
-    """The directories, then the files, then the links."""
+    """The directories, then the files, then the links, then what must be absent."""
     for entry in module.params["directories"]:
         installer.directory(entry["path"], entry["mode"])
     for entry in module.params["files"]:
@@ -245,6 +273,8 @@ def install(module: AnsibleModule, installer: Installer) -> None:
         installer.write(entry["path"], entry["content"], entry["mode"])
     for entry in module.params["links"]:
         installer.link(entry["path"], entry["src"])
+    for path in module.params["absent"]:
+        installer.remove(path)
 
 
 def main() -> None:
