@@ -19,16 +19,6 @@ description:
   - Paths must be absolute and normalised (no C(..), no C(//)).
 version_added: "1.0.0"
 options:
-  armed_run:
-    description:
-      - The run whose revert this apply armed (the roles pass C(fabric_armed_run), which the apply
-        playbook sets when it arms one).
-      - When given, the change is made only while the host holds that run armed, under the revert's
-        lock (module_utils C(fabric_apply.while_armed)); where the run's revert already fired (an
-        apply that outlasted its deadline), the module fails with C(reverted=true) and changes
-        nothing, so the host stays at its snapshot. Not checked in check mode.
-    type: str
-    default: ""
   directories:
     description: Directories to create (parents included) with their mode.
     type: list
@@ -74,6 +64,8 @@ options:
     description: Group of everything written.
     type: str
     default: root
+extends_documentation_fragment:
+  - fabtune.fabric.armed_run
 attributes:
   check_mode:
     support: full

@@ -22,16 +22,6 @@ description:
     so a move that is not confirmed is not re-applied at the next boot.
 version_added: "1.0.0"
 options:
-  armed_run:
-    description:
-      - The run whose revert this apply armed (the roles pass C(fabric_armed_run), which the apply
-        playbook sets when it arms one).
-      - When given, the change is made only while the host holds that run armed, under the revert's
-        lock (module_utils C(fabric_apply.while_armed)); where the run's revert already fired (an
-        apply that outlasted its deadline), the module fails with C(reverted=true) and changes
-        nothing, so the host stays at its snapshot. Not checked in check mode.
-    type: str
-    default: ""
   nics:
     description: NIC knobs in the C(fabric_desired.nics) shape (C(all) or netdev names as keys).
     type: dict
@@ -45,6 +35,8 @@ options:
     description: The file of persisted knobs.
     type: path
     default: /etc/fabtune/persisted.json
+extends_documentation_fragment:
+  - fabtune.fabric.armed_run
 attributes:
   check_mode:
     support: full

@@ -23,16 +23,6 @@ description:
   - Knobs left out are not managed. C(dscp2prio) manages only the DSCPs it names.
 version_added: "1.0.0"
 options:
-  armed_run:
-    description:
-      - The run whose revert this apply armed (the roles pass C(fabric_armed_run), which the apply
-        playbook sets when it arms one).
-      - When given, the change is made only while the host holds that run armed, under the revert's
-        lock (module_utils C(fabric_apply.while_armed)); where the run's revert already fired (an
-        apply that outlasted its deadline), the module fails with C(reverted=true) and changes
-        nothing, so the host stays at its snapshot. Not checked in check mode.
-    type: str
-    default: ""
   interface:
     description:
       - The RoCE netdev whose knobs the other options give.
@@ -73,6 +63,8 @@ options:
     description: ETS bandwidth share (percent) of each traffic class (8 values, ets ones sum to 100).
     type: list
     elements: int
+extends_documentation_fragment:
+  - fabtune.fabric.armed_run
 attributes:
   check_mode:
     support: full

@@ -17,16 +17,6 @@ description:
     the same); configfs must be mounted.
 version_added: "1.0.0"
 options:
-  armed_run:
-    description:
-      - The run whose revert this apply armed (the roles pass C(fabric_armed_run), which the apply
-        playbook sets when it arms one).
-      - When given, the change is made only while the host holds that run armed, under the revert's
-        lock (module_utils C(fabric_apply.while_armed)); where the run's revert already fired (an
-        apply that outlasted its deadline), the module fails with C(reverted=true) and changes
-        nothing, so the host stays at its snapshot. Not checked in check mode.
-    type: str
-    default: ""
   knobs:
     description:
       - Path to desired value.
@@ -55,6 +45,8 @@ options:
         C(.../ecn/roce_{np,rp}/enable/P)), C(cnp_dscp), C(cnp_prio) (C(.../ecn/roce_np/cnp_802p_prio)),
         C(roce_tos) and C(roce_mode) (rdma_cm configfs of the netdev's RDMA port); other keys are ignored.
     type: dict
+extends_documentation_fragment:
+  - fabtune.fabric.armed_run
 attributes:
   check_mode:
     support: full
