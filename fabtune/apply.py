@@ -117,7 +117,7 @@ def _apply(
         ansible.run_playbook(
             "drift.yml" if check else "apply.yml",
             inventory,
-            extravars={"fabric_desired": state.tree()},
+            extravars={**profile.playbook_vars(), "fabric_desired": state.tree()},
             check=check,
             diff=True,
             limit=hosts,

@@ -4,6 +4,12 @@ A tuning run may leave hosts in different states (a repair that set one host's
 ``NCCL_IB_GID_INDEX``, a GDR level moved on a host whose NIC sits on the far socket). The file
 keeps the state most hosts share as ``fabric_desired`` and, under ``fabric_desired_hosts``, the
 whole state of each host that differs from it, so that drift checks every host against its own.
+
+Under ``fabric_persist_roles_by_host`` it names, per host, the roles whose knobs the run's kept moves
+set there: fabtune keeps those across reboots (``fabtune-boot``); the host's other knobs stay as it
+keeps them itself, as the run found them, so drift checks their values but not their persistence,
+and a remediation records nothing for them (the apply and drift playbooks pass it to the roles as
+``fabric_persist_roles``).
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ import yaml
 
 from fabtune.errors import ConfigError
 from fabtune.paths import check_name, private_dir, under_home, write_private
-from fabtune.profile import HOSTS_SECTION, validate_desired
+from fabtune.profile import HOSTS_SECTION, PERSIST_SECTION, persist_roles, persist_vars, validate_desired
 from fabtune.state import HostState, states_of, trees_of
 
 
@@ -30,6 +36,13 @@ class TunedState:
 
     desired: HostState
     hosts: Mapping[str, HostState] = field(default_factory=dict)
+    # per host, the roles whose knobs fabtune keeps across reboots there (None: every role's)
+    persist_roles: Mapping[str, tuple[str, ...]] | None = None
+
+    def playbook_vars(self) -> dict[str, Any]:
+        """What the apply and drift playbooks take besides the desired state: the roles whose
+        knobs fabtune keeps across reboots per host (``fabric_persist_roles_by_host``)."""
+        return persist_vars(self.persist_roles)
 
     def for_host(self, host: str) -> HostState:
         return self.hosts.get(host, self.desired)
@@ -77,6 +90,7 @@ def save_tuned(fabric: str, desired: HostState | TunedState, run_id: str) -> Pat
     doc: dict[str, Any] = {"fabric_desired": state.desired.tree()}
     if state.hosts:
         doc[HOSTS_SECTION] = trees_of(state.hosts)
+    doc.update(state.playbook_vars())
     return write_private(path, header + yaml.safe_dump(doc, sort_keys=True))
 
 
@@ -101,6 +115,8 @@ def load_tuned(fabric: str) -> TunedState | None:
     problems = [f"fabric_desired.{p}" for p in validate_desired(desired)[0]]
     for host, tree in sorted(hosts.items()):
         problems += [f"{HOSTS_SECTION}.{host}.{p}" for p in validate_desired(tree)[0]]
+    persist, found = persist_roles(doc.get(PERSIST_SECTION))
+    problems += found
     if problems:
         raise ConfigError(f"tuned desired state {path}", problems)
-    return TunedState(HostState.from_tree(desired), states_of({str(h): t for h, t in hosts.items()}))
+    return TunedState(HostState.from_tree(desired), states_of({str(h): t for h, t in hosts.items()}), persist)

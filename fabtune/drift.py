@@ -155,6 +155,8 @@ class DesiredSource:
     desired: HostState
     source: str
     hosts: Mapping[str, HostState] = field(default_factory=dict)
+    # what the playbooks take besides the desired state (a tuned state's fabric_persist_roles_by_host)
+    extravars: Mapping[str, Any] = field(default_factory=dict)
 
     def groups(self, hosts: Sequence[str]) -> list[tuple[HostState, list[str]]]:
         """``hosts`` by the state each is checked against (one group when no host has its own)."""
@@ -174,7 +176,7 @@ def desired_for(info: InventoryInfo, profile: Path | None) -> DesiredSource:
     if profile is not None:
         loaded = load_profile(profile, need="fabric_desired")
         check_against_rack(loaded, info)
-        return DesiredSource(loaded.desired, f"profile {profile}", loaded.hosts)
+        return DesiredSource(loaded.desired, f"profile {profile}", loaded.hosts, loaded.playbook_vars())
     tuned = load_tuned(info.name)
     if tuned is None:
         raise ConfigError(
@@ -184,25 +186,29 @@ def desired_for(info: InventoryInfo, profile: Path | None) -> DesiredSource:
                 "no tuning run has finished on it); give one with --profile PROFILE"
             ],
         )
-    return DesiredSource(tuned.desired, f"tuned desired state {tuned_path(info.name)}", tuned.hosts)
+    return DesiredSource(tuned.desired, f"tuned desired state {tuned_path(info.name)}", tuned.hosts,
+                         tuned.playbook_vars())
 
 
 def detect(
     inventory: Path, desired: HostState, hosts: Sequence[str] = (),
-    own: Mapping[str, HostState] | None = None,
+    own: Mapping[str, HostState] | None = None, extravars: Mapping[str, Any] | None = None,
 ) -> DriftReport:
     """Run ``drift.yml`` in check mode with diff and build the report.
 
     ``own``: hosts with a desired state of their own (checked in their own run, ``--limit``ed to
-    them); every other host of ``hosts`` is checked against ``desired``.
+    them); every other host of ``hosts`` is checked against ``desired``. ``extravars``: what the
+    desired state's source gives the playbook besides (``DesiredSource.extravars``).
 
     Raises:
         ConfigError: the desired state does not fit a host (the validation task failed there).
     """
+    extra = extravars or {}
     if own:
         groups = DesiredSource(desired, "", own).groups(hosts)
-        return merge_reports([_detect(inventory, state, group, ",".join(group)) for state, group in groups])
-    return _detect(inventory, desired, hosts, None)
+        return merge_reports([_detect(inventory, state, group, ",".join(group), extra)
+                              for state, group in groups])
+    return _detect(inventory, desired, hosts, None, extra)
 
 
 def merge_reports(reports: Sequence[DriftReport]) -> DriftReport:
@@ -218,11 +224,12 @@ def merge_reports(reports: Sequence[DriftReport]) -> DriftReport:
 
 
 def _detect(
-    inventory: Path, desired: HostState, hosts: Sequence[str], limit: str | None
+    inventory: Path, desired: HostState, hosts: Sequence[str], limit: str | None,
+    extravars: Mapping[str, Any],
 ) -> DriftReport:
     outcome = ansible.run_playbook(
-        "drift.yml", inventory, extravars={"fabric_desired": desired.tree()}, check=True, diff=True,
-        limit=limit,
+        "drift.yml", inventory, extravars={**extravars, "fabric_desired": desired.tree()}, check=True,
+        diff=True, limit=limit,
     )
     invalid = [
         f"{t.host}: {p}"
@@ -398,6 +405,7 @@ def remediate(
     tolerance: float = DEFAULT_TOLERANCE,
     on_event: Event | None = None,
     own: Mapping[str, HostState] | None = None,
+    extravars: Mapping[str, Any] | None = None,
 ) -> Remediation:
     """Apply the desired state to the drifted hosts (``own``: hosts with a state of their own),
     verify bandwidth did not drop, roll back if it did.
@@ -420,7 +428,7 @@ def remediate(
 
     emit("phase", "applying the desired state", {})
     seq = journal.step(run_id, "apply", "remediate", {"hosts": hosts, "knobs": len(report.items)})
-    outcomes = _apply_groups(inventory, DesiredSource(desired, "", own or {}).groups(hosts))
+    outcomes = _apply_groups(inventory, DesiredSource(desired, "", own or {}).groups(hosts), extravars or {})
     applied = {h: [dataclasses.asdict(k) for o in outcomes for k in knob_changes(o.tasks).get(h, [])]
                for h in hosts}
     done = {"hosts": hosts, "knobs": len(report.items), "applied": {h: c for h, c in applied.items() if c}}
@@ -447,7 +455,7 @@ def remediate(
         return Remediation(True, before, after, True, tuple(reasons))
     emit("phase", "checking nothing drifted is left", {})
     seq = journal.step(run_id, "check", "remaining drift", {})
-    remaining = detect(inventory, desired, report.hosts, own)
+    remaining = detect(inventory, desired, report.hosts, own, extravars)
     journal.finish_step(run_id, seq, "done", drift_payload(remaining))
     return Remediation(True, before, after, False, (), remaining)
 
@@ -455,11 +463,11 @@ def remediate(
 Groups = Sequence[tuple[HostState, list[str]]]
 
 
-def _apply_groups(inventory: Path, groups: Groups) -> list[ansible.RunOutcome]:
+def _apply_groups(inventory: Path, groups: Groups, extra: Mapping[str, Any]) -> list[ansible.RunOutcome]:
     """Apply each group's desired state to its hosts alone; stops at the first group that fails."""
     outcomes = []
     for state, group in groups:
-        extravars = {"fabric_desired": state.tree()}
+        extravars = {**extra, "fabric_desired": state.tree()}
         outcome = ansible.run_playbook(
             "apply.yml", inventory, extravars=extravars, diff=True, limit=",".join(group)
         )
@@ -572,14 +580,15 @@ class DriftRun:
 
     def _check(self, run: RunContext, emit: Event) -> None:
         seq = run.step("check", "drift check", {"source": self.source.source})
-        report = detect(self.inventory, self.source.desired, self.info.hosts, self.source.hosts)
+        report = detect(self.inventory, self.source.desired, self.info.hosts, self.source.hosts,
+                        self.source.extravars)
         run.finish_step(seq, "done", drift_payload(report, self.source.source))
         self.result = DriftResult(self.info.name, self.source.source, report)
         if self.remediate and report.drifted:
             rem = remediate(
                 self.inventory, self.info, self.source.desired, report,
                 journal=run.journal, run_id=run.run_id, tolerance=self.tolerance, on_event=emit,
-                own=self.source.hosts,
+                own=self.source.hosts, extravars=self.source.extravars,
             )
             self.result = DriftResult(self.info.name, self.source.source, report, rem)
 

@@ -99,6 +99,8 @@ KNOBS: tuple[Knob, ...] = (
          "opensm routing engines; the NVIDIA SM's ar_* engines route adaptively"),
 )
 KNOB_BY_NAME = {k.name: k for k in KNOBS}
+ROLES: tuple[str, ...] = tuple(sorted({k.role for k in KNOBS}))
+"""The roles that set knobs (a tuned state's ``fabric_persist_roles_by_host`` names some of them)."""
 SECTION_FABRICS: Mapping[str, tuple[Fabric, ...]] = {"nics": ("roce",), "sm": ("ib",)}
 """Sections of the desired tree that belong to one fabric type as a whole: ``nics`` holds RoCE
 ports only (an InfiniBand host has none), ``sm`` is the InfiniBand subnet manager."""

@@ -33,13 +33,16 @@ import yaml
 from fabtune.collection import PROFILES, module_util
 from fabtune.errors import ConfigError
 from fabtune.inventory import InventoryInfo
-from fabtune.knobs import GROUP_NAMES, fabrics_of
+from fabtune.knobs import GROUP_NAMES, ROLES, fabrics_of
 from fabtune.state import HostState, states_of
 from fabtune.tune.loop import TuneOptions
 from fabtune.tune.stats import DecisionPolicy
 
-SECTIONS = ("fabric_desired", "fabtune_tune", "fabric_desired_hosts")
+SECTIONS = ("fabric_desired", "fabtune_tune", "fabric_desired_hosts", "fabric_persist_roles_by_host")
 HOSTS_SECTION = "fabric_desired_hosts"
+# per host, the roles whose knobs fabtune keeps across reboots (a tuned desired state's: the roles its
+# kept moves ran there); absent, every role records its knobs (fabtune.desired)
+PERSIST_SECTION = "fabric_persist_roles_by_host"
 """Hosts whose desired state differs from ``fabric_desired`` (a tuning run's per-host results),
 each with its whole state; written by ``fabtune tune`` (:mod:`fabtune.desired`)."""
 HOST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,252}")
@@ -107,6 +110,11 @@ class Profile:
     tune: Mapping[str, Any] | None = field(default=None, repr=False)
     sections: tuple[str, ...] = ("fabric_desired",)
     hosts: Mapping[str, HostState] = field(default_factory=dict, repr=False)
+    persist_roles: Mapping[str, tuple[str, ...]] | None = field(default=None, repr=False)
+
+    def playbook_vars(self) -> dict[str, Any]:
+        """What the apply and drift playbooks take besides the desired state."""
+        return persist_vars(self.persist_roles)
 
 
 def validate_desired(desired: object, enforce_couplings: bool = True) -> tuple[list[str], dict[str, Any]]:
@@ -321,6 +329,8 @@ def load_profile(path: Path, need: str = "fabric_desired") -> Profile:
     if "fabtune_tune" in doc:
         problems += check_tune(doc["fabtune_tune"])[0]
     problems += host_state_problems(doc.get(HOSTS_SECTION), "fabric_desired" in doc)
+    persist, found = persist_roles(doc.get(PERSIST_SECTION))
+    problems += found
     if problems:
         raise ConfigError(source, problems)
     return Profile(
@@ -330,7 +340,34 @@ def load_profile(path: Path, need: str = "fabric_desired") -> Profile:
         (doc["fabtune_tune"] or {}) if "fabtune_tune" in doc else None,
         tuple(str(k) for k in doc),
         states_of(doc.get(HOSTS_SECTION) or {}),
+        persist,
     )
+
+
+def persist_roles(value: object) -> tuple[dict[str, tuple[str, ...]] | None, list[str]]:
+    """A ``fabric_persist_roles_by_host`` section (None when absent: every role records its knobs)
+    and its problems: a mapping of host names to lists of the roles that set knobs."""
+    if value is None:
+        return None, []
+    if not isinstance(value, dict):
+        return None, [f"{PERSIST_SECTION}: {show(value)} must be a mapping of host names to lists of roles"]
+    known = ", ".join(ROLES)
+    problems = [
+        f"{PERSIST_SECTION}.{host}: {show(roles)} must be a list of roles ({known})"
+        for host, roles in value.items()
+        if not isinstance(roles, list) or not all(isinstance(r, str) and r in ROLES for r in roles)
+    ]
+    problems += [f"{PERSIST_SECTION}: {show(h)} is not a host name" for h in value if not isinstance(h, str)]
+    if problems:
+        return None, problems
+    return {str(h): tuple(r) for h, r in value.items()}, []
+
+
+def persist_vars(roles: Mapping[str, tuple[str, ...]] | None) -> dict[str, Any]:
+    """The playbooks' ``fabric_persist_roles_by_host`` for ``roles`` (none when every role records)."""
+    if roles is None:
+        return {}
+    return {PERSIST_SECTION: {h: list(r) for h, r in sorted(roles.items())}}
 
 
 def host_state_problems(hosts: object, shared: bool) -> list[str]:

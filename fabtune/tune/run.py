@@ -13,6 +13,7 @@ from fabtune.desired import TunedState, save_tuned, split_by_host
 from fabtune.errors import ConfigError
 from fabtune.inventory import InventoryInfo, read_inventory
 from fabtune.journal import Journal, Step
+from fabtune.knobs import ROLES, roles_of
 from fabtune.lifecycle import RunContext, journaled_run
 from fabtune.paths import check_name, under_home
 from fabtune.profile import Profile, check_against_rack, tune_options
@@ -49,8 +50,24 @@ def profile_state(desired: HostState) -> HostState:
 
 def tuned_state(result: TuneResult) -> TunedState:
     """The tuned desired state: the tree most hosts share, and each other host's own (a repaired
-    GID index, a per-host GDR level), so that drift does not undo a per-host move."""
-    return split_by_host({host: profile_state(state) for host, state in result.desired.items()})
+    GID index, a per-host GDR level), so that drift does not undo a per-host move; and per host the
+    roles whose knobs the run's kept moves set there (:func:`persist_roles`)."""
+    split = split_by_host({host: profile_state(state) for host, state in result.desired.items()})
+    return dataclasses.replace(split, persist_roles=persist_roles(result))
+
+
+def persist_roles(result: TuneResult) -> dict[str, tuple[str, ...]]:
+    """Per host, the roles a kept move ran there (every role where a move's knob has none).
+
+    Those roles recorded their knobs for ``fabtune-boot`` when the move was applied; a host's other
+    knobs are as the run found them, kept by the host itself: drift checks their values, not their
+    persistence (a tune that keeps nothing leaves nothing of fabtune's to persist)."""
+    found: dict[str, set[str]] = {host: set() for host in result.desired}
+    for move in result.moves:
+        if move.outcome == "kept":
+            for host in move.hosts:
+                found.setdefault(host, set()).update(roles_of(move.knobs) or ROLES)
+    return {host: tuple(sorted(roles)) for host, roles in sorted(found.items())}
 
 
 def finish(

@@ -303,7 +303,9 @@ def drift_run_journal(
         monkeypatch.setattr(d, "read_hosts", lambda inv: {})
         monkeypatch.setattr(d, "measure", lambda inv, views, info: next(measured))
         monkeypatch.setattr(d, "restore", lambda inv, snaps: None)
-        monkeypatch.setattr(d, "detect", lambda inv, desired, hosts, own=None: d.DriftReport(HOSTS, ()))
+        monkeypatch.setattr(
+            d, "detect", lambda inv, desired, hosts, own=None, extravars=None: d.DriftReport(HOSTS, ())
+        )
         task = TaskResult(
             "h04",
             "Configure RoCE QoS",

@@ -22,7 +22,7 @@ from fabtune.errors import ConfigError
 from fabtune.inventory import InventoryInfo
 from fabtune.profile import Profile, check_against_rack, load_profile
 from fabtune.state import HostState, states_of, trees_of
-from fabtune.tune.loop import TuneResult
+from fabtune.tune.loop import MoveRecord, TuneResult
 from fabtune.tune.run import tuned_state
 
 SHARED = {"nics": {"all": {"mtu": 4200}}, "nccl": {"NCCL_IB_TC": "106"}}
@@ -151,3 +151,74 @@ def test_the_tuned_file_is_the_yaml_of_the_plain_trees(
     text = desired.save_tuned("rackx", state, "r1").read_text()
     body = yaml.safe_dump({"fabric_desired": roce, "fabric_desired_hosts": {"h02": OWN}}, sort_keys=True)
     assert text.split("\n", 1)[1] == body  # after the header line: byte for byte
+
+
+def _kept(name: str, knobs: list[str], hosts: list[str], outcome: str = "kept") -> MoveRecord:
+    return MoveRecord("g", name, knobs, outcome, "", hosts=hosts)
+
+
+def test_the_tuned_state_keeps_across_reboots_only_what_its_kept_moves_set(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run's kept moves recorded their roles' knobs for fabtune-boot; the rest of a host's knobs are
+    as the run found them, which the host keeps itself: the tuned state names, per host, only the
+    roles its kept moves ran, so drift does not call the others unpersisted (found on a rack where
+    only an MTU move was kept: 15 such false drifts on 3 hosts)."""
+    monkeypatch.setenv("FABTUNE_HOME", str(tmp_path))
+    hosts = ("h01", "h02", "h03")
+    moves = [
+        _kept("MTU 4200", ["mtu"], list(hosts)),
+        _kept("lossless priority 3", ["pfc", "ecn", "roce_tos", "NCCL_IB_TC"], list(hosts), "rolled_back"),
+        _kept("4 QPs", ["NCCL_IB_QPS_PER_CONNECTION"], ["h03"]),
+    ]
+    states = states_of(dict.fromkeys(hosts, SHARED))
+    result = TuneResult("r1", [1.0], [1.0], 0.01, moves, states, [])
+    state = tuned_state(result)
+    assert state.persist_roles == {
+        "h01": ("roce_qos",), "h02": ("roce_qos",), "h03": ("nccl_env", "roce_qos")}
+    path = desired.save_tuned("rackx", state, "r1")
+    written = {"h01": ["roce_qos"], "h02": ["roce_qos"], "h03": ["nccl_env", "roce_qos"]}
+    assert yaml.safe_load(path.read_text())["fabric_persist_roles_by_host"] == written
+    loaded = desired.load_tuned("rackx")
+    assert loaded is not None and loaded.persist_roles == state.persist_roles
+    # the playbooks get it, from the tuned state and from the same file given as a profile
+    assert loaded.playbook_vars() == {"fabric_persist_roles_by_host": written}
+    assert load_profile(path).playbook_vars() == {"fabric_persist_roles_by_host": written}
+    # a run that kept nothing leaves nothing of fabtune's to keep across reboots
+    rolled_back = TuneResult("r2", [1.0], [1.0], 0.01, moves[1:2], states, [])
+    none = tuned_state(rolled_back)
+    assert none.persist_roles == dict.fromkeys(hosts, ())
+
+
+def test_a_profile_without_the_section_keeps_every_role_and_a_bad_one_is_named(tmp_path: Path) -> None:
+    plain = tmp_path / "plain.yml"
+    plain.write_text(yaml.safe_dump({"fabric_desired": SHARED}))
+    assert load_profile(plain).playbook_vars() == {}  # every role records its knobs, as before
+    bad = tmp_path / "bad.yml"
+    section = {"h01": ["roce_qoss"], "h02": "roce_qos"}
+    bad.write_text(yaml.safe_dump({"fabric_desired": SHARED, "fabric_persist_roles_by_host": section}))
+    with pytest.raises(ConfigError) as refused:
+        load_profile(bad)
+    said = str(refused.value)
+    assert "fabric_persist_roles_by_host.h01: ['roce_qoss'] must be a list of roles" in said
+    assert "fabric_persist_roles_by_host.h02:" in said
+
+
+def test_drift_and_its_remediation_pass_the_roles_on_to_the_playbooks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[tuple[str, dict[str, Any]]] = []
+
+    def run(playbook: str, _inventory: Path, **kwargs: Any) -> RunOutcome:
+        seen.append((playbook, dict(kwargs["extravars"])))
+        hosts = (kwargs.get("limit") or "h01,h02").split(",")
+        return RunOutcome("successful", 0, {"ok": dict.fromkeys(hosts, 1)}, (), Path("/nonexistent"))
+
+    monkeypatch.setattr(drift.ansible, "run_playbook", run)
+    roles = {"fabric_persist_roles_by_host": {"h01": ["roce_qos"], "h02": []}}
+    drift.detect(tmp_path / "inv.yml", HostState.from_tree(SHARED), ("h01", "h02"), None, roles)
+    drift._apply_groups(tmp_path / "inv.yml", [(HostState.from_tree(SHARED), ["h01", "h02"])], roles)
+    given = roles["fabric_persist_roles_by_host"]
+    assert [(pb, ev["fabric_persist_roles_by_host"]) for pb, ev in seen] == [
+        ("drift.yml", given), ("apply.yml", given)]
+    assert all(ev["fabric_desired"] == SHARED for _pb, ev in seen)
