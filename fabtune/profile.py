@@ -40,11 +40,11 @@ from fabtune.tune.stats import DecisionPolicy
 
 SECTIONS = ("fabric_desired", "fabtune_tune", "fabric_desired_hosts", "fabric_persist_roles_by_host")
 HOSTS_SECTION = "fabric_desired_hosts"
-# per host, the roles whose knobs fabtune keeps across reboots (a tuned desired state's: the roles its
-# kept moves ran there); absent, every role records its knobs (fabtune.desired)
-PERSIST_SECTION = "fabric_persist_roles_by_host"
 """Hosts whose desired state differs from ``fabric_desired`` (a tuning run's per-host results),
 each with its whole state; written by ``fabtune tune`` (:mod:`fabtune.desired`)."""
+PERSIST_SECTION = "fabric_persist_roles_by_host"
+"""Per host, the roles whose knobs fabtune keeps across reboots (a tuned desired state's: the roles
+its kept moves ran there); absent, every role records its knobs (:mod:`fabtune.desired`)."""
 HOST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,252}")
 PROFILE_KEYS = SECTIONS
 MAX_BYTES = 1 << 20
