@@ -26,7 +26,7 @@ import yaml
 
 from fabtune.errors import ConfigError
 from fabtune.paths import check_name, private_dir, under_home, write_private
-from fabtune.profile import HOSTS_SECTION, PERSIST_SECTION, persist_roles, persist_vars, validate_desired
+from fabtune.profile import HOSTS_SECTION, PERSIST_SECTION, persist_vars, read_persist_roles, validate_desired
 from fabtune.state import HostState, states_of, trees_of
 
 
@@ -115,7 +115,7 @@ def load_tuned(fabric: str) -> TunedState | None:
     problems = [f"fabric_desired.{p}" for p in validate_desired(desired)[0]]
     for host, tree in sorted(hosts.items()):
         problems += [f"{HOSTS_SECTION}.{host}.{p}" for p in validate_desired(tree)[0]]
-    persist, found = persist_roles(doc.get(PERSIST_SECTION))
+    persist, found = read_persist_roles(doc.get(PERSIST_SECTION))
     problems += found
     if problems:
         raise ConfigError(f"tuned desired state {path}", problems)

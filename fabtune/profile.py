@@ -329,7 +329,7 @@ def load_profile(path: Path, need: str = "fabric_desired") -> Profile:
     if "fabtune_tune" in doc:
         problems += check_tune(doc["fabtune_tune"])[0]
     problems += host_state_problems(doc.get(HOSTS_SECTION), "fabric_desired" in doc)
-    persist, found = persist_roles(doc.get(PERSIST_SECTION))
+    persist, found = read_persist_roles(doc.get(PERSIST_SECTION))
     problems += found
     if problems:
         raise ConfigError(source, problems)
@@ -344,7 +344,7 @@ def load_profile(path: Path, need: str = "fabric_desired") -> Profile:
     )
 
 
-def persist_roles(value: object) -> tuple[dict[str, tuple[str, ...]] | None, list[str]]:
+def read_persist_roles(value: object) -> tuple[dict[str, tuple[str, ...]] | None, list[str]]:
     """A ``fabric_persist_roles_by_host`` section (None when absent: every role records its knobs)
     and its problems: a mapping of host names to lists of the roles that set knobs."""
     if value is None:

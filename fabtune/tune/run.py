@@ -51,12 +51,12 @@ def profile_state(desired: HostState) -> HostState:
 def tuned_state(result: TuneResult) -> TunedState:
     """The tuned desired state: the tree most hosts share, and each other host's own (a repaired
     GID index, a per-host GDR level), so that drift does not undo a per-host move; and per host the
-    roles whose knobs the run's kept moves set there (:func:`persist_roles`)."""
+    roles whose knobs the run's kept moves set there (:func:`kept_roles`)."""
     split = split_by_host({host: profile_state(state) for host, state in result.desired.items()})
-    return dataclasses.replace(split, persist_roles=persist_roles(result))
+    return dataclasses.replace(split, persist_roles=kept_roles(result))
 
 
-def persist_roles(result: TuneResult) -> dict[str, tuple[str, ...]]:
+def kept_roles(result: TuneResult) -> dict[str, tuple[str, ...]]:
     """Per host, the roles a kept move ran there (every role where a move's knob has none).
 
     Those roles recorded their knobs for ``fabtune-boot`` when the move was applied; a host's other
