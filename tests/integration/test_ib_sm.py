@@ -152,6 +152,33 @@ def test_no_local_port_means_no_master(rack: TestbedSpec) -> None:
     wait_for(lambda: all(sminfo_ok(rack, h) for h in HOSTS))
 
 
+def test_once_the_armed_run_reverted_opensm_conf_is_not_changed(rack: TestbedSpec) -> None:
+    """The ib_sm role's changes go through the armed-run guard as the NIC roles' do: after a host's
+    revert fired, the same apply's roles refuse (``reverted``) and opensm.conf stays as the revert
+    left it, instead of holding part of the move with no revert left to undo it."""
+    from tests.integration.ccrack import apply_armed, facts, let_pass, shorten, wait_reverted
+
+    apply_armed(rack, ib_profile(), "sm-late", facts(rack)).raise_for_failure("armed apply")
+    armed = on_host(rack, "h01", "cat /etc/opensm/opensm.conf")
+    shorten(rack, "sm-late", 20)
+    let_pass(rack, 20)
+    wait_reverted(rack, "sm-late", 15)
+    reverted = on_host(rack, "h01", "cat /etc/opensm/opensm.conf")
+    assert reverted == armed
+    moved = ib_profile()
+    moved["sm"]["sm_priority"] = 3
+    late = ansible.run_playbook("apply.yml", layout.testbed_dir(rack.name) / "inventory.yml",
+                                extravars={"fabric_desired": moved, "fabric_armed_run": "sm-late",
+                                           "fabric_roles": ["ib_sm"]})  # a move of the SM's knobs
+    refused = {t.task: t for t in late.failures() if t.host == "h01"}
+    assert not late.ok and "Set the keys opensm reads only at start" in refused, refused
+    for task in refused.values():
+        assert task.result.get("reverted") is True, task.result
+        assert "run sm-late was already reverted on this host" in str(task.result.get("msg"))
+    assert on_host(rack, "h01", "cat /etc/opensm/opensm.conf") == reverted
+    assert "\nsm_priority 3\n" not in reverted
+
+
 def test_dead_daemon_means_no_master(rack: TestbedSpec) -> None:
     """Last in the module: the SM stays down afterwards."""
     pid = on_host(rack, "h01", "pgrep -f '^/.*python.* -m fabtune.sim.opensm'").split()

@@ -24,13 +24,13 @@ PRIVILEGED_MODULES = {
     "ansible.builtin.file": "creates/removes files under /etc, /usr/local",
     "ansible.builtin.copy": "installs files under /usr/local",
     "ansible.builtin.template": "writes /etc and /usr/local files, units",
-    "ansible.builtin.lineinfile": "edits /etc/opensm/opensm.conf",
     "ansible.builtin.systemd_service": "systemctl enable/restart/daemon-reload",
     "fabtune.fabric.fabric_qos": "mlnx_qos/dcb set: DCB netlink (CAP_NET_ADMIN) and mlx5 sysfs",
     "fabtune.fabric.fabric_sysfs": "sysfs/configfs knobs (root-owned 0644), ip link set mtu",
     "fabtune.fabric.fabric_revert": "systemd-run/systemctl stop and /var/lib state",
     "fabtune.fabric.fabric_persist": "writes /etc/fabtune/persisted.json",
     "fabtune.fabric.fabric_files": "installs files, units and links under /etc and /usr/local",
+    "fabtune.fabric.fabric_sm_conf": "creates and edits /etc/opensm/opensm.conf (root-owned 0644)",
 }
 # Modules that only read or steer the play.
 UNPRIVILEGED_MODULES = {
@@ -52,7 +52,6 @@ UNPRIVILEGED_MODULES = {
 CONDITIONAL_MODULES = {"fabtune.fabric.fabric_facts": "{{ fabric_facts_become | bool }}"}
 # ansible.builtin.command by its program.
 PRIVILEGED_COMMANDS = {
-    "opensm": "writes /etc/opensm/opensm.conf",
     "sminfo": "opens a umad port (/dev/infiniband/umadN, root only)",
 }
 UNPRIVILEGED_COMMANDS = {
