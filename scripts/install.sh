@@ -21,4 +21,9 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e '.[dev]'
+# Bytecode for the checkout's own modules, as pip writes it for an installed wheel: every CLI command
+# and every emulated tool on the testbed's hosts imports fabtune anew, and where the environment
+# sets PYTHONDONTWRITEBYTECODE nothing else writes it. Python ignores a .pyc older than its source.
+# Not the collection (fabtune/content): its files are shipped as they are.
+.venv/bin/python -m compileall -q -x '/content/' fabtune
 echo "fabtune installed: $(.venv/bin/fabtune --version)"

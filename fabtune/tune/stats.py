@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
-from scipy import stats
 
 from fabtune.errors import BenchmarkError
 
@@ -184,6 +183,8 @@ def decide(
         return Decision("continue", why, len(cand), 1.0, 1.0, 1.0, 0.0, float("inf"))
     level = policy.alpha / policy.looks
     goal = math.log1p(policy.min_effect)
+    from scipy import stats  # here, not at the top: it is half a second of every CLI command's start
+
     t = stats.t(est.dof)
     p_gain = float(t.sf((est.diff - goal) / est.se))
     p_loss = float(t.cdf(est.diff / est.se))

@@ -6,18 +6,25 @@ the same numbers and another run index gives other ones.
 
 from __future__ import annotations
 
-import numpy as np
+from typing import TYPE_CHECKING
 
 from fabtune.sim.model import params
+
+if TYPE_CHECKING:  # numpy is imported where a draw is made: an emulated tool that only reads the
+    import numpy as np  # configuration types (a nccl-tests rank other than 0) does not load it
 
 
 def rng_for(seed: int, run_index: int, stream: int) -> np.random.Generator:
     """Return the generator of one noise stream of one run."""
+    import numpy as np
+
     return np.random.default_rng(np.random.SeedSequence([seed & 0xFFFFFFFF, run_index, stream]))
 
 
 def factor(rng: np.random.Generator, cv: float) -> float:
     """Return a multiplicative noise factor: exp(N(0, cv)), or a slow-run outlier."""
+    import numpy as np
+
     jitter = float(np.exp(rng.normal(0.0, cv)))
     if rng.random() < params.OUTLIER_P:
         return jitter * float(rng.uniform(*params.OUTLIER_RANGE))

@@ -8,11 +8,13 @@ A job that fits one leaf never crosses a spine, so routing cannot hurt it (cal Â
 from __future__ import annotations
 
 import functools
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from fabtune.sim.model import params
 from fabtune.sim.model.config import CollectiveOp, FabricConfig, SmConfig, SwitchConfig
+
+if TYPE_CHECKING:  # numpy only where the ECMP prior is drawn (see noise.py)
+    import numpy as np
 
 
 def leaf_of(sw: SwitchConfig, host: int) -> int:
@@ -27,6 +29,8 @@ def spans_leaves(fabric: FabricConfig) -> bool:
 
 def _max_loads(rng: np.random.Generator, k: int, q: int, trials: int) -> np.ndarray:
     """Hash ``k`` flows of ``q`` QPs each onto ``k`` paths; return the max path load per trial."""
+    import numpy as np
+
     picks = rng.integers(0, k, size=(trials, k * q))
     flat = (picks + np.arange(trials)[:, None] * k).ravel()
     counts = np.bincount(flat, minlength=trials * k).reshape(trials, k)
@@ -47,6 +51,8 @@ def ecmp_prior(k: int, q: int, stages: int = 2) -> float:
     """
     if k <= 1:
         return 1.0
+    import numpy as np
+
     rng = np.random.default_rng(4000 + 97 * k + q)
     worst = _max_loads(rng, k, q, params.ECMP_TRIALS)
     for _ in range(stages - 1):
