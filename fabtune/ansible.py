@@ -232,7 +232,7 @@ def accelerator_env() -> dict[str, str]:
         known = ", ".join(ACCELERATORS)
         raise ConfigError(ACCELERATOR_ENV, [f"{raw!r} is not an accelerator (known: {known})"])
     try:
-        import ansible_mitogen  # type: ignore[import-not-found,unused-ignore]  # an optional extra
+        import ansible_mitogen  # type: ignore[import-not-found,import-untyped,unused-ignore]  # an optional extra
     except ImportError:
         why = "'mitogen' needs the mitogen extra: pip install 'fabtune[mitogen]'"
         raise ConfigError(ACCELERATOR_ENV, [why]) from None
@@ -253,7 +253,24 @@ def _collections_path() -> str:
 
 # Ansible's own ssh_args plus keepalives: a management connection that stops answering is dropped
 # after 30 s and retried (reconnection_retries) instead of holding a play forever.
-SSH_ARGS = "-C -o ControlMaster=auto -o ControlPersist=60s -o ServerAliveInterval=10 -o ServerAliveCountMax=3"
+KEEPALIVE_INTERVAL_S = 10
+KEEPALIVE_COUNT = 3
+SSH_ARGS = ("-C -o ControlMaster=auto -o ControlPersist=60s "
+            f"-o ServerAliveInterval={KEEPALIVE_INTERVAL_S} -o ServerAliveCountMax={KEEPALIVE_COUNT}")
+
+
+def accelerator_vars() -> dict[str, int]:
+    """The variables every run passes for FABTUNE_ACCELERATOR (none: nothing).
+
+    mitogen opens its own SSH connections with its own keepalives (ServerAliveInterval 30 s,
+    ServerAliveCountMax 10: a host that stops answering is found after 300 s) ahead of ssh_args, so
+    fabtune's keepalives above would not apply: its ``mitogen_ssh_keepalive_*`` variables set the
+    same 30 s instead (ansible_mitogen/connection.py, ``_connect_ssh``).
+    """
+    if not accelerator_env():
+        return {}
+    return {"mitogen_ssh_keepalive_interval": KEEPALIVE_INTERVAL_S,
+            "mitogen_ssh_keepalive_count": KEEPALIVE_COUNT}
 
 
 def _envvars() -> dict[str, str]:
@@ -325,7 +342,7 @@ def _run(kind: str, on_task: TaskCallback | None, timeout_s: int, **kwargs: Any)
     private, ident = _private_dir(kind)
     observers = _observers()
     collector = _Collector(on_task, kind, observers)
-    extravars = kwargs.pop("extravars", None)
+    extravars = {**accelerator_vars(), **(kwargs.pop("extravars", None) or {})}
     varfile = _extravars_file(private, ident, extravars) if extravars else None
     if varfile is not None:
         flags = [f"-e @{shlex.quote(str(varfile))}", kwargs.get("cmdline")]

@@ -46,3 +46,19 @@ def test_an_unknown_accelerator_is_refused_by_name(monkeypatch: pytest.MonkeyPat
     with pytest.raises(ConfigError) as err:
         ansible.accelerator_env()
     assert err.value.problems == ["'turbo' is not an accelerator (known: none, mitogen)"]
+
+
+def test_mitogen_detects_a_silent_host_as_fast_as_fabtunes_ssh_keepalives(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """mitogen puts its own ServerAlive options (30 s x 10 by default) before ssh_args, where ssh takes
+    the first: the runs pass its keepalive variables with fabtune's values instead."""
+    monkeypatch.delenv(ansible.ACCELERATOR_ENV, raising=False)
+    assert ansible.accelerator_vars() == {}
+    fake = types.ModuleType("ansible_mitogen")
+    fake.__file__ = str(tmp_path / "ansible_mitogen" / "__init__.py")
+    monkeypatch.setitem(sys.modules, "ansible_mitogen", fake)
+    monkeypatch.setenv(ansible.ACCELERATOR_ENV, "mitogen")
+    found = ansible.accelerator_vars()
+    assert found == {"mitogen_ssh_keepalive_interval": 10, "mitogen_ssh_keepalive_count": 3}
+    assert "-o ServerAliveInterval=10 -o ServerAliveCountMax=3" in ansible.SSH_ARGS
