@@ -142,19 +142,18 @@ def set_keys(text: str, keys: dict[str, str]) -> tuple[str, dict[str, list[str |
     Returns the new text and ``{key: [before, after]}`` of the keys whose value opensm takes changed.
     """
     lines = text.splitlines(keepends=True)
+    last: dict[str, tuple[int, str]] = {}  # key -> (its last line, the value opensm takes there)
+    for index, line in enumerate(lines):
+        for key, value in opensm_conf_lines(line):
+            last[key] = (index, value)
     changed: dict[str, list[str | None]] = {}
     for key, value in keys.items():
-        last = None
-        for index, line in enumerate(lines):
-            parsed = opensm_conf_lines(line)
-            if parsed and parsed[0][0] == key:
-                last = index
-        before = opensm_conf_lines(lines[last])[0][1] if last is not None else None
+        at, before = last.get(key, (None, None))
         if before == value:
             continue
         changed[key] = [before, value]
-        if last is not None:
-            lines[last] = f"{key} {value}\n"
+        if at is not None:
+            lines[at] = f"{key} {value}\n"
         else:
             if lines and not lines[-1].endswith("\n"):
                 lines[-1] += "\n"
