@@ -233,6 +233,13 @@ def write_file(name: str, content: str | None, mode: int = 0o644) -> None:
     Path(tmp).rename(name)  # atomic: readers see the old file or the new one
 
 
+def bad_path(path: str) -> str | None:
+    """Why ``path`` is refused as a file a module writes, or None: absolute and normalised only."""
+    if not Path(path).is_absolute() or os.path.normpath(path) != path:
+        return f"must be an absolute, normalised path, not {path!r}"
+    return None
+
+
 def read_file(name: str) -> str | None:
     try:
         return Path(name).read_text()

@@ -112,7 +112,11 @@ from pathlib import Path
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_apply import RevertError, while_armed
+from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_apply import (
+    RevertError,
+    bad_path,
+    while_armed,
+)
 
 
 def get_argument_spec() -> dict[str, Any]:
@@ -130,13 +134,6 @@ def get_argument_spec() -> dict[str, Any]:
         "owner": {"type": "str", "default": "root"},
         "group": {"type": "str", "default": "root"},
     }
-
-
-def bad_path(path: str) -> str | None:
-    """Why ``path`` is refused, or None: absolute and normalised only."""
-    if not Path(path).is_absolute() or os.path.normpath(path) != path:
-        return f"must be an absolute, normalised path, not {path!r}"
-    return None
 
 
 def read_bytes(path: str) -> bytes | None:

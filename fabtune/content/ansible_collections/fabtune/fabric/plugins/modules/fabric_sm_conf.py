@@ -85,7 +85,6 @@ changes:
   sample: [{knob: "/etc/opensm/opensm.conf:routing_engine", before: "(null)", after: updn}]
 """
 
-import os
 import re
 import tempfile
 from pathlib import Path
@@ -95,6 +94,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_apply import (
     ApplyError,
     RevertError,
+    bad_path,
     command_runner,
     read_file,
     while_armed,
@@ -125,8 +125,9 @@ def conf_value(value: object) -> str:
 def problems(path: str, keys: dict[str, Any]) -> list[str]:
     """Every key or value opensm would not read back as given, and a path that is not one."""
     found = []
-    if not Path(path).is_absolute() or os.path.normpath(path) != path:
-        found.append(f"path: must be an absolute, normalised path, not {path!r}")
+    problem = bad_path(path)
+    if problem:
+        found.append(f"path: {problem}")
     for key, value in keys.items():
         text = conf_value(value)
         if not KEY_RE.match(key):
