@@ -4,7 +4,9 @@ Every `fabtune` command and every emulated tool on the testbed's hosts (each ncc
 ib_write_bw, each mlnx_qos...) is a new Python process that imports fabtune. This measures the CPU
 time (user + system, from the child's rusage) of:
 
-* `python -m fabtune --help` (the CLI's imports: every command module);
+* `python -m fabtune --help` (the CLI's imports: every command module, for their help lines);
+* `python -m fabtune runs` on an empty ``FABTUNE_HOME`` (a light verb: its own module only, since
+  the verbs load lazily) and `python -m fabtune tune --help` (the tuning loop's imports);
 * `import fabtune.sim.tools.<tool>` for the tools that run most often.
 
 Each tree is taken with ``git archive`` (the earlier revision) or as it is (this checkout), put
@@ -49,8 +51,10 @@ def tree_of(rev: str | None, where: Path) -> Path:
 
 
 def cpu_of(argv: list[str], tree: Path) -> float:
-    """CPU seconds (user + system) of one run of ``argv`` with ``tree`` first on PYTHONPATH."""
-    env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1"}
+    """CPU seconds (user + system) of one run of ``argv`` with ``tree`` first on PYTHONPATH (and an
+    empty ``FABTUNE_HOME`` of its own)."""
+    env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1",
+           "FABTUNE_HOME": str(tree / "home")}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     subprocess.run(argv, env=env, cwd=tree, check=True, capture_output=True, timeout=DEADLINE_S)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -58,7 +62,9 @@ def cpu_of(argv: list[str], tree: Path) -> float:
 
 
 def commands() -> dict[str, list[str]]:
-    found = {"fabtune --help": [sys.executable, "-m", "fabtune", "--help"]}
+    fabtune = [sys.executable, "-m", "fabtune"]
+    found = {"fabtune --help": [*fabtune, "--help"], "fabtune runs": [*fabtune, "runs"],
+             "fabtune tune --help": [*fabtune, "tune", "--help"]}
     for tool in TOOLS:
         found[f"tool {tool}"] = [sys.executable, "-c", f"import fabtune.sim.tools.{tool}"]
     return found

@@ -13,21 +13,22 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
-from fabtune import __version__, ansible, plugins
-from fabtune.commands import COMMANDS, _console
-from fabtune.commands._verbose import AnsibleStream
+from fabtune import __version__, commands, plugins
+from fabtune.commands import _console
 from fabtune.errors import ConfigError, ExitPassedOn, ExitStatus, FabtuneError, Terminated
 from fabtune.paths import private_umask
 
 
 class _Verbs(click.Group):
-    """The verbs of fabtune and, loaded only when asked for, those of its plugins (fabtune.plugins)."""
+    """The verbs of fabtune and those of its plugins (fabtune.plugins), each loaded only when asked
+    for; a verb added with ``add_command`` comes first, then fabtune's, then the plugins'."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted({*super().list_commands(ctx), *plugins.commands()})
+        return sorted({*super().list_commands(ctx), *commands.VERBS, *plugins.commands()})
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        return super().get_command(ctx, cmd_name) or plugins.commands().get(cmd_name)
+        return (super().get_command(ctx, cmd_name) or commands.load(cmd_name)
+                or plugins.commands().get(cmd_name))
 
 
 @click.group(cls=_Verbs, context_settings={"help_option_names": ["-h", "--help"]})
@@ -51,11 +52,10 @@ def cli(ctx: click.Context, debug: bool, verbose: int, quiet: bool) -> None:
         token = _console.QUIET.set(True)
         ctx.call_on_close(lambda: _console.QUIET.reset(token))
     if verbose:
+        from fabtune import ansible
+        from fabtune.commands._verbose import AnsibleStream
+
         ctx.with_resource(ansible.observing(AnsibleStream(verbose)))
-
-
-for _command in COMMANDS:
-    cli.add_command(_command)
 
 
 def _report(err: FabtuneError, console: Console) -> None:

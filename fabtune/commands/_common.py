@@ -9,17 +9,18 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 from rich.console import Console
 
-from fabtune.advise.gate import Goal
-from fabtune.advise.job import load_job
 from fabtune.commands import _console
 from fabtune.errors import ConfigError
 from fabtune.journal import RUN_ID_RE, Journal
 from fabtune.state import HostState
+
+if TYPE_CHECKING:
+    from fabtune.advise.gate import Goal
 
 
 def absolute_path(_ctx: click.Context, _param: click.Parameter, value: Path | None) -> Path | None:
@@ -73,6 +74,9 @@ def job_goal(job_spec: Path | None, nodes: int | None, min_mfu: float | None = N
         raise click.UsageError(f"{flags} --model (the job spec)")
     if job_spec is None:
         return None
+    from fabtune.advise.gate import Goal  # the advisor's model, only for a verb given --model
+    from fabtune.advise.job import load_job
+
     return Goal(load_job(require_file(job_spec, "--model")), nodes, min_mfu)
 
 

@@ -4,7 +4,6 @@ all up, and the status of a command run on a testbed host passed on without an e
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,7 @@ def test_a_failed_check_exits_7_naming_the_check_and_host(
     inventory.write_text("all: {}\n")
     results = [CheckResult("transport", "h01", "pass", "NET/IB"),
                CheckResult("gid", "h02", "fail", "no RoCEv2")]
-    monkeypatch.setattr(sys.modules["fabtune.commands.check"], "run_checks", lambda *_a, **_k: results)
+    monkeypatch.setattr("fabtune.commands.check.run_checks", lambda *_a, **_k: results)
     assert main(["check", "-i", str(inventory)]) == ExitStatus.CHECK_FAILED
     captured = capsys.readouterr()
     assert "no RoCEv2" in captured.out  # the table is still shown

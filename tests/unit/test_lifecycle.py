@@ -3,8 +3,8 @@ the run closed on every path (done, failed on an exception, interrupted on Ctrl-
 
 from __future__ import annotations
 
+import importlib
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -118,7 +118,7 @@ def test_a_drift_run_refused_by_the_lock_leaves_no_run_and_still_exports_its_err
     inventory = home / "inv.yml"
     inventory.write_text("all: {}\n")
     info = InventoryInfo(inventory, "rack", "roce", ("h01",), (), "mpirun", None)
-    verb = sys.modules["fabtune.commands.drift"]
+    verb = importlib.import_module("fabtune.commands.drift")
     monkeypatch.setattr(verb, "read_inventory", lambda _path: info)
     source = drift.DesiredSource(HostState(), "test")
     monkeypatch.setattr(drift, "desired_for", lambda _info, _profile: source)

@@ -90,7 +90,7 @@ def test_check_json_dash_prints_json_and_writes_no_file_named_dash(
 ) -> None:
     inventory = tmp_path / "inventory.yml"
     inventory.write_text("all: {}\n")
-    monkeypatch.setattr(sys.modules["fabtune.commands.check"], "run_checks", _fake_checks)
+    monkeypatch.setattr("fabtune.commands.check.run_checks", _fake_checks)
     monkeypatch.chdir(tmp_path)
     for argv in (["--json"], ["--json", "-"], ["-o", "-"]):
         result = CliRunner().invoke(cli, ["check", "-i", str(inventory), *argv])
