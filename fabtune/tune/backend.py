@@ -30,6 +30,7 @@ EXTEND_FLAG = "--extend"
 EXTEND_TASK = "Extend the revert deadline (the controller is alive)"
 CONFIRM_FLAG = "--confirm"
 CONFIRM_TASK = "Confirm the run (cancel the revert)"
+EXIT_REVERTED = 3  # fabtune-revert's exit status where the host already reverted the run (fabric_apply)
 # Where each host keeps a run's pre-run record (the fabric_revert module writes it on first arming).
 REVERT_STATE_DIR = "/var/lib/fabtune/revert"
 # An armed apply arms each host's revert for the deadline plus the time the apply itself may take
@@ -56,6 +57,18 @@ def confirm_result(done: sshdirect.Result) -> ansible.TaskResult:
     ``msg``); a host that could not be reached is unreachable."""
     task = revert_result(done, CONFIRM_TASK)
     return dataclasses.replace(task, changed=done.ok and bool(task.result.get("changed")))
+
+
+def combined(first: ansible.RunOutcome, second: ansible.RunOutcome) -> ansible.RunOutcome:
+    """Two outcomes of the same work on different hosts as one (the second's artifacts)."""
+    stats: dict[str, dict[str, int]] = {}
+    for outcome in (first, second):
+        for key, per_host in outcome.stats.items():
+            stats.setdefault(key, {}).update(per_host)
+    ok = first.status == second.status == "successful"
+    status = "successful" if ok else second.status if second.status != "successful" else first.status
+    return ansible.RunOutcome(status=status, rc=second.rc or first.rc, stats=stats,
+                              tasks=first.tasks + second.tasks, artifact_dir=second.artifact_dir)
 
 
 def revert_result(done: sshdirect.Result, task: str) -> ansible.TaskResult:
@@ -213,22 +226,37 @@ class AnsibleBackend:
         reverted the run fails, its result says ``reverted``.
 
         Over the direct SSH channel (``fabtune-revert --confirm``, the module's own code), one command
-        per host, where this backend's applies installed that program on every host confirmed (so it
-        knows the verb); else, or where the inventory's connection settings are not ones the channel
-        follows, through playbooks/confirm.yml.
+        per host. Where this backend's applies installed that program on every host confirmed, its
+        answers are the outcome. Where they did not (a rollback's or an uninstall's backend, after the
+        run that installed it), a host that neither confirmed nor answers that it already reverted
+        (the program is missing there, or older than the verb: usage, exit 2) is confirmed through
+        playbooks/confirm.yml. Where the inventory's connection settings are not ones the channel
+        follows, every host is.
 
         Raises:
             HostKeyRejected: a host's SSH host key is unknown or changed.
         """
         limit = self._limit(hosts)
         chosen = sorted(self.info.hosts) if limit is None else limit.split(",")
-        found = self._direct(chosen) if set(chosen) <= self.revert_installed else None
+        found = self._direct(chosen)
         if found is None:
-            return ansible.run_playbook("confirm.yml", self.inventory, extravars={"fabric_run_id": run_id},
-                                        limit=limit)
+            return self._confirm_playbook(run_id, limit)
         argv = [REVERT_SCRIPT, CONFIRM_FLAG, run_id]
         done = sshdirect.run(found, argv, forks=ansible.forks_for(self.inventory), root=True)
-        return ansible.recorded("confirm", [confirm_result(r) for r in done.values()])
+        if set(chosen) <= self.revert_installed:
+            return ansible.recorded("confirm", [confirm_result(r) for r in done.values()])
+        answered = [r for r in done.values() if r.rc in (0, EXIT_REVERTED)]
+        rest = sorted(set(chosen) - {r.host for r in answered})
+        direct = ansible.recorded("confirm", [confirm_result(r) for r in answered]) if answered else None
+        if not rest:
+            assert direct is not None
+            return direct
+        played = self._confirm_playbook(run_id, ",".join(rest))
+        return played if direct is None else combined(direct, played)
+
+    def _confirm_playbook(self, run_id: str, limit: str | None) -> ansible.RunOutcome:
+        return ansible.run_playbook("confirm.yml", self.inventory, extravars={"fabric_run_id": run_id},
+                                    limit=limit)
 
     def extend(self, run_id: str, *, hosts: Sequence[str] | None = None) -> ansible.RunOutcome:
         """Move the revert deadline of ``run_id`` on ``hosts`` (None: every host; each must hold the

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -218,8 +218,8 @@ def test_a_reverted_host_reads_as_the_modules_reverted_failure() -> None:
     assert reverted_hosts(outcome) == ["h02"]
 
 
-def _backend(tmp_path: Path) -> AnsibleBackend:
-    info = InventoryInfo(tmp_path / "inv.yml", "rack", "roce", ("h01", "h02"), (), "mpirun", None)
+def _backend(tmp_path: Path, hosts: Sequence[str] = ("h01", "h02")) -> AnsibleBackend:
+    info = InventoryInfo(tmp_path / "inv.yml", "rack", "roce", tuple(hosts), (), "mpirun", None)
     return AnsibleBackend(info, deadline_s=45)
 
 
@@ -283,19 +283,61 @@ def test_the_backend_confirms_over_the_direct_channel_where_its_applies_installe
     def direct(found: dict[str, sshdirect.Target], argv: list[str], **kw: Any) -> dict[str, Any]:
         seen.update(found=found, argv=argv, **kw)
         gone = '{"changed": false, "reverted": true, "msg": "gone"}\n'
-        return {"h01": sshdirect.Result("h01", 0, '{"changed": true, "reverted": false}\n', ""),
-                "h02": sshdirect.Result("h02", 3, gone, "")}
+        answers = {"h01": sshdirect.Result("h01", 0, '{"changed": true, "reverted": false}\n', ""),
+                   "h02": sshdirect.Result("h02", 3, gone, "")}
+        return {h: answers[h] for h in found}
 
     playbooks: list[str] = []
     monkeypatch.setattr(sshdirect, "run", direct)
     monkeypatch.setattr(ansible, "run_playbook", lambda name, *a, **k: playbooks.append(name))
     backend = _backend(tmp_path)
-    backend.confirm("r1", hosts=["h01"])  # fabtune-revert not installed by this backend: the playbook
-    assert playbooks == ["confirm.yml"] and seen == {}
     backend.revert_installed = {"h01", "h02"}
     outcome = backend.confirm("r1")
     assert seen["argv"] == ["/usr/local/sbin/fabtune-revert", "--confirm", "r1"] and seen["root"] is True
-    assert playbooks == ["confirm.yml"]
+    assert playbooks == []
     assert reverted_hosts(outcome) == ["h02"] and outcome.failed_hosts == ["h02"]
     assert outcome.changed_count("h01") == 1 and outcome.changed_count("h02") == 0
     assert set(outcome.results("Confirm the run (cancel the revert)")) == {"h01", "h02"}
+
+
+def _playbook_confirming(calls: list[tuple[str, Any]], tmp_path: Path) -> Any:
+    """A confirm.yml run that confirms every host of its limit (as the role's task would)."""
+    def playbook(name: str, inventory: Path, **kw: Any) -> ansible.RunOutcome:
+        calls.append((name, kw))
+        hosts = kw["limit"].split(",")
+        tasks = tuple(ansible.TaskResult(host=h, task="Confirm the run (cancel the revert)",
+                                         action="fabtune.fabric.fabric_revert", event="runner_on_ok",
+                                         changed=True, result={"changed": True}) for h in hosts)
+        return ansible.RunOutcome("successful", 0, {"ok": dict.fromkeys(hosts, 1),
+                                                    "changed": dict.fromkeys(hosts, 1)},
+                                  tasks, tmp_path / "played")
+    return playbook
+
+
+def test_a_backend_that_installed_nothing_confirms_directly_and_plays_only_where_the_verb_is_unknown(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A rollback's backend: the hosts' fabtune-revert came with the run it rolls back. A host whose
+    program confirms, or answers that it already reverted, needs no playbook; one whose program is
+    older than the verb (usage, exit 2) or missing (sudo: exit 1) is confirmed by confirm.yml."""
+    monkeypatch.setenv("FABTUNE_HOME", str(tmp_path / "home"))
+    hosts = {f"h0{i}": {"ansible_host": f"10.9.0.{i}"} for i in range(1, 5)}
+    monkeypatch.setattr(backend_mod, "host_vars", lambda path: hosts)
+    answers = {
+        "h01": sshdirect.Result("h01", 0, '{"changed": true, "reverted": false}\n', ""),
+        "h02": sshdirect.Result("h02", 3, '{"changed": false, "reverted": true, "msg": "gone"}\n', ""),
+        "h03": sshdirect.Result("h03", 2, "", "usage: fabtune-revert RUN_ID"),
+        "h04": sshdirect.Result("h04", 1, "", "sudo: /usr/local/sbin/fabtune-revert: command not found"),
+    }
+    monkeypatch.setattr(sshdirect, "run", lambda found, argv, **kw: {h: answers[h] for h in found})
+    calls: list[tuple[str, Any]] = []
+    monkeypatch.setattr(ansible, "run_playbook", _playbook_confirming(calls, tmp_path))
+    outcome = _backend(tmp_path, hosts=list(hosts)).confirm("r1")
+    assert [(name, kw["limit"]) for name, kw in calls] == [("confirm.yml", "h03,h04")]
+    assert calls[0][1]["extravars"] == {"fabric_run_id": "r1"}
+    assert set(outcome.results("Confirm the run (cancel the revert)")) == set(hosts)
+    assert reverted_hosts(outcome) == ["h02"] and outcome.failed_hosts == ["h02"]
+    assert [h for h in hosts if outcome.changed_count(h)] == ["h01", "h03", "h04"]
+    assert outcome.status == "failed" and outcome.artifact_dir == tmp_path / "played"
+    calls.clear()
+    monkeypatch.setattr(sshdirect, "run", lambda found, argv, **kw: dict.fromkeys(found, answers["h01"]))
+    assert _backend(tmp_path, hosts=list(hosts)).confirm("r1", hosts=["h01"]).ok and calls == []

@@ -22,7 +22,8 @@ import pytest
 import yaml
 
 from fabtune.ansible import ROLES
-from tests.unit.modules.conftest import COLLECTIONS
+from fabtune.tune import backend
+from tests.unit.modules.conftest import COLLECTIONS, load_util
 
 ROLE = ROLES / "fabric_revert"
 MODULE_UTILS = COLLECTIONS / "ansible_collections" / "fabtune" / "fabric" / "plugins" / "module_utils"
@@ -201,3 +202,14 @@ def test_fabtune_revert_confirm_keeps_the_run_with_the_modules_code(lib_dir: Pat
     gone = fabtune_revert("--confirm", "r1")
     assert gone.returncode == 3 and json.loads(gone.stdout)["reverted"] is True
     assert "already reverted" in json.loads(gone.stdout)["msg"]
+
+
+def test_the_controller_calls_fabtune_revert_with_the_hosts_flags_and_reads_its_exit_status() -> None:
+    """The loop's direct channel (fabtune.tune.backend) and the host's program agree on the verbs
+    and on the exit status that means "already reverted"; an unknown verb is usage (exit 2), which
+    the controller takes as a program older than the verb."""
+    fabric_apply = load_util("fabric_apply")
+    assert backend.EXTEND_FLAG == fabric_apply.EXTEND_FLAG
+    assert backend.CONFIRM_FLAG == fabric_apply.CONFIRM_FLAG
+    assert backend.EXIT_REVERTED == fabric_apply.EXIT_REVERTED
+    assert fabric_apply.revert_main(["--not-a-verb", "r1"], log_file="/dev/null") == 2
