@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import statistics
+from collections.abc import Sequence
 from pathlib import Path
 
 import click
@@ -25,9 +26,11 @@ from fabtune.commands._common import (
 )
 from fabtune.commands._progress import Progress
 from fabtune.profile import Profile, load_profile
-from fabtune.tune import repair
+from fabtune.tune import preview, repair
 from fabtune.tune import run as tune_run
 from fabtune.tune.loop import TuneResult
+
+PLAN_HOSTS_SHOWN = 6  # hosts named per move in the plan's table (the JSON names every one)
 
 
 def _tune_profile(path: Path | None) -> Profile | None:
@@ -95,19 +98,30 @@ def _jsonl_alone(jsonl: bool, output: ResultOutput) -> None:
     "--jsonl", is_flag=True,
     help="Progress events as JSON lines on stdout, as they happen (the result: --json / -o FILE).",
 )
+@click.option(
+    "--plan", "plan_only", is_flag=True,
+    help="Only read the hosts and show the moves a run would try, on which hosts, and its benchmark "
+    "work; change nothing.",
+)
 @MODEL_OPTION
 @NODES_OPTION
 @result_output()
 def tune(
-    inventory: Path, profile: Path | None, jsonl: bool, job_spec: Path | None, target_nodes: int | None,
-    output: ResultOutput,
+    inventory: Path, profile: Path | None, jsonl: bool, plan_only: bool, job_spec: Path | None,
+    target_nodes: int | None, output: ResultOutput,
 ) -> None:
     """Measure, change one knob group, keep what improves bandwidth, roll back the rest.
 
     With --model, the job's predicted MFU at --nodes is reported for the baseline and the tuned rack.
+    With --plan, nothing is measured or changed: the moves the run would try are shown.
     """
     _jsonl_alone(jsonl, output)
     loaded = _tune_profile(profile)
+    if plan_only:
+        if jsonl or job_spec is not None or target_nodes is not None:
+            raise click.UsageError("--plan shows the plan only: it takes no --jsonl, --model or --nodes")
+        print_plan(preview.preview(inventory, loaded.tune if loaded else None, loaded), output)
+        return
     goal = job_goal(job_spec, target_nodes)
     result, report = tune_run.tune(
         inventory,
@@ -120,6 +134,39 @@ def tune(
     print_result(result, report, output)
     if goal is not None:
         _print_job(report, output)
+
+
+def _hosts_text(hosts: Sequence[str], every: Sequence[str]) -> str:
+    if list(hosts) == list(every):
+        return f"all {len(every)}"
+    shown = ", ".join(hosts[:PLAN_HOSTS_SHOWN])
+    more = len(hosts) - PLAN_HOSTS_SHOWN
+    return f"{shown} (+{more} more)" if more > 0 else shown
+
+
+def print_plan(plan: preview.Plan, output: ResultOutput) -> None:
+    """The plan as a table (one row per candidate move) with the run's benchmark work, and as JSON."""
+    console = output.console()
+    console.print(f"{plan.fabric} rack, {len(plan.hosts)} hosts; lossless class: {plan.lossless['says']}",
+                  markup=False, highlight=False, soft_wrap=True)
+    table = Table("group", "move", "knobs", "hosts", "also ib_write_bw", "why")
+    for group in plan.groups:
+        for move in group:
+            table.add_row(move.group, move.name, ", ".join(move.knobs), _hosts_text(move.hosts, plan.hosts),
+                          "yes" if move.pairs else "no", Text(move.why))
+    console.print(table)
+    b = plan.bounds
+    low, high = b.per_move_repetitions
+    skipped = f"; groups skipped: {', '.join(plan.skipped_groups)}" if plan.skipped_groups else ""
+    console.print(
+        f"benchmark work: a baseline of {b.baseline_repetitions} nccl-tests repetitions (each one "
+        f"all_reduce_perf and one alltoall_perf launch) and {b.baseline_pair_rounds} ib_write_bw rounds; "
+        f"then {b.moves_at_least} to {b.moves_at_most} moves of {low} to {high} repetitions each, a kept "
+        f"state's reference measured up to {b.top_up_after_keep}{skipped}.",
+        markup=False, highlight=False, soft_wrap=True,
+    )
+    console.print(plan.note, markup=False, highlight=False, soft_wrap=True)
+    output.write(plan)
 
 
 def _print_job(report: Path, output: ResultOutput) -> None:

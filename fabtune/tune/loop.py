@@ -893,8 +893,7 @@ class Tuner:
         self.measure_pair_matrix("baseline")
         moves: list[MoveRecord] = list(self.repairs)
         choice = self.lossless_class(facts)
-        groups = plan_rack(host_groups(facts, self.fabric, choice.lossless, self.options.sm_flavor,
-                                       choice.says), self.options.skip_groups)
+        groups = planned_moves(facts, self.fabric, choice, self.options)
         for group in groups:
             for cand in group:
                 if cand.name in done:
@@ -932,6 +931,15 @@ class Tuner:
             slow,
             ports,
         )
+
+
+def planned_moves(
+    facts: Mapping[str, Mapping[str, Any]], fabric: str, choice: LosslessChoice, options: TuneOptions
+) -> list[list[Candidate]]:
+    """The candidate moves per group that a run plans from ``facts`` (the rack as its baseline
+    measured it): the one planner of a tuning run and of ``fabtune tune --plan``."""
+    groups = host_groups(facts, fabric, choice.lossless, options.sm_flavor, choice.says)
+    return plan_rack(groups, options.skip_groups)
 
 
 def _ports(facts: Mapping[str, Mapping[str, Any]]) -> dict[str, list[dict[str, Any]]]:

@@ -13,6 +13,7 @@ from fabtune import rollback as rollbacks
 from fabtune.journal import Journal
 from fabtune.testbed import oracle as testbed_model
 from fabtune.testbed.spec import TestbedSpec
+from fabtune.tune import preview
 from fabtune.tune import run as tune_run
 from tests.integration.tunerack import FAST, build, current_state, drift_from, inventory
 from tests.unit.test_report_render import CHROMIUM, render
@@ -30,7 +31,12 @@ def test_tune_reaches_the_oracle_and_verifies_rollbacks(
     rack: TestbedSpec, tmp_path: Path
 ) -> None:
     before = current_state(rack)
+    runs = len(Journal().runs(10_000))
+    plan = preview.preview(inventory(rack), FAST)  # `fabtune tune --plan`: reads, changes nothing
+    assert drift_from(before, rack) == {"h01": [], "h02": []} and len(Journal().runs(10_000)) == runs
     result, report = tune_run.tune(inventory(rack), FAST, oracle=testbed_model.testbed_oracle)
+    assert [[m.name for m in group] for group in plan.groups] == result.planned  # the plan the run made
+    assert plan.skipped_groups == ("qps", "gdr") and plan.bounds.baseline_repetitions == FAST["baseline_runs"]
     doc = json.loads(report.read_text())
     assert doc["oracle"]["share_of_best"] >= 0.99, doc["oracle"]
     # The outcome, not one seed's path to it (issue 13.9): which moves get kept depends on the
