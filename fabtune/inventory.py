@@ -8,7 +8,8 @@ import re
 import subprocess
 import sys
 from collections import defaultdict
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,9 @@ class InventoryInfo:
     bench_timeout_s: int | None = None  # fabtune_bench_timeout_s: every benchmark launch's deadline
     lossless: LosslessClass | None = None  # fabtune_lossless: the class the switches run (RoCE)
     sm_flavor: str | None = None  # fabtune_sm_flavor: the subnet manager (IB): upstream or mlnx
+    # each host's variables as this read found them (host_vars' answer), so that a command reads its
+    # inventory once; None where the info was not read from the file
+    hostvars: Mapping[str, Mapping[str, Any]] | None = field(default=None, repr=False, compare=False)
 
 
 def _ansible_inventory(path: Path) -> dict[str, Any]:
@@ -92,9 +96,9 @@ def _duplicate_endpoints(hosts: list[str], hostvars: dict[str, Any]) -> list[str
 
 
 def _fabric_name(path: Path, first: dict[str, Any]) -> str:
-    for field in ("fabtune_fabric_name", "fabtune_testbed"):
-        if first.get(field):
-            return check_name(field, str(first[field]))
+    for key in ("fabtune_fabric_name", "fabtune_testbed"):
+        if first.get(key):
+            return check_name(key, str(first[key]))
     return check_name("inventory file name (no fabtune_fabric_name set)", path.stem)
 
 
@@ -145,7 +149,8 @@ def read_inventory(path: Path) -> InventoryInfo:
                          bench_timeout(path, first.get("fabtune_bench_timeout_s")),
                          lossless_class(path, fabric, {h: hostvars.get(h, {}).get(LOSSLESS) for h in hosts}),
                          sm_flavor(path, fabric, {h: hostvars.get(h, {}).get(SM_FLAVOR)
-                                                  for h in _group_hosts(data, "subnet_managers")}))
+                                                  for h in _group_hosts(data, "subnet_managers")}),
+                         {h: dict(hostvars.get(h) or {}) for h in hosts})
 
 
 def host_vars(path: Path) -> dict[str, dict[str, Any]]:
@@ -158,6 +163,13 @@ def host_vars(path: Path) -> dict[str, dict[str, Any]]:
     data = _ansible_inventory(Path(path).absolute())
     found = data.get("_meta", {}).get("hostvars", {})
     return {h: dict(found.get(h) or {}) for h in _group_hosts(data, "all")}
+
+
+def hostvars_of(info: InventoryInfo) -> dict[str, dict[str, Any]]:
+    """Each host's variables: those ``read_inventory`` found, else read now (:func:`host_vars`)."""
+    if info.hostvars is not None:
+        return {h: dict(v) for h, v in info.hostvars.items()}
+    return host_vars(info.path)
 
 
 BENCH_TIMEOUT = "fabtune_bench_timeout_s"

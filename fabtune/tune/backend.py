@@ -13,7 +13,7 @@ from typing import Any
 
 from fabtune import ansible, sshdirect
 from fabtune.errors import ConfigError, PlaybookFailed
-from fabtune.inventory import InventoryInfo, host_vars
+from fabtune.inventory import InventoryInfo, hostvars_of
 from fabtune.perf import diagnose, pairs, rdmacounters
 from fabtune.perf.argv import PerftestOptions
 from fabtune.perf.fabric import HostView, read_hosts
@@ -288,9 +288,9 @@ class AnsibleBackend:
             return None
 
     def _targets(self, hosts: Sequence[str]) -> dict[str, sshdirect.Target]:
-        """The direct channel's targets (the inventory is read once per backend)."""
+        """The direct channel's targets (the host variables the inventory's read found)."""
         if self._hostvars is None:
-            self._hostvars = host_vars(self.inventory)
+            self._hostvars = hostvars_of(self.info)
         if any(v.get("fabric_revert_script") not in (None, REVERT_SCRIPT) for v in self._hostvars.values()):
             raise sshdirect.Unsupported(str(self.inventory), ["fabric_revert_script: not the default"])
         return sshdirect.targets(self._hostvars, hosts)

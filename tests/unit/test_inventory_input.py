@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import stat
 import sys
@@ -159,3 +160,18 @@ def test_ansible_artifacts_are_private(monkeypatch: pytest.MonkeyPatch, tmp_path
     ]
     assert loose == []
     assert any(base.rglob("stdout"))
+
+
+def test_a_command_reads_its_inventory_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The host variables the direct SSH channel connects with are those read_inventory found (one
+    ansible-inventory run per command, not one more for the channel), the group's merged in."""
+    from fabtune import inventory
+    from fabtune.tune.backend import AnsibleBackend
+
+    info = read_inventory(_write(tmp_path / "inv.yml", GOOD + "    ansible_user: ops\n"))
+    assert info.hostvars is not None and inventory.host_vars(info.path) == info.hostvars
+    monkeypatch.setattr(inventory, "_ansible_inventory", lambda _path: pytest.fail("read again"))
+    targets = AnsibleBackend(info)._targets(["h01", "h02"])
+    assert {h: (t.address, t.user) for h, t in targets.items()} == {
+        "h01": ("10.231.0.11", "ops"), "h02": ("10.231.0.12", "ops")}
+    assert info == dataclasses.replace(info, hostvars=None)  # not part of what the info compares

@@ -13,9 +13,9 @@ import paramiko
 import pytest
 
 from fabtune import ansible, sshdirect
+from fabtune import inventory as inventory_mod
 from fabtune.errors import ConfigError
 from fabtune.inventory import InventoryInfo
-from fabtune.tune import backend as backend_mod
 from fabtune.tune.backend import AnsibleBackend, extend_result
 from fabtune.tune.loop import reverted_hosts
 
@@ -225,7 +225,7 @@ def _backend(tmp_path: Path, hosts: Sequence[str] = ("h01", "h02")) -> AnsibleBa
 
 def test_the_backend_extends_over_the_direct_channel(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("FABTUNE_HOME", str(tmp_path / "home"))
-    monkeypatch.setattr(backend_mod, "host_vars", lambda path: {
+    monkeypatch.setattr(inventory_mod, "host_vars", lambda path: {
         "h01": {"ansible_host": "10.9.0.1", "ansible_user": "ops"}, "h02": {"ansible_host": "10.9.0.2"}})
     seen: dict[str, Any] = {}
 
@@ -257,7 +257,7 @@ def test_the_backend_extends_over_the_direct_channel(monkeypatch: pytest.MonkeyP
 
 def test_the_backend_extends_through_the_playbook_where_the_channel_cannot_follow(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(backend_mod, "host_vars", lambda path: {
+    monkeypatch.setattr(inventory_mod, "host_vars", lambda path: {
         "h01": {"ansible_connection": "community.docker.docker"}, "h02": {}})
     monkeypatch.setattr(sshdirect, "run", lambda *a, **k: pytest.fail("no direct channel"))
     calls: list[Any] = []
@@ -276,7 +276,7 @@ def test_the_backend_extends_through_the_playbook_where_the_channel_cannot_follo
 def test_the_backend_confirms_over_the_direct_channel_where_its_applies_installed_the_revert(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("FABTUNE_HOME", str(tmp_path / "home"))
-    monkeypatch.setattr(backend_mod, "host_vars", lambda path: {"h01": {"ansible_host": "10.9.0.1"},
+    monkeypatch.setattr(inventory_mod, "host_vars", lambda path: {"h01": {"ansible_host": "10.9.0.1"},
                                                                  "h02": {"ansible_host": "10.9.0.2"}})
     seen: dict[str, Any] = {}
 
@@ -321,7 +321,7 @@ def test_a_backend_that_installed_nothing_confirms_directly_and_plays_only_where
     older than the verb (usage, exit 2) or missing (sudo: exit 1) is confirmed by confirm.yml."""
     monkeypatch.setenv("FABTUNE_HOME", str(tmp_path / "home"))
     hosts = {f"h0{i}": {"ansible_host": f"10.9.0.{i}"} for i in range(1, 5)}
-    monkeypatch.setattr(backend_mod, "host_vars", lambda path: hosts)
+    monkeypatch.setattr(inventory_mod, "host_vars", lambda path: hosts)
     answers = {
         "h01": sshdirect.Result("h01", 0, '{"changed": true, "reverted": false}\n', ""),
         "h02": sshdirect.Result("h02", 3, '{"changed": false, "reverted": true, "msg": "gone"}\n', ""),
