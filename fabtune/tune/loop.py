@@ -343,6 +343,22 @@ class Tuner:
         self.emit("phase", f"facts read from {len(facts)} hosts", {"hosts": sorted(facts)})
         return facts
 
+    def _say_plan(self, groups: Sequence[Sequence[Candidate]]) -> None:
+        """The plan's size and its benchmarks' time at the rates the baseline measured (a run on a
+        large rack is long: the operator learns how long before the first move)."""
+        work = plan_work(groups, self.options, self.run_s, self.pair_s)
+        if not work.moves_at_most:
+            self.emit("plan", "nothing to try: every group is as planned already", work.as_dict())
+            return
+        self.emit(
+            "plan",
+            f"{len(work.groups)} groups ({', '.join(work.groups)}), {work.moves_at_least} to "
+            f"{work.moves_at_most} moves: their benchmarks take about {_minutes(work.low_s)} to "
+            f"{_minutes(work.high_s)} at the baseline's {self.run_s:.1f} s per repetition and "
+            f"{self.pair_s:.1f} s per ib_write_bw round, applies not counted",
+            work.as_dict(),
+        )
+
     def lossless_class(self, facts: Mapping[str, Mapping[str, Any]]) -> LosslessChoice:
         """Where the plan's lossless class comes from (``fabtune.tune.lossless``), journaled and
         printed with the switches that disagree and the inventory's class that LLDP contradicts."""
@@ -894,6 +910,7 @@ class Tuner:
         moves: list[MoveRecord] = list(self.repairs)
         choice = self.lossless_class(facts)
         groups = planned_moves(facts, self.fabric, choice, self.options)
+        self._say_plan(groups)
         for group in groups:
             for cand in group:
                 if cand.name in done:
@@ -931,6 +948,49 @@ class Tuner:
             slow,
             ports,
         )
+
+
+@dataclass(frozen=True)
+class PlanWork:
+    """How much benchmarking a plan needs: its groups, the fewest and most moves, and seconds."""
+
+    groups: tuple[str, ...]
+    moves_at_least: int
+    moves_at_most: int
+    low_s: float  # one move per group (its cheapest), at the fewest repetitions, no pair round or top-up
+    high_s: float  # every candidate to the most repetitions, both pair rounds, each kept and topped up
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _move_seconds(cand: Candidate, options: TuneOptions, run_s: float, pair_s: float) -> tuple[float, float]:
+    """One move's benchmark seconds, fewest and most: its repetitions, its ib_write_bw rounds where
+    they can see it, and at most the kept state's top-up (repetitions and a second pair round)."""
+    policy = options.policy
+    rounds = pair_s if touches_rdma_cm(cand.change) else 0.0
+    low = policy.min_runs * run_s  # rolled back on nccl-tests alone
+    top_up = max(0, options.baseline_runs - policy.min_runs) * run_s + rounds
+    high = policy.max_runs * run_s + REFERENCE_ROUNDS * rounds + top_up
+    return low, high
+
+
+def plan_work(groups: Sequence[Sequence[Candidate]], options: TuneOptions, run_s: float,
+              pair_s: float) -> PlanWork:
+    """The benchmark work of ``groups`` at ``run_s`` per repetition and ``pair_s`` per pair round."""
+    tried = [g for g in groups if g]
+    costs = [[_move_seconds(c, options, run_s, pair_s) for c in group] for group in tried]
+    return PlanWork(
+        groups=tuple(group[0].group for group in tried),
+        moves_at_least=len(tried),
+        moves_at_most=sum(len(g) for g in tried),
+        low_s=sum(min(low for low, _ in group) for group in costs),
+        high_s=sum(high for group in costs for _, high in group),
+    )
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
 
 
 def planned_moves(

@@ -14,7 +14,10 @@ from fabtune import cli
 from fabtune.errors import ExitStatus
 from fabtune.inventory import InventoryInfo
 from fabtune.journal import Journal
+from fabtune.knobs import Candidate, Change
 from fabtune.tune import preview
+from fabtune.tune.loop import TuneOptions, Tuner, plan_work
+from tests.unit.test_tune_loop import FakeRack
 from tests.unit.test_tune_per_host import ODD, TUNED, UnevenRack, tune
 
 HOSTS = ("h01", "h02", "h03")
@@ -91,3 +94,41 @@ def test_plan_takes_no_progress_stream_or_job(
     code = cli.main(["tune", "-i", str(fake_rack), "--plan", *extra])
     assert code == ExitStatus.USAGE
     assert "--plan shows the plan only" in capsys.readouterr().err
+
+
+def _cand(group: str, name: str, change: Change) -> Candidate:
+    return Candidate(group, name, change, "why")
+
+
+def test_the_plans_benchmark_time_counts_repetitions_rounds_and_top_ups() -> None:
+    """At 10 s a repetition and 5 s a pair round, with the default policy (2 to 12 repetitions, a
+    reference of 8): a NIC move takes 20 s at least (rolled back after 2 runs) and at most 120 s of
+    runs, 2 pair rounds and a keep's top-up of 6 runs and a round (195 s); an NCCL move no rounds."""
+    groups = [
+        [_cand("lossless", "a", Change(nic={"pfc": [3]})), _cand("lossless", "b", Change(nic={"pfc": [4]}))],
+        [_cand("mtu", "MTU 4200", Change(nic={"mtu": 4200}))],
+        [],  # a group the rack already runs
+        [_cand("qps", f"{n} QPs", Change(nccl={"NCCL_IB_QPS_PER_CONNECTION": str(n)})) for n in (4, 8)],
+    ]
+    work = plan_work(groups, TuneOptions(), run_s=10.0, pair_s=5.0)
+    assert work.groups == ("lossless", "mtu", "qps")
+    assert (work.moves_at_least, work.moves_at_most) == (3, 5)
+    assert work.low_s == 3 * 20.0
+    assert work.high_s == 3 * 195.0 + 2 * 180.0
+
+
+def test_the_run_says_its_plan_and_time_after_the_baseline(tmp_path: Path) -> None:
+    events: list[tuple[str, str, dict[str, Any]]] = []
+    journal = Journal(tmp_path / "j.sqlite")
+    run_id = journal.open_run("tune", "rack", "inv.yml", None)
+    loop = Tuner(FakeRack(lossless_prio=4), journal, run_id, "roce",
+                 options=TuneOptions(skip_groups=("qps", "gdr")),
+                 on_event=lambda kind, message, data: events.append((kind, message, data)))
+    result = loop.run()
+    (said,) = [(m, d) for kind, m, d in events if kind == "plan" and "moves" in m]
+    message, data = said
+    assert data["groups"] == ("lossless", "mtu") and data["moves_at_least"] == 2
+    assert data["moves_at_most"] == sum(len(g) for g in result.planned)
+    assert 0 < data["low_s"] < data["high_s"] and "applies not counted" in message
+    kinds = [kind for kind, *_ in events]
+    assert kinds.index("baseline") < kinds.index("plan", kinds.index("baseline")) < kinds.index("move")
