@@ -147,7 +147,9 @@ def _hosts_text(hosts: Sequence[str], every: Sequence[str]) -> str:
 def print_plan(plan: preview.Plan, output: ResultOutput) -> None:
     """The plan as a table (one row per candidate move) with the run's benchmark work, and as JSON."""
     console = output.console()
-    console.print(f"{plan.fabric} rack, {len(plan.hosts)} hosts; lossless class: {plan.lossless['says']}",
+    flow = (f"lossless class: {plan.lossless['says']}" if plan.lossless is not None
+            else "credit-based flow control (no lossless class to choose)")
+    console.print(f"{plan.fabric} rack, {len(plan.hosts)} hosts; {flow}",
                   markup=False, highlight=False, soft_wrap=True)
     table = Table("group", "move", "knobs", "hosts", "also ib_write_bw", "why")
     for group in plan.groups:

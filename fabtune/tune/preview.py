@@ -61,7 +61,7 @@ class Plan:
     inventory: str
     fabric: str
     hosts: tuple[str, ...]
-    lossless: Mapping[str, Any]
+    lossless: Mapping[str, Any] | None  # where the RoCE lossless class came from; None on InfiniBand
     groups: tuple[tuple[PlannedMove, ...], ...]
     skipped_groups: tuple[str, ...]
     bounds: RunBounds
@@ -115,6 +115,7 @@ def preview(inventory: Path, raw_options: Mapping[str, Any] | None = None,
         f"run keeps at most one alternative; a ladder ({ladders}) stops at its first rung that does "
         "not pay. Nothing was changed on any host."
     )
-    return Plan("tune_plan", str(info.path), info.fabric, tuple(hosts), choice.to_json(), groups,
+    lossless = choice.to_json() if info.fabric == "roce" else None  # IB: credit-based, no class
+    return Plan("tune_plan", str(info.path), info.fabric, tuple(hosts), lossless, groups,
                 tuple(g for g in GROUP_NAMES if g in options.skip_groups),
                 bounds(groups, options, pairs), note)

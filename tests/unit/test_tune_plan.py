@@ -132,3 +132,14 @@ def test_the_run_says_its_plan_and_time_after_the_baseline(tmp_path: Path) -> No
     assert 0 < data["low_s"] < data["high_s"] and "applies not counted" in message
     kinds = [kind for kind, *_ in events]
     assert kinds.index("baseline") < kinds.index("plan", kinds.index("baseline")) < kinds.index("move")
+
+
+def test_an_infiniband_plan_has_no_lossless_class(
+    fake_rack: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    info = InventoryInfo(fake_rack, "rack", "ib", HOSTS, (), "mpirun", None)
+    monkeypatch.setattr(preview, "read_inventory", lambda _path: info)
+    assert preview.preview(fake_rack).lossless is None
+    assert cli.main(["tune", "-i", str(fake_rack), "--plan"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("ib rack, 3 hosts; credit-based flow control (no lossless class to choose)")
