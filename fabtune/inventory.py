@@ -150,7 +150,7 @@ def read_inventory(path: Path) -> InventoryInfo:
                          lossless_class(path, fabric, {h: hostvars.get(h, {}).get(LOSSLESS) for h in hosts}),
                          sm_flavor(path, fabric, {h: hostvars.get(h, {}).get(SM_FLAVOR)
                                                   for h in _group_hosts(data, "subnet_managers")}),
-                         {h: dict(hostvars.get(h) or {}) for h in hosts})
+                         _hostvars_of(data, hosts))
 
 
 def host_vars(path: Path) -> dict[str, dict[str, Any]]:
@@ -161,8 +161,13 @@ def host_vars(path: Path) -> dict[str, dict[str, Any]]:
         ConfigError: when ansible-inventory cannot read the file.
     """
     data = _ansible_inventory(Path(path).absolute())
+    return _hostvars_of(data, _group_hosts(data, "all"))
+
+
+def _hostvars_of(data: Mapping[str, Any], hosts: list[str]) -> dict[str, dict[str, Any]]:
+    """``hosts``' variables in ansible-inventory's ``--list`` answer (``_meta.hostvars``)."""
     found = data.get("_meta", {}).get("hostvars", {})
-    return {h: dict(found.get(h) or {}) for h in _group_hosts(data, "all")}
+    return {h: dict(found.get(h) or {}) for h in hosts}
 
 
 def hostvars_of(info: InventoryInfo) -> dict[str, dict[str, Any]]:

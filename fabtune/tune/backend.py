@@ -65,8 +65,7 @@ def combined(first: ansible.RunOutcome, second: ansible.RunOutcome) -> ansible.R
     for outcome in (first, second):
         for key, per_host in outcome.stats.items():
             stats.setdefault(key, {}).update(per_host)
-    ok = first.status == second.status == "successful"
-    status = "successful" if ok else second.status if second.status != "successful" else first.status
+    status = next((o.status for o in (second, first) if o.status != "successful"), "successful")
     return ansible.RunOutcome(status=status, rc=second.rc or first.rc, stats=stats,
                               tasks=first.tasks + second.tasks, artifact_dir=second.artifact_dir)
 

@@ -20,7 +20,7 @@ from fabtune.inventory import read_inventory
 from fabtune.knobs import GROUP_NAMES, LADDERS, ROLES, Candidate, roles_of
 from fabtune.profile import Profile, check_against_rack
 from fabtune.tune.backend import AnsibleBackend
-from fabtune.tune.loop import REFERENCE_ROUNDS, TuneOptions, planned_moves, touches_rdma_cm
+from fabtune.tune.loop import REFERENCE_ROUNDS, TuneOptions, plan_work, planned_moves, touches_rdma_cm
 from fabtune.tune.lossless import choose as choose_lossless
 from fabtune.tune.run import options_from
 
@@ -75,17 +75,18 @@ def planned_move(cand: Candidate, hosts: Sequence[str]) -> PlannedMove:
                        tuple(sorted(cand.hosts or hosts)), cand.why, touches_rdma_cm(cand.change))
 
 
-def bounds(groups: Sequence[Sequence[PlannedMove]], options: TuneOptions, pairs: bool) -> RunBounds:
+def bounds(groups: Sequence[Sequence[Candidate]], options: TuneOptions, pairs: bool) -> RunBounds:
     """The run's benchmark work: at least one move per group (a group stops at its first kept
     alternative; a ladder at its first rung that does not pay), at most every candidate."""
     policy = options.policy
+    work = plan_work(groups, options, run_s=0.0, pair_s=0.0)  # the counts; no rates before a baseline
     return RunBounds(
         baseline_repetitions=options.baseline_runs,
         baseline_pair_rounds=REFERENCE_ROUNDS if pairs else 0,
         per_move_repetitions=(policy.min_runs, policy.max_runs),
         top_up_after_keep=options.baseline_runs,
-        moves_at_most=sum(len(g) for g in groups),
-        moves_at_least=sum(1 for g in groups if g),
+        moves_at_most=work.moves_at_most,
+        moves_at_least=work.moves_at_least,
     )
 
 
@@ -105,8 +106,8 @@ def preview(inventory: Path, raw_options: Mapping[str, Any] | None = None,
     facts = AnsibleBackend(info, deadline).facts()
     choice = choose_lossless(facts, options.lossless, info.fabric)
     hosts = sorted(facts)
-    groups = tuple(tuple(planned_move(c, hosts) for c in group)
-                   for group in planned_moves(facts, info.fabric, choice, options))
+    candidates = planned_moves(facts, info.fabric, choice, options)
+    groups = tuple(tuple(planned_move(c, hosts) for c in group) for group in candidates)
     pairs = len(hosts) >= 2  # the baseline's ib_write_bw reference: any rack with a pair to measure
     ladders = ", ".join(sorted(LADDERS))
     note = (
@@ -118,4 +119,4 @@ def preview(inventory: Path, raw_options: Mapping[str, Any] | None = None,
     lossless = choice.to_json() if info.fabric == "roce" else None  # IB: credit-based, no class
     return Plan("tune_plan", str(info.path), info.fabric, tuple(hosts), lossless, groups,
                 tuple(g for g in GROUP_NAMES if g in options.skip_groups),
-                bounds(groups, options, pairs), note)
+                bounds(candidates, options, pairs), note)
