@@ -28,8 +28,9 @@ from fabtune.tune.run import options_from
 @dataclass(frozen=True)
 class PlannedMove:
     """One candidate move: its group, name, knobs, the roles that apply them (every role where a knob
-    has none), the hosts it is for,
-    why it is worth trying, and whether an ib_write_bw round (rdma_cm) also judges it."""
+    has none), the hosts it is for, why it is worth trying, and whether its knobs are ones
+    ib_write_bw (rdma_cm) can see (the run then also measures a pair round, unless no NIC it would
+    change differs: a lossless move on NICs that run the class already changes NCCL alone)."""
 
     group: str
     name: str
@@ -71,7 +72,7 @@ class Plan:
 def planned_move(cand: Candidate, hosts: Sequence[str]) -> PlannedMove:
     """A candidate as the preview shows it (no hosts named: every host of the rack)."""
     knobs = cand.change.knobs()
-    return PlannedMove(cand.group, cand.name, tuple(knobs), roles_of(knobs) or tuple(ROLES),
+    return PlannedMove(cand.group, cand.name, tuple(knobs), roles_of(knobs) or ROLES,
                        tuple(sorted(cand.hosts or hosts)), cand.why, touches_rdma_cm(cand.change))
 
 
