@@ -30,6 +30,30 @@ class _Verbs(click.Group):
         return (super().get_command(ctx, cmd_name) or commands.load(cmd_name)
                 or plugins.commands().get(cmd_name))
 
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The verbs and their one-line help; fabtune's own from ``commands.SUMMARIES`` (no verb's
+        module is imported to list it), the others from their commands."""
+        summaries: dict[str, str] = {}
+        found: dict[str, click.Command] = {}
+        for name in self.list_commands(ctx):
+            if name in commands.SUMMARIES and name not in self.commands:
+                summaries[name] = commands.SUMMARIES[name]
+            elif (command := self.get_command(ctx, name)) is not None and not command.hidden:
+                found[name] = command
+        names = sorted({*summaries, *found})
+        if not names:
+            return
+        limit = formatter.width - 6 - max(len(name) for name in names)
+        rows = [(n, _shortened(summaries[n], limit) if n in summaries else found[n].get_short_help_str(limit))
+                for n in names]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+def _shortened(text: str, limit: int) -> str:
+    """A one-line help cut to ``limit`` characters the way click cuts a command's own."""
+    return click.Command("_", help=text).get_short_help_str(limit)
+
 
 @click.group(cls=_Verbs, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="fabtune")

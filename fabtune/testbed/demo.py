@@ -9,12 +9,10 @@ import click
 from fabtune.commands import _console
 from fabtune.commands._common import ResultOutput, result_output
 from fabtune.commands._progress import Progress
-from fabtune.commands.tune import print_result
 from fabtune.profile import load_profile
 from fabtune.testbed import build
 from fabtune.testbed.oracle import testbed_oracle
 from fabtune.testbed.spec import load_spec
-from fabtune.tune import run as tune_run
 
 DEMO_SPEC = Path(__file__).resolve().parent / "specs" / "demo.yml"
 
@@ -41,6 +39,10 @@ def demo(spec_file: Path, keep: bool, profile: Path | None, output: ResultOutput
     """Build a small misconfigured RoCE rack, tune it, and say where the report is (the run's
     result as JSON with --json / -o FILE, as fabtune tune prints it)."""
     console = _console.err()
+    # the tuning loop loads when the demo runs, not when the verb list does (fabtune --help)
+    from fabtune.commands.tune import print_result
+    from fabtune.tune import run as tune_run
+
     loaded = None if profile is None else load_profile(profile, need="fabtune_tune")
     spec = load_spec(spec_file, {})
     with console.status(f"building testbed {spec.name!r} ({len(spec.hosts)} hosts)"):

@@ -495,7 +495,7 @@ def test_demo_prints_its_result_as_json(
     result = TuneResult("r1", [120.0, 120.8], [130.0, 134.0], 0.01, [], {}, [])
     monkeypatch.setattr(demo.build, "up", lambda spec: tmp_path)
     monkeypatch.setattr(demo.build, "down", lambda name: None)
-    monkeypatch.setattr(demo.tune_run, "tune", lambda *a, **k: (result, report_json))
+    monkeypatch.setattr("fabtune.tune.run.tune", lambda *a, **k: (result, report_json))
     assert main(["demo", "--json", "--down"]) == 0
     out = json.loads(capsys.readouterr().out)  # nothing but the JSON on stdout
     assert out["run_id"] == "r1" and out["report_html"] == str(tmp_path / "report.html")
