@@ -447,21 +447,6 @@ def _stop_tree(pid: int | None, grace_s: float = 5.0) -> None:
             proc.kill()
 
 
-def combined(first: RunOutcome, second: RunOutcome) -> RunOutcome:
-    """Two outcomes as one (work on other hosts, or done after the first on the same ones): the
-    tasks of both in order, each host's counts added, the later failure's status, the second's
-    artifacts."""
-    stats: dict[str, dict[str, int]] = {}
-    for outcome in (first, second):
-        for key, per_host in outcome.stats.items():
-            into = stats.setdefault(key, {})
-            for host, count in per_host.items():
-                into[host] = into.get(host, 0) + count
-    status = next((o.status for o in (second, first) if o.status != "successful"), "successful")
-    return RunOutcome(status=status, rc=second.rc or first.rc, stats=stats,
-                      tasks=first.tasks + second.tasks, artifact_dir=second.artifact_dir)
-
-
 def recorded(kind: str, tasks: Sequence[TaskResult]) -> RunOutcome:
     """The outcome of host work done outside Ansible (``fabtune.sshdirect``), shaped as a run's: a
     failed task fails its host (``stats``), an unreachable one is ``dark``; the results are kept as

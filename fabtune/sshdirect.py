@@ -271,14 +271,6 @@ def _collect(chan: paramiko.Channel, deadline: float) -> tuple[int, bytes, bytes
 def run_one(t: Target, argv: Sequence[str], *, root: bool = False,
             connect_timeout_s: float = CONNECT_TIMEOUT_S, timeout_s: float = COMMAND_TIMEOUT_S) -> Result:
     """Run ``argv`` on ``t``; the result says what failed (never raises for one host's failure)."""
-    return run_many(t, [argv], root=root, connect_timeout_s=connect_timeout_s, timeout_s=timeout_s)[0]
-
-
-def run_many(t: Target, argvs: Sequence[Sequence[str]], *, root: bool = False,
-             connect_timeout_s: float = CONNECT_TIMEOUT_S,
-             timeout_s: float = COMMAND_TIMEOUT_S) -> list[Result]:
-    """Run each of ``argvs`` on ``t`` in turn over one connection, each within ``timeout_s``: one
-    result per argv (where the connection failed, each says so). Never raises for the host's failure."""
     where = f"{t.user}@{t.address}:{t.port}"
     try:
         client = _client(t, connect_timeout_s)
@@ -286,21 +278,9 @@ def run_many(t: Target, argvs: Sequence[Sequence[str]], *, root: bool = False,
         hostkey = isinstance(err, paramiko.BadHostKeyException) or "not found in known_hosts" in str(err)
         why = (f"host key of {where} unknown or changed (known_hosts: {', '.join(t.known_hosts)}): refused"
                if hostkey else f"cannot connect to {where}: {err}")
-        return [Result(t.host, None, "", "", why, hostkey=hostkey) for _ in argvs]
+        return Result(t.host, None, "", "", why, hostkey=hostkey)
     except (OSError, EOFError) as err:
-        why = f"cannot connect to {where}: {err or type(err).__name__}"
-        return [Result(t.host, None, "", "", why) for _ in argvs]
-    try:
-        return [_exec(client, t, argv, root=root, connect_timeout_s=connect_timeout_s, timeout_s=timeout_s)
-                for argv in argvs]
-    finally:
-        client.close()
-
-
-def _exec(client: paramiko.SSHClient, t: Target, argv: Sequence[str], *, root: bool,
-          connect_timeout_s: float, timeout_s: float) -> Result:
-    """One command on an open connection (a session channel of its own)."""
-    where = f"{t.user}@{t.address}:{t.port}"
+        return Result(t.host, None, "", "", f"cannot connect to {where}: {err or type(err).__name__}")
     try:
         chan = client.get_transport().open_session(timeout=connect_timeout_s)  # type: ignore[union-attr]
         chan.exec_command(command_line(argv, root=root, user=t.user))
@@ -310,6 +290,8 @@ def _exec(client: paramiko.SSHClient, t: Target, argv: Sequence[str], *, root: b
         return Result(t.host, None, "", "", f"{argv[0]} on {where} did not finish within {timeout_s:g} s")
     except (paramiko.SSHException, OSError, EOFError) as exc:
         return Result(t.host, None, "", "", f"{argv[0]} on {where} failed: {exc or type(exc).__name__}")
+    finally:
+        client.close()
 
 
 def run(found: Mapping[str, Target], argv: Sequence[str], *, forks: int, root: bool = False,
@@ -321,29 +303,14 @@ def run(found: Mapping[str, Target], argv: Sequence[str], *, forks: int, root: b
         HostKeyRejected: a host's key is unknown or changed (the others' results are lost with it:
             nothing is trusted from a rack whose keys do not match).
     """
-    done = run_each(found, {h: [argv] for h in found}, forks=forks, root=root,
-                    connect_timeout_s=connect_timeout_s, timeout_s=timeout_s)
-    return {h: results[0] for h, results in done.items()}
-
-
-def run_each(found: Mapping[str, Target], argvs: Mapping[str, Sequence[Sequence[str]]], *, forks: int,
-             root: bool = False, connect_timeout_s: float = CONNECT_TIMEOUT_S,
-             timeout_s: float = COMMAND_TIMEOUT_S) -> dict[str, list[Result]]:
-    """Run each host's own ``argvs`` on it in turn over one connection, ``forks`` hosts at a time:
-    ``{host: [Result per argv]}`` (hosts of ``found`` without argvs are left out).
-
-    Raises:
-        HostKeyRejected: as :func:`run`.
-    """
-    hosts = sorted(h for h in found if argvs.get(h))
+    hosts = sorted(found)
     if not hosts:
         return {}
     workers = max(1, min(forks, len(hosts)))
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sshdirect") as pool:
-        done = list(pool.map(lambda h: run_many(found[h], argvs[h], root=root,
-                                                connect_timeout_s=connect_timeout_s, timeout_s=timeout_s),
-                             hosts))
-    refused = [r for results in done for r in results[:1] if r.hostkey]
+        done = list(pool.map(lambda h: run_one(found[h], argv, root=root, connect_timeout_s=connect_timeout_s,
+                                               timeout_s=timeout_s), hosts))
+    refused = [r for r in done if r.hostkey]
     if refused:
         raise HostKeyRejected("; ".join(f"{r.host}: {r.error}" for r in refused))
-    return dict(zip(hosts, done, strict=True))
+    return {r.host: r for r in done}

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import dataclasses
-import functools
 import json
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -22,7 +21,7 @@ from fabtune.perf.pairs import PairResult
 from fabtune.perf.schedule import covering_rounds, pair_rounds, rail_pairs
 from fabtune.state import HostState, trees_of
 from fabtune.tune import pairs as rdma_cm
-from fabtune.tune.measure import Batch, CounterReader, MeasureSpec, busbw_ceilings, measure
+from fabtune.tune.measure import Batch, MeasureSpec, busbw_ceilings, measure
 
 # The host-side revert program (role fabric_revert) and its verbs (fabric_apply.EXTEND_FLAG and
 # CONFIRM_FLAG), with the role's tasks (extend.yml's, confirm.yml's) whose results they stand for.
@@ -34,11 +33,6 @@ CONFIRM_TASK = "Confirm the run (cancel the revert)"
 EXIT_REVERTED = 3  # fabtune-revert's exit status where the host already reverted the run (fabric_apply)
 # Where each host keeps a run's pre-run record (the fabric_revert module writes it on first arming).
 REVERT_STATE_DIR = "/var/lib/fabtune/revert"
-# Where a host's counter reads find ethtool over the direct channel (sbin, which Debian leaves out of
-# a non-root login's PATH; the inventory's fabtune_tool_path instead, as in the playbooks), and
-# each read's deadline (the playbooks' fabric_run deadline_s).
-TOOL_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-COUNTER_READ_TIMEOUT_S = 60
 # An armed apply arms each host's revert for the deadline plus the time the apply itself may take
 # (role variable fabric_revert_apply_s); its last play then sets the deadline from its end. The
 # allowance is twice the longest apply this run has seen, and at least APPLY_ALLOWANCE_S: an apply
@@ -65,17 +59,15 @@ def confirm_result(done: sshdirect.Result) -> ansible.TaskResult:
     return dataclasses.replace(task, changed=done.ok and bool(task.result.get("changed")))
 
 
-def counter_result(task: str, host: str, reads: Sequence[Mapping[str, Any]],
-                   done: Sequence[sshdirect.Result]) -> ansible.TaskResult:
-    """One host's counter reads over the direct channel as ``task``'s result, shaped as the
-    playbook's fabric_run call returns it; a host that could not be reached is unreachable."""
-    lost = next((r.error for r in done if r.rc is None), None)
-    if lost is not None:
-        return ansible.TaskResult(host, task, "fabtune.fabric.fabric_run", "runner_on_unreachable", False,
-                                  {"msg": lost, "unreachable": True})
-    runs = [{"id": str(read["id"]), "rc": r.rc, "stdout": r.stdout, "stderr": r.stderr, "timed_out": False}
-            for read, r in zip(reads, done, strict=True)]
-    return ansible.TaskResult(host, task, "fabtune.fabric.fabric_run", "runner_on_ok", False, {"runs": runs})
+def combined(first: ansible.RunOutcome, second: ansible.RunOutcome) -> ansible.RunOutcome:
+    """Two outcomes of the same work on different hosts as one (the second's artifacts)."""
+    stats: dict[str, dict[str, int]] = {}
+    for outcome in (first, second):
+        for key, per_host in outcome.stats.items():
+            stats.setdefault(key, {}).update(per_host)
+    status = next((o.status for o in (second, first) if o.status != "successful"), "successful")
+    return ansible.RunOutcome(status=status, rc=second.rc or first.rc, stats=stats,
+                              tasks=first.tasks + second.tasks, artifact_dir=second.artifact_dir)
 
 
 def revert_result(done: sshdirect.Result, task: str) -> ansible.TaskResult:
@@ -207,8 +199,6 @@ class AnsibleBackend:
             extravars["fabric_revert_installed_hosts"] = sorted(self.revert_installed)
         if self.boot_installed:
             extravars["fabric_boot_installed_hosts"] = sorted(self.boot_installed)
-        limit = self._limit(desired)
-        channel = None
         if run_id is not None and snapshots is not None:
             extravars.update(
                 fabric_revert_run_id=run_id,
@@ -216,10 +206,7 @@ class AnsibleBackend:
                 fabric_revert_apply_s=self.apply_allowance_s(),
                 fabric_revert_snapshots=trees_of(snapshots),
             )
-            # the deadline is set from the apply's end over the direct channel, not by a last play
-            channel = self._direct(sorted(desired))
-            if channel is not None:
-                extravars["fabric_revert_extend_after"] = False
+        limit = self._limit(desired)
         # The roles' tasks carry their role's name as a tag: with --tags, Ansible leaves the other
         # roles' tasks out when it loads the play, instead of skipping each on every host
         tags = list(roles) if roles else []
@@ -227,12 +214,10 @@ class AnsibleBackend:
         try:
             outcome = ansible.run_playbook("apply.yml", self.inventory, extravars=extravars, limit=limit,
                                            tags=tags)
-            self.revert_installed |= installed_on(outcome, REVERT_INSTALL_TASK)
-            self.boot_installed |= installed_on(outcome, BOOT_INSTALL_TASK)
-            if channel is not None and run_id is not None and outcome.ok:
-                outcome = ansible.combined(outcome, self._extend_direct(run_id, channel))
         finally:
             self.longest_apply_s = max(self.longest_apply_s, time.monotonic() - start)
+        self.revert_installed |= installed_on(outcome, REVERT_INSTALL_TASK)
+        self.boot_installed |= installed_on(outcome, BOOT_INSTALL_TASK)
         return outcome
 
     def apply_allowance_s(self) -> int:
@@ -270,7 +255,7 @@ class AnsibleBackend:
             assert direct is not None
             return direct
         played = self._confirm_playbook(run_id, ",".join(rest))
-        return played if direct is None else ansible.combined(direct, played)
+        return played if direct is None else combined(direct, played)
 
     def _confirm_playbook(self, run_id: str, limit: str | None) -> ansible.RunOutcome:
         return ansible.run_playbook("confirm.yml", self.inventory, extravars={"fabric_run_id": run_id},
@@ -294,9 +279,6 @@ class AnsibleBackend:
         if found is None:
             return ansible.run_playbook("extend.yml", self.inventory, extravars={
                 "fabric_run_id": run_id, "fabric_revert_deadline_s": self.deadline_s}, limit=limit)
-        return self._extend_direct(run_id, found)
-
-    def _extend_direct(self, run_id: str, found: Mapping[str, sshdirect.Target]) -> ansible.RunOutcome:
         argv = [REVERT_SCRIPT, EXTEND_FLAG, run_id, str(int(self.deadline_s))]
         done = sshdirect.run(found, argv, forks=ansible.forks_for(self.inventory), root=True)
         return ansible.recorded("extend", [extend_result(r) for r in done.values()])
@@ -382,24 +364,7 @@ class AnsibleBackend:
             ceilings=self.ceilings or {},
             hw_reads=self.hw_reads,
         )
-        return measure(spec, repetitions, self._counter_reader())
-
-    def _counter_reader(self) -> CounterReader | None:
-        """The counters read over the direct channel (one connection per host, its reads in turn, no
-        module), where the channel follows the inventory; None: bench_measure.yml's plays read them."""
-        hosts = sorted(set(self.netdevs or {}) | set(self.hw_reads))
-        found = self._direct(hosts) if hosts else None
-        return None if found is None else functools.partial(self._read_counters, found)
-
-    def _read_counters(self, found: Mapping[str, sshdirect.Target], task: str,
-                       reads: Mapping[str, Sequence[Mapping[str, Any]]]) -> ansible.RunOutcome:
-        """Each host's counter reads, as ``task``'s fabric_run results (``runs``: id, rc, stdout)."""
-        hostvars = self._hostvars or {}
-        argvs = {h: [["env", f"PATH={hostvars.get(h, {}).get('fabtune_tool_path') or TOOL_PATH}",
-                      *map(str, r["argv"])] for r in reads.get(h, ())] for h in found}
-        done = sshdirect.run_each(found, argvs, forks=ansible.forks_for(self.inventory),
-                                  timeout_s=COUNTER_READ_TIMEOUT_S)
-        return ansible.recorded("bench_counters", [counter_result(task, h, reads[h], done[h]) for h in done])
+        return measure(spec, repetitions)
 
     def pairs(self) -> rdma_cm.PairRound | None:
         """One pair round and one incast stage over rdma_cm (None: fewer than 2 hosts to pair).

@@ -13,7 +13,7 @@ evidence, and its repetition's other metric is dropped with it.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -285,42 +285,29 @@ def judge_runs(
     return samples, failures, first_output or fallback
 
 
-# Reads every host's counters and returns them as the result of the named task (READ_BEFORE or
-# READ_AFTER) of bench_measure.yml would: per host, fabric_run's ``runs`` ({id, rc, stdout}).
-CounterReader = Callable[[str, Mapping[str, Sequence[Mapping[str, Any]]]], ansible.RunOutcome]
-
-
-def measure(spec: MeasureSpec, repetitions: int, read_counters: CounterReader | None = None) -> Batch:
+def measure(spec: MeasureSpec, repetitions: int) -> Batch:
     """Run ``repetitions`` of (all_reduce, alltoall) in one Ansible run.
 
     A launch that fails (deadline, exit status, unreadable or impossible output) is returned as a
-    failed run, never as a sample. ``read_counters``: reads the counters before and after the run
-    instead of the playbook's plays (the direct SSH channel: one connection per host, no module).
+    failed run, never as a sample.
 
     Raises:
         PlaybookFailed: when a host is unreachable or the run itself missed its deadline.
     """
     argvs = [_argv(spec, t) for _ in range(repetitions) for t in TESTS]
-    reads = {
-        h: rdmacounters.read_commands(spec.netdevs.get(h, ()), spec.hw_reads.get(h, ()))
-        for h in sorted(set(spec.netdevs) | set(spec.hw_reads))
-    }
     extravars = {
         "fabtune_launch_host": spec.hosts[0],
         "fabtune_measure_argvs": argvs,
-        "fabtune_counter_reads": reads if read_counters is None else {},
+        "fabtune_counter_reads": {
+            h: rdmacounters.read_commands(spec.netdevs.get(h, ()), spec.hw_reads.get(h, ()))
+            for h in sorted(set(spec.netdevs) | set(spec.hw_reads))
+        },
         "fabtune_bench_deadline_s": spec.deadline,
     }
     timeout_s = run_timeout_s(spec.deadline, len(argvs))
-    before = None
-    if read_counters is not None:
-        before = read_counters(READ_BEFORE, reads)
-        _raise_unless_runs_only(before)  # no launch where a host's counters cannot be read
     outcome = ansible.run_playbook(
         "bench_measure.yml", spec.inventory, extravars=extravars, timeout_s=timeout_s
     )
-    if read_counters is not None and before is not None:
-        outcome = ansible.combined(ansible.combined(before, outcome), read_counters(READ_AFTER, reads))
     _raise_unless_runs_only(outcome)
     launched = outcome.results(RUN_TASK).get(spec.hosts[0], {})
     runs = launch_runs(launched, argvs)

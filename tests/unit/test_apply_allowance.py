@@ -11,19 +11,11 @@ from typing import Any
 import pytest
 
 from fabtune import ansible
-from fabtune import inventory as inventory_mod
 from fabtune.ansible import RunOutcome
 from fabtune.inventory import InventoryInfo
 from fabtune.state import HostState
 from fabtune.tune import backend as backend_module
 from fabtune.tune.backend import APPLY_ALLOWANCE_S, AnsibleBackend
-
-
-@pytest.fixture(autouse=True)
-def no_channel(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Connection settings the direct channel cannot follow: the apply's last play extends."""
-    monkeypatch.setattr(inventory_mod, "host_vars", lambda path: {
-        h: {"ansible_connection": "community.docker.docker"} for h in ("h01", "h02")})
 
 
 def test_the_allowance_is_twice_the_longest_apply_and_at_least_the_floor(

@@ -375,43 +375,6 @@ def test_measure_passes_the_hw_reads_to_the_playbook(monkeypatch: pytest.MonkeyP
     ]}
 
 
-def test_measure_reads_the_counters_with_a_reader_around_the_playbook(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """With a counter reader (the direct channel), the playbook reads none: the reader reads them
-    before the launches and after, and the deltas come from its answers; a host whose counters
-    cannot be read before fails the batch before any launch."""
-    order: list[str] = []
-
-    def run_playbook(name: str, inventory: Path, **kwargs: Any) -> RunOutcome:
-        order.append(f"playbook reads={kwargs['extravars']['fabtune_counter_reads']}")
-        return RunOutcome("successful", 0, {}, (), Path("/nonexistent"))
-
-    def reader(task: str, reads: Any) -> RunOutcome:
-        order.append(task)
-        pause = 3 if task == measure.READ_BEFORE else 10
-        text = f"NIC statistics:\n     rx_prio3_pause: {pause}\n"
-        runs = [{"id": "ethtool eth2", "rc": 0, "stdout": text}]
-        return RunOutcome("successful", 0, {"ok": {"h01": 1}},
-                          (TaskResult("h01", task, "fabric_run", "runner_on_ok", False, {"runs": runs}),),
-                          Path("/nonexistent"))
-
-    monkeypatch.setattr(measure.ansible, "run_playbook", run_playbook)
-    spec = measure.MeasureSpec(Path("/inv.yml"), ("h01", "h02"), 1, {"h01": ["eth2"]})
-    batch = measure.measure(spec, 1, reader)
-    assert order == [measure.READ_BEFORE, "playbook reads={}", measure.READ_AFTER]
-    assert batch.pause_frames == 7 and batch.counters == {"h01:eth2": {"rx_prio3_pause": 7}}
-
-    def lost(task: str, reads: Any) -> RunOutcome:
-        return RunOutcome("failed", 4, {"dark": {"h01": 1}}, (TaskResult(
-            "h01", task, "fabric_run", "runner_on_unreachable", False, {"msg": "cannot connect"}),),
-            Path("/nonexistent"))
-
-    order.clear()
-    with pytest.raises(PlaybookFailed):
-        measure.measure(spec, 1, lost)
-    assert order == []  # no launch
-
-
 # --------------------------------------------------------------------------- the tune pair matrix
 
 

@@ -16,10 +16,6 @@ from fabtune import ansible, sshdirect
 from fabtune import inventory as inventory_mod
 from fabtune.errors import ConfigError
 from fabtune.inventory import InventoryInfo
-from fabtune.perf import rdmacounters
-from fabtune.state import HostState
-from fabtune.tune import backend as backend_module
-from fabtune.tune import measure
 from fabtune.tune.backend import AnsibleBackend, extend_result
 from fabtune.tune.loop import reverted_hosts
 
@@ -164,8 +160,7 @@ def sshd(tmp_path: Path) -> Iterator[dict[str, Any]]:
     threading.Thread(target=serve, daemon=True).start()
     known = tmp_path / "known_hosts"
     known.write_text(f"[127.0.0.1]:{port} {host_key.get_name()} {host_key.get_base64()}\n")
-    yield {"port": port, "known": known, "key": tmp_path / "id", "commands": commands, "host_key": host_key,
-           "connections": transports}
+    yield {"port": port, "known": known, "key": tmp_path / "id", "commands": commands, "host_key": host_key}
     listener.close()
     for transport in transports:
         transport.close()
@@ -184,26 +179,6 @@ def test_a_command_runs_with_the_known_host_key_and_sudo(sshd: dict[str, Any]) -
     assert sshd["commands"] == ["sudo -n -- fabtune-revert --extend r1 40"]
     task = extend_result(done["h01"])
     assert task.event == "runner_on_ok" and task.result["deadline"] == 123.0
-
-
-def test_several_commands_run_in_turn_over_one_connection(sshd: dict[str, Any]) -> None:
-    t = _target(sshd, sshd["known"])
-    argvs = {"h01": [["ethtool", "-S", "eth2"], ["grep", "-s", "x y"]]}
-    done = sshdirect.run_each({"h01": t, "h02": t}, argvs, forks=4)
-    assert list(done) == ["h01"]  # a host with nothing to run is not connected to
-    assert [r.rc for r in done["h01"]] == [0, 0] and all(r.host == "h01" for r in done["h01"])
-    assert sshd["commands"] == ["ethtool -S eth2", "grep -s 'x y'"]
-    assert len(sshd["connections"]) == 1
-
-
-def test_a_host_that_cannot_be_reached_fails_each_of_its_commands() -> None:
-    closed = socket.socket()
-    closed.bind(("127.0.0.1", 0))
-    port = closed.getsockname()[1]
-    closed.close()
-    t = sshdirect.target("h09", {"ansible_host": "127.0.0.1", "ansible_port": port})
-    done = sshdirect.run_many(t, [["true"], ["false"]], connect_timeout_s=2)
-    assert [r.rc for r in done] == [None, None] and all("cannot connect to" in str(r.error) for r in done)
 
 
 @pytest.mark.parametrize("known_text", ["", "[127.0.0.1]:{port} ecdsa-sha2-nistp256 {other}\n"])
@@ -366,87 +341,3 @@ def test_a_backend_that_installed_nothing_confirms_directly_and_plays_only_where
     calls.clear()
     monkeypatch.setattr(sshdirect, "run", lambda found, argv, **kw: dict.fromkeys(found, answers["h01"]))
     assert _backend(tmp_path, hosts=list(hosts)).confirm("r1", hosts=["h01"]).ok and calls == []
-
-
-def test_an_armed_apply_sets_its_deadline_from_its_end_over_the_direct_channel(
-        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """The apply playbook's last play (an extend on every host) is left out; the deadline is
-    extended over the channel once the playbook has ended, and only when it succeeded (a failed
-    apply is rolled back). A host that reverted meanwhile fails the apply's outcome."""
-    monkeypatch.setenv("FABTUNE_HOME", str(tmp_path / "home"))
-    monkeypatch.setattr(inventory_mod, "host_vars", lambda path: {"h01": {"ansible_host": "10.9.0.1"},
-                                                                 "h02": {"ansible_host": "10.9.0.2"}})
-    order: list[str] = []
-    status = iter(["successful", "failed", "successful", "successful"])
-
-    def playbook(name: str, inventory: Path, **kwargs: Any) -> ansible.RunOutcome:
-        order.append(f"{name} extend_after={kwargs['extravars'].get('fabric_revert_extend_after')}")
-        now = next(status)
-        return ansible.RunOutcome(now, 0 if now == "successful" else 2, {}, (), tmp_path)
-
-    def direct(found: dict[str, sshdirect.Target], argv: list[str], **kw: Any) -> dict[str, Any]:
-        order.append(" ".join(argv[1:]) + " on " + ",".join(sorted(found)))
-        answers = {"h01": sshdirect.Result("h01", 0, '{"armed": true, "deadline": 9.0}\n', ""),
-                   "h02": sshdirect.Result("h02", 3, '{"reverted": true, "msg": "already reverted"}', "")}
-        return {h: answers[h] for h in found}
-
-    monkeypatch.setattr(ansible, "run_playbook", playbook)
-    monkeypatch.setattr(sshdirect, "run", direct)
-    backend = _backend(tmp_path)
-    one = {"h01": HostState()}
-    assert backend.apply(one, run_id="r1", snapshots=one).ok
-    assert order == ["apply.yml extend_after=False", "--extend r1 45 on h01"]
-    order.clear()
-    assert not backend.apply(one, run_id="r1", snapshots=one).ok  # failed: no extend
-    assert order == ["apply.yml extend_after=False"]
-    order.clear()
-    both = {"h01": HostState(), "h02": HostState()}
-    outcome = backend.apply(both, run_id="r1", snapshots=both)
-    assert order == ["apply.yml extend_after=False", "--extend r1 45 on h01,h02"]
-    assert not outcome.ok and reverted_hosts(outcome) == ["h02"]
-    order.clear()
-    backend.apply(one, exact=True)  # a rollback arms nothing: nothing to extend
-    assert order == ["apply.yml extend_after=None"]
-
-
-def test_the_backend_reads_counters_over_the_direct_channel_as_the_playbook_would(
-        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """One connection per host runs its reads in turn, ethtool found in sbin (or the inventory's
-    fabtune_tool_path); the results have the shape of the playbook's fabric_run call, so the same
-    parsers read them; a host that cannot be reached is unreachable (the batch fails)."""
-    monkeypatch.setenv("FABTUNE_HOME", str(tmp_path / "home"))
-    monkeypatch.setattr(inventory_mod, "host_vars", lambda path: {
-        "h01": {"ansible_host": "10.9.0.1"},
-        "h02": {"ansible_host": "10.9.0.2", "fabtune_tool_path": "/opt/t"}})
-    seen: dict[str, Any] = {}
-    ethtool = "NIC statistics:\n     rx_prio3_pause: 7\n"
-
-    def each(found: dict[str, sshdirect.Target], argvs: dict[str, list[list[str]]], **kw: Any) -> Any:
-        seen.update(argvs=argvs, **kw)
-        return {"h01": [sshdirect.Result("h01", 0, ethtool, "")],
-                "h02": [sshdirect.Result("h02", None, "", "", "cannot connect to root@10.9.0.2:22")]}
-
-    monkeypatch.setattr(sshdirect, "run_each", each)
-    backend = _backend(tmp_path)
-    backend.netdevs = {"h01": ["eth2"], "h02": ["eth2"]}
-    reader = backend._counter_reader()
-    assert reader is not None
-    assert backend_module.TOOL_PATH == "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-    reads = {h: [{"id": "ethtool eth2", "argv": ["ethtool", "-S", "eth2"]}] for h in ("h01", "h02")}
-    outcome = reader(measure.READ_BEFORE, reads)
-    assert seen["argvs"] == {
-        "h01": [["env", f"PATH={backend_module.TOOL_PATH}", "ethtool", "-S", "eth2"]],
-        "h02": [["env", "PATH=/opt/t", "ethtool", "-S", "eth2"]]}
-    assert "root" not in seen or seen["root"] is False
-    ethtool_loops, _hw = rdmacounters.as_loops(outcome.results(measure.READ_BEFORE))
-    assert ethtool_loops["h01"] == {"results": [{"item": "eth2", "stdout": ethtool}]}
-    assert outcome.unreachable_hosts == ["h02"] and not outcome.ok
-
-
-def test_no_counter_reader_where_the_channel_cannot_follow(monkeypatch: pytest.MonkeyPatch,
-                                                          tmp_path: Path) -> None:
-    monkeypatch.setattr(inventory_mod, "host_vars", lambda path: {
-        "h01": {"ansible_connection": "community.docker.docker"}, "h02": {}})
-    backend = _backend(tmp_path)
-    backend.netdevs = {"h01": ["eth2"], "h02": ["eth2"]}
-    assert backend._counter_reader() is None
