@@ -9,10 +9,13 @@ collection is taken from git (``git archive REV``) and run through the same adap
 (``fabtune.ansible``), pointed at it.
 
 Usage (root): .venv/bin/python bench/apply_cost.py [--baseline REV] [--rounds N] [--nics N]
-[--scoped-baseline]. ``--nics`` sets the RoCE NICs per host (the per-port tasks' cost grows with
-it); ``--scoped-baseline`` lets the earlier collection also apply only the move's roles (it must
-know ``fabric_roles``: commit 7c80544 or later). Prints a Markdown table (medians, seconds) for
-docs/benchmarks.md.
+[--scoped-baseline] [--untagged-baseline] [--hosts N]. ``--nics`` sets the RoCE NICs per host (the
+per-port tasks' cost grows with it); ``--scoped-baseline`` lets the earlier collection also apply
+only the move's roles (it must know ``fabric_roles``: commit 7c80544 or later);
+``--untagged-baseline`` runs the baseline's applies without ``--tags`` (the move's roles selected by
+``fabric_roles`` alone, as before commit 694e1bf: every other role's tasks skipped on each host), so
+``--baseline HEAD --scoped-baseline --untagged-baseline`` measures the tags alone. Prints a Markdown
+table (medians, seconds) for docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from fabtune import ansible
 from fabtune.inventory import read_inventory
@@ -43,6 +47,25 @@ CONTENT = "fabtune/content"
 SPEC = {"name": "bapc", "subnet_base": "10.226", "seed": 5, "hosts": 2, "nics_per_host": 2,
         "gpus_per_host": 2, "initial": {"trust": "pcp", "pfc": [0] * 8, "roce_tos": 0, "mtu": 1500},
         "switch": {"pfc_priorities": [3], "ecn_priorities": [3], "trust": "dscp"}}
+
+
+@contextmanager
+def untagged(on: bool) -> Iterator[None]:
+    """Applies without --tags while ``on`` (the roles still selected by fabric_roles)."""
+    if not on:
+        yield
+        return
+    saved = ansible.run_playbook
+
+    def run_playbook(*args: Any, **kwargs: Any) -> ansible.RunOutcome:
+        kwargs.pop("tags", None)
+        return saved(*args, **kwargs)
+
+    ansible.run_playbook = run_playbook
+    try:
+        yield
+    finally:
+        ansible.run_playbook = saved
 
 
 @contextmanager
@@ -98,21 +121,24 @@ def main() -> None:
     parser.add_argument("--nics", type=int, default=SPEC["nics_per_host"], help="RoCE NICs per host")
     parser.add_argument("--scoped-baseline", action="store_true",
                         help="the earlier collection also applies only the move's roles")
+    parser.add_argument("--untagged-baseline", action="store_true",
+                        help="the baseline's applies without --tags (fabric_roles alone)")
+    parser.add_argument("--hosts", type=int, default=SPEC["hosts"], help="hosts of the testbed")
     args = parser.parse_args()
     os.environ.setdefault("FABTUNE_HOME", tempfile.mkdtemp(prefix="fabtune-bench-"))
-    spec = build_spec({**SPEC, "nics_per_host": args.nics})
+    spec = build_spec({**SPEC, "nics_per_host": args.nics, "hosts": args.hosts})
     build.up(spec)
     try:
         backend = AnsibleBackend(read_inventory(layout.testbed_dir(spec.name) / "inventory.yml"), 300)
         runs: dict[str, list[dict[str, float]]] = {"baseline": [], "current": []}
         for n in range(args.rounds):
             for which, rev in (("baseline", args.baseline), ("current", None)):
-                with collection_at(rev):
+                with collection_at(rev), untagged(which == "baseline" and args.untagged_baseline):
                     scoped = rev is None or args.scoped_baseline
                     runs[which].append(one_move(backend, f"bench-{which}-{n}", scoped=scoped))
     finally:
         build.down(spec.name)
-    print(f"{args.nics} RoCE NICs per host")
+    print(f"{args.hosts} hosts, {args.nics} RoCE NICs per host")
     print(f"| step (median of {args.rounds}, s) | {args.baseline} | current | ratio |")
     print("|---|---|---|---|")
     for step in ("armed apply", "confirm", "rollback apply"):
