@@ -4,7 +4,8 @@ Every `fabtune` command and every emulated tool on the testbed's hosts (each ncc
 ib_write_bw, each mlnx_qos...) is a new Python process that imports fabtune. This measures the CPU
 time (user + system, from the child's rusage) of:
 
-* `python -m fabtune --help` (the CLI's imports: every command module, for their help lines);
+* `python -m fabtune --help` (the CLI's imports; the verbs' one-line help comes from
+  `fabtune.commands.SUMMARIES` since 888d214, no verb module imported);
 * `python -m fabtune runs` on an empty ``FABTUNE_HOME`` (a light verb: its own module only, since
   the verbs load lazily) and `python -m fabtune tune --help` (the tuning loop's imports);
 * `import fabtune.sim.tools.<tool>` for the tools that run most often.
