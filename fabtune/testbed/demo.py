@@ -9,7 +9,6 @@ import click
 from fabtune.commands import _console
 from fabtune.commands._common import ResultOutput, result_output
 from fabtune.commands._progress import Progress
-from fabtune.profile import load_profile
 from fabtune.testbed import build
 from fabtune.testbed.oracle import testbed_oracle
 from fabtune.testbed.spec import load_spec
@@ -41,6 +40,7 @@ def demo(spec_file: Path, keep: bool, profile: Path | None, output: ResultOutput
     console = _console.err()
     # the tuning loop loads when the demo runs, not when the verb list does (fabtune --help)
     from fabtune.commands.tune import print_result
+    from fabtune.profile import load_profile
     from fabtune.tune import run as tune_run
 
     loaded = None if profile is None else load_profile(profile, need="fabtune_tune")
