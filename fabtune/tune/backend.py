@@ -146,9 +146,10 @@ class AnsibleBackend:
         """The host pattern every run of this backend is held to (its ``hosts``; None: all)."""
         return self._limit(None)
 
-    def facts(self) -> dict[str, dict[str, Any]]:
-        """Each host's fabric facts (desired-state shape plus hardware)."""
-        outcome = ansible.run_playbook("facts.yml", self.inventory, limit=self.limit)
+    def facts(self, *, hosts: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
+        """Each host's fabric facts (desired-state shape plus hardware); ``hosts``: only theirs
+        (None: every host of this backend)."""
+        outcome = ansible.run_playbook("facts.yml", self.inventory, limit=self._limit(hosts))
         outcome.raise_for_failure("reading facts")
         found = {}
         for task in outcome.tasks:

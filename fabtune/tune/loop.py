@@ -136,7 +136,7 @@ class BenchmarkFailed(BenchmarkError):
 class Backend(Protocol):
     """Host I/O of a run (AnsibleBackend in production and on the testbed)."""
 
-    def facts(self) -> dict[str, dict[str, Any]]: ...
+    def facts(self, *, hosts: Sequence[str] | None = None) -> dict[str, dict[str, Any]]: ...
 
     def learn(self, facts: Mapping[str, Mapping[str, Any]]) -> None: ...
 
@@ -811,8 +811,9 @@ class Tuner:
             self._revert_fired(seq, record, fired, rebooted_hosts(confirmed))
         confirmed.raise_for_failure("confirming the move")
         self.moving = False
-        self.facts = self.backend.facts()
-        self.current = {h: snapshot_of(f) for h, f in self.facts.items()}  # read back, normal form
+        read = self.backend.facts(hosts=record.hosts)  # read back where the move changed, normal form
+        self.facts = {**self.facts, **read}
+        self.current = {**self.current, **{h: snapshot_of(f) for h, f in read.items()}}
         record.outcome, record.reason = "kept", reason
         self.journal.finish_step(self.run_id, seq, "kept", self._outcome(seq, record).to_json())
         self.emit("decision", f"kept {record.name}: {reason}", {"outcome": "kept"})

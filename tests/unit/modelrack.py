@@ -99,8 +99,9 @@ class ModelRack:
 
     # -- the Backend protocol --------------------------------------------------------------------
 
-    def facts(self) -> dict[str, dict[str, Any]]:
-        return {h: {**copy.deepcopy(s), "hardware": self._facts(h)} for h, s in self.state.items()}
+    def facts(self, *, hosts: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
+        return {h: {**copy.deepcopy(s), "hardware": self._facts(h)} for h, s in self.state.items()
+                if hosts is None or h in hosts}
 
     def _facts(self, host: str) -> dict[str, Any]:
         hw = self.hardware[host]

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +47,7 @@ class FakeBackend:
         self.info = info
         self.gpus = 8
 
-    def facts(self) -> dict[str, Any]:
+    def facts(self, *, hosts: Sequence[str] | None = None) -> dict[str, Any]:
         FakeBackend.calls.append("facts")
         return FACTS
 

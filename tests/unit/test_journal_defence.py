@@ -12,7 +12,7 @@ import stat
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -222,7 +222,7 @@ class Unreachable:
     def apply(self, *_: Any, **__: Any) -> RunOutcome:
         return self._dark()
 
-    def facts(self) -> dict[str, Any]:
+    def facts(self, *, hosts: Sequence[str] | None = None) -> dict[str, Any]:
         self._dark().raise_for_failure("reading facts")
         return {}
 

@@ -4,6 +4,7 @@ printed and reported, and LLDP that disagrees or contradicts the inventory is na
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -89,8 +90,8 @@ class LldpRack(FakeRack):
         super().__init__(hosts=tuple(peers), **kwargs)
         self.peers = peers
 
-    def facts(self) -> dict[str, dict[str, Any]]:
-        facts = super().facts()
+    def facts(self, *, hosts: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
+        facts = super().facts(hosts=hosts)
         for host, peer in self.peers.items():
             facts[host]["hardware"] = {**facts[host]["hardware"], "lldp": {"eth2": peer}}
         return facts

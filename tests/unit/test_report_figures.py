@@ -15,6 +15,7 @@ import html as htmllib
 import json
 import re
 import statistics
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -69,8 +70,8 @@ class FigureRack(Rack):
         super().__init__()
         self.hardware = {"ports": PORTS, "topology": None}
 
-    def facts(self) -> dict[str, dict[str, Any]]:
-        found = super().facts()
+    def facts(self, *, hosts: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
+        found = super().facts(hosts=hosts)
         for fact in found.values():
             for nic in fact["nics"].values():
                 if nic.get("trust") == "dscp":  # mlnx_qos prints the whole table, the defaults included

@@ -13,7 +13,7 @@ import pytest
 from fabtune.ansible import RunOutcome, TaskResult
 from fabtune.errors import PlaybookFailed
 from fabtune.journal import Journal
-from fabtune.knobs import View, lossless_change, plan
+from fabtune.knobs import Candidate, Change, View, lossless_change, plan
 from fabtune.perf.diagnose import Diagnosis
 from fabtune.perf.pairs import PairResult
 from fabtune.state import HostState, trees_of
@@ -67,8 +67,9 @@ class FakeRack:
         self.diagnosed: list[str] = []
         self.pair_rounds = 0
 
-    def facts(self) -> dict[str, dict[str, Any]]:
-        return {h: {**copy.deepcopy(s), "hardware": self.hardware} for h, s in self.state.items()}
+    def facts(self, *, hosts: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
+        return {h: {**copy.deepcopy(s), "hardware": self.hardware} for h, s in self.state.items()
+                if hosts is None or h in hosts}
 
     def learn(self, facts: Mapping[str, Mapping[str, Any]]) -> None:
         pass
@@ -446,3 +447,28 @@ def test_a_move_that_itself_floods_pause_frames_without_incast_gain_is_rolled_ba
     assert said[-1] == f"rolled back MTU 4200: {reason} (verified)"
     (step,) = [s for s in run.journal.steps(run.run_id) if s.name == "MTU 4200"]
     assert step.payload["reason"] == reason
+
+
+def test_a_kept_move_reads_back_only_the_hosts_it_changed(tmp_path: Path) -> None:
+    """A move for some hosts (the rack planner's per-host moves) reads back their facts only, not
+    the whole rack's: the others' state and hardware are as the loop last read them."""
+    rack = FakeRack(hosts=("h01", "h02", "h03"))
+    reads: list[list[str] | None] = []
+    whole = rack.facts
+
+    def facts(*, hosts: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
+        reads.append(None if hosts is None else sorted(hosts))
+        return whole(hosts=hosts)
+
+    rack.facts = facts  # type: ignore[method-assign]
+    t = tuner(rack, tmp_path)
+    t.read_facts()
+    t.baseline()
+    before = dict(t.current)
+    move = Candidate("mtu", "MTU 4200", Change(nic={"mtu": 4200}), "fewer headers", hosts=("h01",))
+    record = t.try_move(move)
+    assert record.outcome == "kept", record.reason
+    assert reads == [None, ["h01"]]
+    assert t.current["h02"] == before["h02"] and t.current["h03"] == before["h03"]
+    assert t.current["h01"] != before["h01"] and t.current["h01"].nics["eth2"]["mtu"] == 4200
+    assert sorted(t.facts) == ["h01", "h02", "h03"]

@@ -5,6 +5,7 @@ plan of the run that follows it: tests/integration/test_tune.py.)"""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +32,8 @@ class ReadOnly:
     def __init__(self, info: InventoryInfo, deadline_s: int) -> None:
         self.info = info
 
-    def facts(self) -> dict[str, dict[str, Any]]:
-        return self.rack.facts()
+    def facts(self, *, hosts: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
+        return self.rack.facts(hosts=hosts)
 
     def __getattr__(self, name: str) -> Any:
         pytest.fail(f"the preview called {name} on the backend")
