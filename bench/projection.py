@@ -158,9 +158,10 @@ class ModelRack:
 
     # -- the Backend protocol (fabtune.tune.loop.Backend) ------------------------------------
 
-    def facts(self) -> dict[str, dict[str, Any]]:
-        self.costs.calls["facts"] += 1
-        return {h: {**copy.deepcopy(s), "hardware": self.hardware} for h, s in self.state.items()}
+    def facts(self, *, hosts: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
+        self.costs.calls["facts"] += 1  # charged as a call over the whole rack (an upper bound)
+        return {h: {**copy.deepcopy(s), "hardware": self.hardware} for h, s in self.state.items()
+                if hosts is None or h in hosts}
 
     def learn(self, facts: Mapping[str, Mapping[str, Any]]) -> None:
         pass
