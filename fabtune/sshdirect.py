@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import getpass
 import shlex
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -228,13 +229,12 @@ def command_line(argv: Sequence[str], *, root: bool, user: str) -> str:
     return " ".join(shlex.quote(w) for w in words)
 
 
-def _client(t: Target, connect_timeout_s: float) -> paramiko.SSHClient:
-    """An SSH client connected to ``t``, its host key checked against ``t.known_hosts``.
+def _connect(client: paramiko.SSHClient, t: Target, connect_timeout_s: float) -> None:
+    """Connect ``client`` to ``t``, its host key checked against ``t.known_hosts``.
 
     Raises:
         paramiko.BadHostKeyException, paramiko.SSHException, OSError: the connection failed.
     """
-    client = paramiko.SSHClient()
     for name in t.known_hosts:
         if Path(name).is_file():
             client.get_host_keys().load(name)
@@ -245,7 +245,6 @@ def _client(t: Target, connect_timeout_s: float) -> paramiko.SSHClient:
         timeout=connect_timeout_s, banner_timeout=connect_timeout_s, auth_timeout=connect_timeout_s,
         channel_timeout=connect_timeout_s,
     )
-    return client
 
 
 def _collect(chan: paramiko.Channel, deadline: float) -> tuple[int, bytes, bytes]:
@@ -270,28 +269,67 @@ def _collect(chan: paramiko.Channel, deadline: float) -> tuple[int, bytes, bytes
 
 def run_one(t: Target, argv: Sequence[str], *, root: bool = False,
             connect_timeout_s: float = CONNECT_TIMEOUT_S, timeout_s: float = COMMAND_TIMEOUT_S) -> Result:
-    """Run ``argv`` on ``t``; the result says what failed (never raises for one host's failure)."""
+    """Run ``argv`` on ``t``; the result says what failed (never raises for one host's failure).
+
+    The host's whole exchange (connect and command) ends by ``connect_timeout_s + timeout_s``:
+    paramiko waits for some replies (an exec request's) with no deadline of its own, and a host
+    whose link went down answers nothing until TCP gives up on it (about 15 minutes), so a
+    watchdog closes the connection at that deadline.
+    """
     where = f"{t.user}@{t.address}:{t.port}"
-    try:
-        client = _client(t, connect_timeout_s)
-    except (paramiko.BadHostKeyException, paramiko.SSHException) as err:
-        hostkey = isinstance(err, paramiko.BadHostKeyException) or "not found in known_hosts" in str(err)
-        why = (f"host key of {where} unknown or changed (known_hosts: {', '.join(t.known_hosts)}): refused"
-               if hostkey else f"cannot connect to {where}: {err}")
-        return Result(t.host, None, "", "", why, hostkey=hostkey)
-    except (OSError, EOFError) as err:
-        return Result(t.host, None, "", "", f"cannot connect to {where}: {err or type(err).__name__}")
-    try:
-        chan = client.get_transport().open_session(timeout=connect_timeout_s)  # type: ignore[union-attr]
-        chan.exec_command(command_line(argv, root=root, user=t.user))
-        rc, out, errors = _collect(chan, time.monotonic() + timeout_s)
-        return Result(t.host, rc, out.decode(errors="replace"), errors.decode(errors="replace"))
-    except TimeoutError:
-        return Result(t.host, None, "", "", f"{argv[0]} on {where} did not finish within {timeout_s:g} s")
-    except (paramiko.SSHException, OSError, EOFError) as exc:
-        return Result(t.host, None, "", "", f"{argv[0]} on {where} failed: {exc or type(exc).__name__}")
-    finally:
-        client.close()
+    client = paramiko.SSHClient()
+    with _Watchdog(client, connect_timeout_s + timeout_s) as watchdog:
+        try:
+            _connect(client, t, connect_timeout_s)
+        except (paramiko.BadHostKeyException, paramiko.SSHException, OSError, EOFError) as err:
+            return _not_connected(t, where, err, watchdog)
+        try:
+            chan = client.get_transport().open_session(timeout=connect_timeout_s)  # type: ignore[union-attr]
+            chan.exec_command(command_line(argv, root=root, user=t.user))
+            rc, out, errors = _collect(chan, time.monotonic() + timeout_s)
+            return Result(t.host, rc, out.decode(errors="replace"), errors.decode(errors="replace"))
+        except TimeoutError:
+            return Result(t.host, None, "", "", f"{argv[0]} on {where} did not finish within {timeout_s:g} s")
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            why = (f"did not finish within {watchdog.seconds:g} s (connect and command): no answer"
+                   if watchdog.fired.is_set() else f"failed: {exc or type(exc).__name__}")
+            return Result(t.host, None, "", "", f"{argv[0]} on {where} {why}")
+
+
+def _not_connected(t: Target, where: str, err: BaseException, watchdog: _Watchdog) -> Result:
+    """The result of a connect that failed: a host key refused, or the host not reached."""
+    hostkey = isinstance(err, paramiko.BadHostKeyException) or (
+        isinstance(err, paramiko.SSHException) and "not found in known_hosts" in str(err))
+    if hostkey:
+        why = f"host key of {where} unknown or changed (known_hosts: {', '.join(t.known_hosts)}): refused"
+        return Result(t.host, None, "", "", why, hostkey=True)
+    text = str(err) or type(err).__name__
+    if watchdog.fired.is_set():
+        text = f"no answer within {watchdog.seconds:g} s ({text})"
+    return Result(t.host, None, "", "", f"cannot connect to {where}: {text}")
+
+
+class _Watchdog:
+    """Closes ``client`` once ``seconds`` have passed (``fired`` is then set); and on leaving."""
+
+    def __init__(self, client: paramiko.SSHClient, seconds: float) -> None:
+        self.client = client
+        self.seconds = seconds
+        self.fired = threading.Event()
+        self.timer = threading.Timer(seconds, self._fire)
+        self.timer.daemon = True
+
+    def _fire(self) -> None:
+        self.fired.set()
+        self.client.close()
+
+    def __enter__(self) -> _Watchdog:
+        self.timer.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.timer.cancel()
+        self.client.close()
 
 
 def run(found: Mapping[str, Target], argv: Sequence[str], *, forks: int, root: bool = False,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -107,11 +108,13 @@ def test_commands_are_quoted_argv_and_sudo_only_for_a_non_root_login() -> None:
 
 
 class _Server(paramiko.ServerInterface):
-    """Accepts the client key; a command ``sleep`` never answers, any other is echoed with rc 0."""
+    """Accepts the client key; a command ``sleep`` never ends, a command ``hang`` is never answered
+    (as a host whose link went down once the session was open), any other is echoed with rc 0."""
 
-    def __init__(self, client_key: paramiko.PKey, commands: list[str]) -> None:
+    def __init__(self, client_key: paramiko.PKey, commands: list[str], released: threading.Event) -> None:
         self.client_key = client_key
         self.commands = commands
+        self.released = released
 
     def get_allowed_auths(self, username: str) -> str:
         return "publickey"
@@ -126,7 +129,9 @@ class _Server(paramiko.ServerInterface):
     def check_channel_exec_request(self, channel: paramiko.Channel, command: bytes) -> bool:
         text = command.decode()
         self.commands.append(text)
-        if not text.startswith("sleep"):
+        if text.startswith("hang"):
+            self.released.wait(60)  # the server's transport sends nothing meanwhile
+        elif not text.startswith("sleep"):
             def answer() -> None:
                 channel.sendall(b'{"armed": true, "deadline": 123.0, "reverted": false}\n')
                 channel.send_exit_status(0)
@@ -145,6 +150,7 @@ def sshd(tmp_path: Path) -> Iterator[dict[str, Any]]:
     port = listener.getsockname()[1]
     commands: list[str] = []
     transports: list[paramiko.Transport] = []
+    released = threading.Event()
 
     def serve() -> None:
         while True:
@@ -154,13 +160,14 @@ def sshd(tmp_path: Path) -> Iterator[dict[str, Any]]:
                 return
             transport = paramiko.Transport(conn)
             transport.add_server_key(host_key)
-            transport.start_server(server=_Server(client_key, commands))
+            transport.start_server(server=_Server(client_key, commands, released))
             transports.append(transport)
 
     threading.Thread(target=serve, daemon=True).start()
     known = tmp_path / "known_hosts"
     known.write_text(f"[127.0.0.1]:{port} {host_key.get_name()} {host_key.get_base64()}\n")
     yield {"port": port, "known": known, "key": tmp_path / "id", "commands": commands, "host_key": host_key}
+    released.set()
     listener.close()
     for transport in transports:
         transport.close()
@@ -198,6 +205,18 @@ def test_a_command_past_its_deadline_is_given_up(sshd: dict[str, Any]) -> None:
     assert done["h01"].rc is None and "did not finish within 0.5 s" in str(done["h01"].error)
     task = extend_result(done["h01"])
     assert task.event == "runner_on_unreachable" and task.failed
+
+
+def test_a_host_that_stops_answering_after_the_session_opened_is_given_up_by_its_deadline(
+    sshd: dict[str, Any]
+) -> None:
+    # paramiko's exec request waits for its reply with no deadline; a CI run hung 900 s on one
+    started = time.monotonic()
+    done = sshdirect.run({"h01": _target(sshd, sshd["known"])}, ["hang"], forks=1,
+                         connect_timeout_s=1, timeout_s=1)
+    assert time.monotonic() - started < 10
+    assert done["h01"].rc is None and "did not finish within 2 s" in str(done["h01"].error)
+    assert extend_result(done["h01"]).event == "runner_on_unreachable"
 
 
 def test_a_host_that_does_not_answer_is_unreachable_by_its_connect_deadline() -> None:
