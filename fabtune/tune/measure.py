@@ -303,6 +303,7 @@ def measure(spec: MeasureSpec, repetitions: int) -> Batch:
             for h in sorted(set(spec.netdevs) | set(spec.hw_reads))
         },
         "fabtune_bench_deadline_s": spec.deadline,
+        "fabtune_measure_host_count": len(spec.hosts),
     }
     timeout_s = run_timeout_s(spec.deadline, len(argvs))
     outcome = ansible.run_playbook(

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import subprocess
 import time
 from collections.abc import Iterator
 
 import pytest
 
+from fabtune import ansible
 from fabtune.perf.parsers import ethtool, nccl_debug, nccl_tests, perftest
 from fabtune.sim.model import NicConfig, ceiling_gbps
 from fabtune.testbed import layout
@@ -179,3 +181,23 @@ def test_controller_reads_the_rack_for_the_oracle(bench: TestbedSpec) -> None:
     nic = fabric.hosts[0].nics[0]
     assert (nic.mtu, nic.trust, nic.pfc[3], nic.roce_tos) == (4200, "dscp", True, 106)
     assert fabric.switch.pfc[3] and not any(fabric.switch.ecn)
+
+
+def test_mpirun_launches_share_their_ssh_connections_and_leave_nothing_behind(bench: TestbedSpec) -> None:
+    """fabric_run's mpirun_ssh_reuse with the real Open MPI and OpenSSH: ompi_info is read, both
+    launches run over the shared connections, and once the call ends no master runs and no socket
+    directory is left on the launch host."""
+    launch = [*MPIRUN[: MPIRUN.index("all_reduce_perf")], "all_reduce_perf", "-b", "8M", "-e", "8M",
+              "-g", "4"]
+    args = {"argvs": [launch, launch], "sequential": True, "mpirun_ssh_reuse": True, "deadline_s": 120}
+    outcome = ansible.run_module("fabtune.fabric.fabric_run", json.dumps(args),
+                                 layout.testbed_dir(bench.name) / "inventory.yml", "h01", timeout_s=300)
+    assert outcome.ok, outcome.tasks
+    (task,) = [t for t in outcome.tasks if t.host == "h01"]
+    assert task.result["ssh_reuse"] == {"used": True, "why": "2 launches share their ssh connections"}
+    for run in task.result["runs"]:
+        assert run["rc"] == 0, run["stderr"][-2000:]
+        assert len(nccl_tests.parse(run["stdout"]).devices) == 16
+    look = "pgrep -af '/tmp/fabtune-ss[h]-'; ls -d /tmp/fabtune-ss[h]-*"  # a master's title: ssh: PATH [mux]
+    left = sh(bench, "h01", "sh", "-c", look, timeout=30)
+    assert left.stdout.strip() == "", left.stdout

@@ -81,6 +81,27 @@ options:
       own start with O(sequential)).
     type: int
     default: 60
+  mpirun_ssh_reuse:
+    description:
+      - "Open MPI launches of this call (O(commands) whose program is C(mpirun)) share their SSH
+        connections to the other hosts: the first launch connects, the later ones start their
+        daemons over its connections (OpenSSH's ControlMaster), instead of each launch connecting
+        to every host again."
+      - "Each launch gets C(--mca plm_rsh_args): the site's own value, read with C(ompi_info), then
+        C(-o ControlMaster=auto -o ControlPersist=60s -o ControlPath=DIR/%C), DIR a directory
+        private to this call (mode 0700) on this host only. OpenSSH takes the first value of an
+        option, so the site's own connection options win. Each launch also gets
+        C(--mca plm_rsh_no_tree_spawn 1): mpirun starts every daemon itself, as it does anyway up
+        to the default routed radix (64 hosts), so no daemon on another host runs ssh with a DIR
+        that is not there. Ask for this only for launches of a few dozen hosts."
+      - "When the call ends the masters are told to exit and DIR is removed; a master whose exit
+        could not be sent ends by itself 60 s after its last launch."
+      - "Left as given, and said in RV(ssh_reuse): fewer than two launches; C(ompi_info) missing or
+        naming no C(plm_rsh_args) (Open MPI 5 launches through PRRTE); a launcher that is not ssh
+        (C(plm_rsh_agent), C(plm_rsh_force_rsh), Grid Engine's qrsh); a launch that sets
+        C(plm_rsh_args) itself; a socket path OpenSSH cannot take."
+    type: bool
+    default: false
 attributes:
   check_mode:
     support: none
@@ -142,6 +163,11 @@ collected:
   returned: always
   type: list
   elements: dict
+ssh_reuse:
+  description: With O(mpirun_ssh_reuse), whether the launches shared their SSH connections, or why not.
+  returned: always
+  type: dict
+  sample: {"used": true, "why": "2 launches share their ssh connections"}
 """
 
 import contextlib
@@ -153,7 +179,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import IO, Any, Mapping, Sequence, Tuple
+from typing import IO, Any, Iterator, Mapping, Sequence, Tuple
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -494,6 +520,122 @@ def _valid_collect(module: AnsibleModule, entries: Sequence[Mapping[str, Any]]) 
             module.fail_json(msg=f"collect[{index}]: needs the id and pid of a started command: {entry!r}")
 
 
+# mpirun launches sharing their SSH connections (O(mpirun_ssh_reuse)).
+OMPI_INFO = ["ompi_info", "--parsable", "--param", "plm", "rsh", "--level", "9"]
+OMPI_INFO_S = 20
+SSH_DIR_PREFIX = "fabtune-ssh-"
+SSH_PERSIST = "60s"
+SSH_EXIT_S = 10
+CONTROL_PATH_MAX = 100  # OpenSSH refuses a ControlPath past sizeof(sun_path) (104-108) - its suffix
+CONTROL_HASH_LEN = 40  # %C: a SHA-1 of the connection's names, in hex
+
+
+def _is_mpirun(argv: Sequence[object]) -> bool:
+    return bool(argv) and Path(str(argv[0])).name == "mpirun"
+
+
+def site_rsh(text: str) -> dict[str, str] | None:
+    """The plm rsh values (``plm_rsh_agent``, ``plm_rsh_args``, ``plm_rsh_force_rsh``,
+    ``plm_rsh_disable_qrsh``) in ``ompi_info --parsable`` output, each line
+    ``mca:plm:rsh:param:NAME:value:VALUE``; None where plm_rsh_args is not listed."""
+    values: dict[str, str] = {}
+    for line in text.splitlines():
+        head, sep, value = line.partition(":value:")
+        name = head.rpartition(":")[2]
+        if sep and head.startswith("mca:plm:rsh:param:") and name.startswith("plm_rsh_"):
+            values[name] = value.strip().strip('"')
+    return values if "plm_rsh_args" in values else None
+
+
+def launcher_is_ssh(values: Mapping[str, str], env: Mapping[str, str]) -> str | None:
+    """Why Open MPI would not launch with OpenSSH (None: it would): rsh forced, Grid Engine's qrsh
+    (its environment, qrsh not disabled), or an agent whose first alternative on PATH (``A : B``, in
+    that order, as Open MPI picks) is not ssh."""
+    if values.get("plm_rsh_force_rsh", "false") == "true":
+        return "plm_rsh_force_rsh is set: the launcher is rsh"
+    if env.get("SGE_ROOT") and env.get("JOB_ID") and values.get("plm_rsh_disable_qrsh", "false") != "true":
+        return "a Grid Engine job: the launcher is qrsh"
+    agent = values.get("plm_rsh_agent") or "ssh : rsh"
+    for choice in agent.split(":"):
+        words = choice.split()
+        if words and shutil.which(words[0]):
+            return None if Path(words[0]).name == "ssh" else f"plm_rsh_agent {agent!r} is not ssh"
+    return f"plm_rsh_agent {agent!r}: none of it on PATH"
+
+
+def shared_args(site_args: str, socket_dir: str) -> str:
+    """``plm_rsh_args`` for launches that share connections: the site's, then the sharing options."""
+    sharing = f"-o ControlMaster=auto -o ControlPersist={SSH_PERSIST} -o ControlPath={socket_dir}/%C"
+    return f"{site_args} {sharing}".strip()
+
+
+def _site_rsh_read() -> tuple[dict[str, str] | None, str]:
+    """ompi_info's plm_rsh values, or None and why not."""
+    try:
+        done = subprocess.run(OMPI_INFO, capture_output=True, timeout=OMPI_INFO_S, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return None, f"ompi_info could not tell the launcher's ssh arguments: {exc}"
+    found = site_rsh(done.stdout.decode(errors="replace")) if done.returncode == 0 else None
+    if found is None:
+        return None, f"ompi_info names no plm_rsh_args (rc {done.returncode}): launches left as given"
+    return found, ""
+
+
+def _why_not_shared(commands: Sequence[Mapping[str, Any]]) -> str | None:
+    launches = [c for c in commands if _is_mpirun(c["argv"])]
+    if len(launches) < 2:
+        return f"{len(launches)} mpirun launch(es): nothing to share"
+    if any("plm_rsh_args" in [str(a) for a in c["argv"]] for c in launches):
+        return "a launch sets plm_rsh_args itself: launches left as given"
+    return None
+
+
+def _with_args(command: Mapping[str, Any], rsh_args: str) -> dict[str, Any]:
+    argv = list(command["argv"])
+    if not _is_mpirun(argv):
+        return dict(command)
+    return {**command, "argv": [argv[0], "--mca", "plm_rsh_args", rsh_args,
+                                "--mca", "plm_rsh_no_tree_spawn", "1", *argv[1:]]}
+
+
+def _stop_masters(socket_dir: Path) -> None:
+    """Tell each connection master in ``socket_dir`` to exit, then remove the directory."""
+    for sock in sorted(socket_dir.iterdir()):
+        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+            subprocess.run(["ssh", "-o", f"ControlPath={sock}", "-O", "exit", "fabtune-launch-master"],
+                           stdin=subprocess.DEVNULL, capture_output=True, timeout=SSH_EXIT_S, check=False)
+    shutil.rmtree(socket_dir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def ssh_shared(commands: Sequence[Mapping[str, Any]], wanted: bool) -> Iterator[
+        tuple[list[dict[str, Any]], dict[str, Any]]]:
+    """``commands`` with their mpirun launches sharing SSH connections where they can, and what was done."""
+    why = _why_not_shared(commands) if wanted else "not asked"
+    found = None
+    if why is None:
+        found, why = _site_rsh_read()
+        not_ssh = launcher_is_ssh(found, os.environ) if found is not None else None
+        if not_ssh is not None:
+            found, why = None, f"{not_ssh}: launches left as given"
+    if found is None:
+        yield [dict(c) for c in commands], {"used": False, "why": why}
+        return
+    socket_dir = Path(tempfile.mkdtemp(prefix=SSH_DIR_PREFIX))
+    try:
+        if len(str(socket_dir)) + 1 + CONTROL_HASH_LEN > CONTROL_PATH_MAX or any(
+                c.isspace() for c in str(socket_dir)):
+            yield [dict(c) for c in commands], {
+                "used": False, "why": f"{socket_dir}: not a path OpenSSH takes for a control socket"}
+            return
+        rsh_args = shared_args(found["plm_rsh_args"], str(socket_dir))
+        launches = sum(1 for c in commands if _is_mpirun(c["argv"]))
+        yield [_with_args(c, rsh_args) for c in commands], {
+            "used": True, "why": f"{launches} launches share their ssh connections"}
+    finally:
+        _stop_masters(socket_dir)
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -507,6 +649,7 @@ def main() -> None:
             "listen_s": {"type": "int", "default": 30},
             "collect": {"type": "list", "elements": "dict", "default": []},
             "collect_s": {"type": "int", "default": 10},
+            "mpirun_ssh_reuse": {"type": "bool", "default": False},
         },
         supports_check_mode=False,
     )
@@ -524,15 +667,16 @@ def main() -> None:
     _valid_start(module, params["start"])
     _valid_collect(module, params["collect"])
     collected = collect_all(params["collect"], params["collect_s"])
-    if params["sequential"]:
-        runs = [run for command in params["commands"]
-                for run in run_all([command], params["deadline_s"], params["argv_prefix"])]
-    else:
-        runs = run_all(params["commands"], params["deadline_s"], params["argv_prefix"])
+    with ssh_shared(params["commands"], params["mpirun_ssh_reuse"]) as (commands, reuse):
+        if params["sequential"]:
+            runs = [run for command in commands
+                    for run in run_all([command], params["deadline_s"], params["argv_prefix"])]
+        else:
+            runs = run_all(commands, params["deadline_s"], params["argv_prefix"])
     started, problem = start_all(params["start"], params["start_prefix"], params["listen_s"])
     if problem is not None:
-        module.fail_json(msg=problem, runs=runs, collected=collected, started=[])
-    module.exit_json(changed=False, runs=runs, started=started, collected=collected)
+        module.fail_json(msg=problem, runs=runs, collected=collected, started=[], ssh_reuse=reuse)
+    module.exit_json(changed=False, runs=runs, started=started, collected=collected, ssh_reuse=reuse)
 
 
 if __name__ == "__main__":
