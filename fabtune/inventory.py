@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ansible.module_utils.parsing.convert_bool import boolean
+
 from fabtune.errors import ConfigError
 from fabtune.knobs import LosslessClass
 from fabtune.paths import check_name
@@ -144,6 +146,7 @@ def read_inventory(path: Path) -> InventoryInfo:
     if launcher not in LAUNCHERS:
         known = ", ".join(LAUNCHERS)
         raise ConfigError(str(path), [f"fabtune_launcher: {launcher!r} must be one of {known}"])
+    ssh_reuse(path, first.get(SSH_REUSE))
     return InventoryInfo(path, name, fabric, tuple(hosts), tuple(_group_hosts(data, "subnet_managers")),
                          str(launcher), first.get("fabtune_oob_interface"),
                          bench_timeout(path, first.get("fabtune_bench_timeout_s")),
@@ -195,6 +198,25 @@ def bench_timeout(path: Path, value: Any) -> int | None:
     if not 10 <= seconds <= MAX_BENCH_TIMEOUT_S:
         raise ConfigError(str(path), [f"{BENCH_TIMEOUT}: {seconds} must be from 10 to {MAX_BENCH_TIMEOUT_S}"])
     return seconds
+
+
+SSH_REUSE = "fabtune_mpirun_ssh_reuse"
+
+
+def ssh_reuse(path: Path, value: Any) -> bool:
+    """``fabtune_mpirun_ssh_reuse``: whether a batch's mpirun launches share their SSH connections
+    (default true); a boolean as Ansible reads one (``true``/``false``, ``yes``/``no``, ``1``/``0``...),
+    refused otherwise: the playbook's ``bool`` filter would read anything else as false.
+
+    Raises:
+        ConfigError: naming the variable and its value.
+    """
+    if value is None:
+        return True
+    try:
+        return bool(boolean(value, strict=True))
+    except TypeError:
+        raise ConfigError(str(path), [f"{SSH_REUSE}: {value!r} must be true or false"]) from None
 
 
 LOSSLESS = "fabtune_lossless"

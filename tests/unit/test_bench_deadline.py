@@ -11,7 +11,7 @@ import yaml
 from fabtune import ansible
 from fabtune.ansible import PLAYBOOKS
 from fabtune.errors import ConfigError
-from fabtune.inventory import bench_timeout
+from fabtune.inventory import bench_timeout, ssh_reuse
 from fabtune.perf import deadline, pairs
 from fabtune.perf.argv import NcclOptions, PerftestOptions
 
@@ -68,6 +68,19 @@ def test_a_bad_inventory_timeout_is_refused_by_name(value: Any, message: str) ->
     with pytest.raises(ConfigError) as err:
         bench_timeout(Path("inv.yml"), value)
     assert err.value.problems == [message]
+
+
+@pytest.mark.parametrize("value", ["yes please", 2, [True]])
+def test_a_bad_ssh_reuse_flag_is_refused_by_name(value: Any) -> None:
+    with pytest.raises(ConfigError) as err:
+        ssh_reuse(Path("inv.yml"), value)
+    assert err.value.problems == [f"fabtune_mpirun_ssh_reuse: {value!r} must be true or false"]
+
+
+def test_the_ssh_reuse_flag_is_read() -> None:
+    assert ssh_reuse(Path("inv.yml"), None) is True
+    assert ssh_reuse(Path("inv.yml"), False) is False
+    assert ssh_reuse(Path("inv.yml"), "no") is False  # an INI inventory's value is a string
 
 
 def test_an_inventory_timeout_is_read() -> None:
