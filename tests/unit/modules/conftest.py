@@ -66,6 +66,15 @@ def _fail_json(*args: Any, **kwargs: Any) -> None:
     raise AnsibleFailJson(kwargs)
 
 
+def module_result(module: ModuleType, module_args: Any, args: dict[str, Any]) -> dict[str, Any]:
+    """``module``'s result for ``args`` (``module_args`` is the fixture below): exit or fail."""
+    module_args(args)
+    with pytest.raises((AnsibleExitJson, AnsibleFailJson)) as done:
+        module.main()
+    result: dict[str, Any] = done.value.args[0]
+    return result
+
+
 @pytest.fixture
 def module_args(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     """Set a module's arguments (as ansible's own unit tests do) with exit/fail raising."""

@@ -13,17 +13,13 @@ from typing import Any
 
 import pytest
 
-from tests.unit.modules.conftest import COLLECTIONS, AnsibleExitJson, AnsibleFailJson, load_module
+from tests.unit.modules.conftest import COLLECTIONS, load_module, module_result
 
 run = load_module("fabric_run")
 
 
 def _main(module_args: Any, args: dict[str, Any]) -> dict[str, Any]:
-    module_args(args)
-    with pytest.raises((AnsibleExitJson, AnsibleFailJson)) as done:
-        run.main()
-    result: dict[str, Any] = done.value.args[0]
-    return result
+    return module_result(run, module_args, args)
 
 
 def test_every_command_runs_and_reports_its_status_and_output(module_args: Any) -> None:

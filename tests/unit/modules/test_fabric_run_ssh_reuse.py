@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from tests.unit.modules.conftest import AnsibleExitJson, AnsibleFailJson, load_module
+from tests.unit.modules.conftest import load_module, module_result
 
 run = load_module("fabric_run")
 
@@ -88,11 +88,7 @@ def _calls(log: Path) -> list[dict[str, Any]]:
 
 
 def _main(module_args: Any, args: dict[str, Any]) -> dict[str, Any]:
-    module_args(args)
-    with pytest.raises((AnsibleExitJson, AnsibleFailJson)) as done:
-        run.main()
-    result: dict[str, Any] = done.value.args[0]
-    return result
+    return module_result(run, module_args, args)
 
 
 LAUNCH = ["mpirun", "-np", "2", "-H", "h01:1,h02:1", "all_reduce_perf", "-b", "8G"]
