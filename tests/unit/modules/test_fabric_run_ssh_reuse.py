@@ -172,13 +172,22 @@ def test_ompi_info_values_are_read_by_name() -> None:
     assert run.site_rsh("mca:plm:rsh:param:plm_rsh_agent:value:ssh\n") is None
 
 
-def test_a_socket_path_openssh_cannot_take_is_not_used(module_args: Any, fakes: dict[str, Any],
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    deep = fakes["tmp"] / ("d" * 80)
-    deep.mkdir()
-    monkeypatch.setenv("TMPDIR", str(deep))
+@pytest.mark.parametrize(("dir_len", "used"), [(49, True), (50, False)])
+def test_a_socket_path_too_long_for_openssh_is_not_used(module_args: Any, fakes: dict[str, Any],
+                                                        monkeypatch: pytest.MonkeyPatch,
+                                                        dir_len: int, used: bool) -> None:
+    """A master binds DIR/%C.<16 random> (DIR + 58 bytes), which must fit sun_path (108 with its
+    NUL; OpenSSH's unix_listener): DIR may have 49 bytes, not 50."""
+    parent = fakes["tmp"] / ("d" * (dir_len - len("/fabtune-ssh-12345678") - len(str(fakes["tmp"])) - 1))
+    parent.mkdir()
+    monkeypatch.setenv("TMPDIR", str(parent))
     monkeypatch.setattr(run.tempfile, "tempdir", None)
     result = _main(module_args, {"argvs": [LAUNCH, LAUNCH], "mpirun_ssh_reuse": True})
-    assert result["ssh_reuse"]["used"] is False and "not a path OpenSSH takes" in result["ssh_reuse"]["why"]
-    assert list(deep.iterdir()) == []
-    assert stat.S_ISDIR(deep.stat().st_mode)
+    assert result["ssh_reuse"]["used"] is used, result["ssh_reuse"]
+    if used:
+        launch = next(c for c in _calls(fakes["log"]) if c["prog"] == "mpirun")
+        assert len(launch["argv"][2].split("ControlPath=")[1].rsplit("/", 1)[0]) == dir_len
+    else:
+        assert "not a path OpenSSH takes" in result["ssh_reuse"]["why"]
+    assert list(parent.iterdir()) == []
+    assert stat.S_ISDIR(parent.stat().st_mode)

@@ -526,8 +526,12 @@ OMPI_INFO_S = 20
 SSH_DIR_PREFIX = "fabtune-ssh-"
 SSH_PERSIST = "60s"
 SSH_EXIT_S = 10
-CONTROL_PATH_MAX = 100  # OpenSSH refuses a ControlPath past sizeof(sun_path) (104-108) - its suffix
+# A master binds DIR/%C plus a random suffix (".XXXXXXXXXXXXXXXX") before renaming it to DIR/%C;
+# OpenSSH refuses a path that does not fit a Unix socket address (sun_path, 108 bytes on Linux,
+# the terminating NUL included).
+SUN_PATH_LEN = 108
 CONTROL_HASH_LEN = 40  # %C: a SHA-1 of the connection's names, in hex
+CONTROL_SUFFIX_LEN = 17
 
 
 def _is_mpirun(argv: Sequence[object]) -> bool:
@@ -547,7 +551,7 @@ def site_rsh(text: str) -> dict[str, str] | None:
     return values if "plm_rsh_args" in values else None
 
 
-def launcher_is_ssh(values: Mapping[str, str], env: Mapping[str, str]) -> str | None:
+def why_not_ssh(values: Mapping[str, str], env: Mapping[str, str]) -> str | None:
     """Why Open MPI would not launch with OpenSSH (None: it would): rsh forced, Grid Engine's qrsh
     (its environment, qrsh not disabled), or an agent whose first alternative on PATH (``A : B``, in
     that order, as Open MPI picks) is not ssh."""
@@ -615,7 +619,7 @@ def ssh_shared(commands: Sequence[Mapping[str, Any]], wanted: bool) -> Iterator[
     found = None
     if why is None:
         found, why = _site_rsh_read()
-        not_ssh = launcher_is_ssh(found, os.environ) if found is not None else None
+        not_ssh = why_not_ssh(found, os.environ) if found is not None else None
         if not_ssh is not None:
             found, why = None, f"{not_ssh}: launches left as given"
     if found is None:
@@ -623,7 +627,7 @@ def ssh_shared(commands: Sequence[Mapping[str, Any]], wanted: bool) -> Iterator[
         return
     socket_dir = Path(tempfile.mkdtemp(prefix=SSH_DIR_PREFIX))
     try:
-        if len(str(socket_dir)) + 1 + CONTROL_HASH_LEN > CONTROL_PATH_MAX or any(
+        if len(str(socket_dir)) + 1 + CONTROL_HASH_LEN + CONTROL_SUFFIX_LEN >= SUN_PATH_LEN or any(
                 c.isspace() for c in str(socket_dir)):
             yield [dict(c) for c in commands], {
                 "used": False, "why": f"{socket_dir}: not a path OpenSSH takes for a control socket"}
