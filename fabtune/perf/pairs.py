@@ -259,17 +259,19 @@ def counter_map(results: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, int
     return out
 
 
-def _deltas(outcome: ansible.RunOutcome) -> dict[tuple[str, str], dict[str, int]]:
-    before, hw_before = rdmacounters.as_loops(outcome.results(BEFORE_TASK))
-    after, hw_after = rdmacounters.as_loops(outcome.results(AFTER_TASK))
+def read_deltas(
+    before: rdmacounters.Reads, after: rdmacounters.Reads
+) -> dict[tuple[str, str], dict[str, int]]:
+    """Per (host, netdev) read after, the counters that moved between two counter reads: the pause
+    frames per priority (``ethtool -S``) and the RDMA hw_counters (``rdmacounters.moved``)."""
+    eth_before, hw_before = rdmacounters.as_loops(before)
+    eth_after, hw_after = rdmacounters.as_loops(after)
     deltas = {}
-    for host, res in after.items():
-        b = counter_map(before.get(host, {}).get("results", []))
+    for host, res in eth_after.items():
+        old = counter_map(eth_before.get(host, {}).get("results", []))
         for netdev, values in counter_map(res.get("results", [])).items():
-            old = b.get(netdev, {})
-            deltas[(host, netdev)] = {k: v - old.get(k, 0) for k, v in values.items() if v - old.get(k, 0)}
-    hw = rdmacounters.deltas(hw_before, hw_after)
-    for key, values in hw.items():
+            deltas[(host, netdev)] = rdmacounters.moved(old.get(netdev, {}), values)
+    for key, values in rdmacounters.deltas(hw_before, hw_after).items():
         deltas[key] = {**deltas.get(key, {}), **values}
     return deltas
 
@@ -301,6 +303,8 @@ def _results(
     views: Mapping[str, HostView],
     pairs: Sequence[Pair],
     deadline_s: int,
+    *,
+    deltas: Mapping[tuple[str, str], Mapping[str, int]],
 ) -> list[PairResult]:
     by_id = {}
     spec = {run["id"]: run for run in runs}
@@ -312,13 +316,12 @@ def _results(
         for item in res.get("runs", []):
             run = spec.get(item.get("id"), {})
             by_id[item.get("id")] = _client_result(item, run, deadline_s)
-    deltas = _deltas(outcome)
     results = []
     for run, pair in zip(runs, pairs, strict=True):
         gbps, error = by_id.get(run["id"], (None, "not run"))
         rail, mine = views[pair.server].rails[pair.rail], views[pair.client].rails[pair.rail]
         counters = {
-            f"{h}:{d}": deltas.get((h, d), {})
+            f"{h}:{d}": dict(deltas.get((h, d), {}))
             for h, d in ((pair.server, run["server_netdev"]), (pair.client, run["client_netdev"]))
         }
         results.append(
@@ -360,15 +363,40 @@ def run_round(
     Raises:
         PlaybookFailed: when the round could not run (unreachable host, failed task).
     """
+    return run_round_reads(inventory, pairs, views, opts, deadline_s=deadline_s)[0]
+
+
+def run_round_reads(
+    inventory: Path,
+    pairs: Sequence[Pair],
+    views: Mapping[str, HostView],
+    opts: PerftestOptions,
+    *,
+    deadline_s: int | None = None,
+    before: rdmacounters.Reads | None = None,
+) -> tuple[list[PairResult], rdmacounters.Reads]:
+    """``run_round``, and the counters read after it (the next benchmark's reads before, where
+    nothing changed in between). ``before``: the counters as read since the last change and the
+    last traffic; where they hold every port the round reads, the round reads none before.
+
+    Raises:
+        PlaybookFailed: when the round could not run (unreachable host, failed task).
+    """
     deadline = perftest_deadline_s(opts, deadline_s)
     runs = [_run_spec(p, views, opts) for p in pairs]
-    extravars = {"fabtune_bench_runs": runs, "fabtune_bench_deadline_s": deadline,
-                 "fabtune_counter_reads": _counter_reads(runs)}
+    reads = _counter_reads(runs)
+    extravars: dict[str, Any] = {"fabtune_bench_runs": runs, "fabtune_bench_deadline_s": deadline,
+                                 "fabtune_counter_reads": reads}
+    held = before if rdmacounters.covers(before, reads) else None
+    if held is not None:
+        extravars["fabtune_counter_reads_before"] = {}
     outcome = ansible.run_playbook(
         "bench_ib_write_bw.yml", inventory, extravars=extravars, timeout_s=run_timeout_s(deadline, 3)
     )
     outcome.raise_for_failure("perftest round")
-    return _results(outcome, runs, views, pairs, deadline)
+    first = held if held is not None else rdmacounters.reads_of(outcome.results(BEFORE_TASK))
+    after = rdmacounters.reads_of(outcome.results(AFTER_TASK))
+    return _results(outcome, runs, views, pairs, deadline, deltas=read_deltas(first, after)), after
 
 
 def run_rounds(

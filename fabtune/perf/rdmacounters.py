@@ -62,10 +62,9 @@ def deltas(
     for host, res in after.items():
         old = by_netdev(before.get(host, {}).get("results", []))
         for netdev, values in by_netdev(res.get("results", [])).items():
-            was = old.get(netdev, {})
-            moved = {k: v - was[k] for k, v in values.items() if k in was}
-            if any(moved.values()):
-                out[(host, netdev)] = {k: d for k, d in moved.items() if d}
+            changed = moved(old.get(netdev, {}), values)
+            if changed:
+                out[(host, netdev)] = changed
     return out
 
 
@@ -86,19 +85,53 @@ def read_commands(netdevs: Sequence[str], hw_reads: Sequence[Mapping[str, Any]])
 
 
 Loops = dict[str, dict[str, list[dict[str, Any]]]]
+# Per host, each counter read's output by its id ("ethtool eth2", "hw eth2"): one fabric_run read.
+Reads = dict[str, dict[str, str]]
 
 
-def as_loops(results: Mapping[str, Mapping[str, Any]]) -> tuple[Loops, Loops]:
-    """A counter-read task's ``fabric_run`` results per host, as the per-netdev loop results the
-    parsers read: ethtool items ``{item: NETDEV, stdout}``, hw items ``{item: {netdev}, stdout}``."""
+def reads_of(results: Mapping[str, Mapping[str, Any]]) -> Reads:
+    """A counter-read task's ``fabric_run`` results per host as each read's output by its id (a
+    host whose reads did not run is left out; a read that printed nothing parses as no counter)."""
+    found: Reads = {}
+    for host, res in results.items():
+        mine = {str(run["id"]): str(run.get("stdout", "")) for run in res.get("runs") or []
+                if isinstance(run, Mapping) and "id" in run}
+        if mine:
+            found[host] = mine
+    return found
+
+
+def covers(reads: Reads | None, wanted: Mapping[str, Sequence[Mapping[str, Any]]]) -> bool:
+    """Whether ``reads`` hold every read of ``wanted`` (per host, fabric_run commands ``{id, argv}``)."""
+    if reads is None:
+        return False
+    return all(str(cmd["id"]) in reads.get(host, {}) for host, cmds in wanted.items() for cmd in cmds)
+
+
+def as_loops(reads: Reads) -> tuple[Loops, Loops]:
+    """Counter reads per host (``reads_of``), as the per-netdev loop results the parsers read:
+    ethtool items ``{item: NETDEV, stdout}``, hw items ``{item: {netdev}, stdout}``."""
     ethtool: Loops = {}
     hw: Loops = {}
-    for host, res in results.items():
+    for host, outputs in reads.items():
         ethtool[host], hw[host] = {"results": []}, {"results": []}
-        for run in res.get("runs") or []:
-            kind, _, netdev = str(run.get("id", "")).partition(" ")
+        for read_id, stdout in outputs.items():
+            kind, _, netdev = read_id.partition(" ")
             if kind == ETHTOOL:
-                ethtool[host]["results"].append({"item": netdev, "stdout": run.get("stdout", "")})
+                ethtool[host]["results"].append({"item": netdev, "stdout": stdout})
             elif kind == HW:
-                hw[host]["results"].append({"item": {"netdev": netdev}, "stdout": run.get("stdout", "")})
+                hw[host]["results"].append({"item": {"netdev": netdev}, "stdout": stdout})
     return ethtool, hw
+
+
+def moved(before: Mapping[str, int], after: Mapping[str, int]) -> dict[str, int]:
+    """The counters of ``after`` that moved since ``before`` (those ``before`` has). A counter lower
+    than before was reset in between (a driver reload, a reboot): it moved by its value since the
+    reset, all that can be known of it."""
+    found = {}
+    for name, value in after.items():
+        if name in before:
+            delta = value - before[name] if value >= before[name] else value
+            if delta:
+                found[name] = delta
+    return found

@@ -119,6 +119,11 @@ class AnsibleBackend:
     # hosts where an apply of this run installed the revert code / the boot entry point
     revert_installed: set[str] = field(default_factory=set)
     boot_installed: set[str] = field(default_factory=set)
+    # The counters as the last benchmark read them after it ran; None once anything may have moved
+    # them other than the next benchmark itself: an apply (a move, a restore), a pair matrix, a
+    # benchmark that failed. The next batch or round reads none before where these hold its ports:
+    # nothing but the controller's own reads (facts, the revert's confirm and extend) ran between.
+    counters: rdmacounters.Reads | None = field(default=None, repr=False)
 
     @property
     def inventory(self) -> Path:
@@ -208,6 +213,7 @@ class AnsibleBackend:
                 fabric_revert_snapshots=trees_of(snapshots),
             )
         limit = self._limit(desired)
+        self.counters = None  # the move changes the ports: the next benchmark reads them before
         # The roles' tasks carry their role's name as a tag: with --tags, Ansible leaves the other
         # roles' tasks out when it loads the play, instead of skipping each on every host
         tags = list(roles) if roles else []
@@ -340,6 +346,7 @@ class AnsibleBackend:
         Raises:
             PlaybookFailed: a host could not be read or a round could not run.
         """
+        self.counters = None  # its rounds' traffic is not the next benchmark's
         if not self.views:  # read once: no move changes the hosts' rails, devices or addresses
             self.views = read_hosts(self.inventory)
         views = self.views
@@ -365,7 +372,10 @@ class AnsibleBackend:
             ceilings=self.ceilings or {},
             hw_reads=self.hw_reads,
         )
-        return measure(spec, repetitions)
+        before, self.counters = self.counters, None
+        batch = measure(spec, repetitions, before)
+        self.counters = batch.after or None
+        return batch
 
     def pairs(self) -> rdma_cm.PairRound | None:
         """One pair round and one incast stage over rdma_cm (None: fewer than 2 hosts to pair).
@@ -377,6 +387,9 @@ class AnsibleBackend:
         """
         if len(self.info.hosts) < 2:
             return None
+        before, self.counters = self.counters, None
         if not self.views:
             self.views = read_hosts(self.inventory)
-        return rdma_cm.measure(self.inventory, self.views, self.info.bench_timeout_s)
+        found, self.counters = rdma_cm.measure(self.inventory, self.views, self.info.bench_timeout_s, before)
+        self.counters = self.counters or None
+        return found

@@ -24,7 +24,7 @@ from fabtune.perf import diagnose, nccl, pairs, rdmacounters
 from fabtune.perf.argv import NcclOptions
 from fabtune.perf.checks import CheckResult
 from fabtune.perf.deadline import nccl_deadline_s, run_timeout_s, timed_out
-from fabtune.perf.parsers import ethtool, nccl_debug, nccl_tests
+from fabtune.perf.parsers import nccl_debug, nccl_tests
 from fabtune.tune.stats import impossible
 
 PAUSE_KEYS = ("rx_prio{}_pause", "tx_prio{}_pause")
@@ -75,6 +75,8 @@ class Batch:
     log: str = field(default="", repr=False)
     # per "host:netdev", the counter deltas over the batch (nonzero only): the report's small multiples
     counters: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    # the counters as read after the batch (the next benchmark's before, where nothing changes between)
+    after: rdmacounters.Reads = field(default_factory=dict, repr=False)
 
 
 @dataclass(frozen=True)
@@ -170,33 +172,18 @@ def _busbw(spec: MeasureSpec, test: str, res: Mapping[str, Any]) -> tuple[float 
     return value, None, output
 
 
-def _pauses(results: Sequence[Mapping[str, Any]]) -> int:
-    total = 0
-    for item in results:
-        try:
-            stats = ethtool.parse(str(item.get("stdout", "")))
-        except ParseError:
-            continue
-        total += sum(sum(stats.per_priority(k).values()) for k in PAUSE_KEYS)
-    return total
-
-
 READ_BEFORE, READ_AFTER = rdmacounters.READ_BEFORE, rdmacounters.READ_AFTER  # bench_measure.yml's tasks
 
 
-def counter_deltas(outcome: ansible.RunOutcome) -> dict[str, dict[str, int]]:
-    """Per ``host:netdev``, the counters that moved between the reads before and after the batch."""
-    before, hw_before = rdmacounters.as_loops(outcome.results(READ_BEFORE))
-    after, hw_after = rdmacounters.as_loops(outcome.results(READ_AFTER))
-    deltas: dict[str, dict[str, int]] = {}
-    for host, res in sorted(after.items()):
-        old = pairs.counter_map(before.get(host, {}).get("results", []))
-        for netdev, values in pairs.counter_map(res.get("results", [])).items():
-            moved = {k: v - old.get(netdev, {}).get(k, 0) for k, v in values.items()}
-            if any(moved.values()):
-                deltas[f"{host}:{netdev}"] = {k: d for k, d in moved.items() if d}
-    hw = rdmacounters.deltas(hw_before, hw_after)
-    return merge_counters(deltas, {f"{h}:{n}": v for (h, n), v in hw.items()})
+def counter_deltas(
+    outcome: ansible.RunOutcome, before: rdmacounters.Reads | None = None
+) -> dict[str, dict[str, int]]:
+    """Per ``host:netdev``, the counters that moved between the reads before and after the batch
+    (``before``: the counters read before it, where the batch itself read none)."""
+    first = before if before is not None else rdmacounters.reads_of(outcome.results(READ_BEFORE))
+    after = rdmacounters.reads_of(outcome.results(READ_AFTER))
+    moved = pairs.read_deltas(first, after)
+    return {f"{h}:{n}": dict(v) for (h, n), v in sorted(moved.items()) if v}
 
 
 def merge_counters(*parts: Mapping[str, Mapping[str, int]]) -> dict[str, dict[str, int]]:
@@ -210,12 +197,12 @@ def merge_counters(*parts: Mapping[str, Mapping[str, int]]) -> dict[str, dict[st
     return total
 
 
-def _pause_delta(outcome: ansible.RunOutcome) -> int:
-    before, _ = rdmacounters.as_loops(outcome.results(READ_BEFORE))
-    after, _ = rdmacounters.as_loops(outcome.results(READ_AFTER))
-    return sum(
-        _pauses(after[h].get("results", [])) - _pauses(before.get(h, {}).get("results", [])) for h in after
-    )
+_PAUSES = frozenset(key.format(prio) for key in PAUSE_KEYS for prio in range(8))
+
+
+def pause_frames(deltas: Mapping[str, Mapping[str, int]]) -> int:
+    """The pause frames (every priority, received and sent) among per-port counter deltas."""
+    return sum(v for counters in deltas.values() for k, v in counters.items() if k in _PAUSES)
 
 
 def _transport(spec: MeasureSpec, output: str, *, failed_only: bool = False) -> tuple[CheckResult, ...]:
@@ -285,26 +272,32 @@ def judge_runs(
     return samples, failures, first_output or fallback
 
 
-def measure(spec: MeasureSpec, repetitions: int) -> Batch:
+def measure(spec: MeasureSpec, repetitions: int, before: rdmacounters.Reads | None = None) -> Batch:
     """Run ``repetitions`` of (all_reduce, alltoall) in one Ansible run.
 
     A launch that fails (deadline, exit status, unreadable or impossible output) is returned as a
-    failed run, never as a sample.
+    failed run, never as a sample. ``before``: the counters as read since the last change and the
+    last traffic (the previous benchmark's read after); where they hold every port the batch reads,
+    the batch reads none before.
 
     Raises:
         PlaybookFailed: when a host is unreachable or the run itself missed its deadline.
     """
     argvs = [_argv(spec, t) for _ in range(repetitions) for t in TESTS]
-    extravars = {
+    reads = {
+        h: rdmacounters.read_commands(spec.netdevs.get(h, ()), spec.hw_reads.get(h, ()))
+        for h in sorted(set(spec.netdevs) | set(spec.hw_reads))
+    }
+    extravars: dict[str, Any] = {
         "fabtune_launch_host": spec.hosts[0],
         "fabtune_measure_argvs": argvs,
-        "fabtune_counter_reads": {
-            h: rdmacounters.read_commands(spec.netdevs.get(h, ()), spec.hw_reads.get(h, ()))
-            for h in sorted(set(spec.netdevs) | set(spec.hw_reads))
-        },
+        "fabtune_counter_reads": reads,
         "fabtune_bench_deadline_s": spec.deadline,
         "fabtune_measure_host_count": len(spec.hosts),
     }
+    held = before if rdmacounters.covers(before, reads) else None
+    if held is not None:
+        extravars["fabtune_counter_reads_before"] = {}
     timeout_s = run_timeout_s(spec.deadline, len(argvs))
     outcome = ansible.run_playbook(
         "bench_measure.yml", spec.inventory, extravars=extravars, timeout_s=timeout_s
@@ -319,6 +312,6 @@ def measure(spec: MeasureSpec, repetitions: int) -> Batch:
         for i in range(len(runs), len(argvs))
     ]
     transport = _transport(spec, first, failed_only=not samples) if first else ()
-    return Batch(
-        tuple(samples), _pause_delta(outcome), transport, tuple(failures), first, counter_deltas(outcome)
-    )
+    deltas = counter_deltas(outcome, held)
+    after = rdmacounters.reads_of(outcome.results(READ_AFTER))
+    return Batch(tuple(samples), pause_frames(deltas), transport, tuple(failures), first, deltas, after)

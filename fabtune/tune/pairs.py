@@ -31,6 +31,7 @@ from fabtune.perf import pairs
 from fabtune.perf.argv import PerftestOptions
 from fabtune.perf.fabric import HostView
 from fabtune.perf.pairs import PairResult
+from fabtune.perf.rdmacounters import Reads
 from fabtune.perf.schedule import Pair, covering_rounds, incast_stage, rail_pairs
 
 INCAST_FAN_IN = 4  # clients per incast stage (fewer on a smaller rack): enough to overload a port
@@ -103,8 +104,13 @@ def _schedule(views: Mapping[str, HostView]) -> tuple[list[list[Pair]], list[Pai
     return rounds, stages
 
 
-def measure(inventory: Path, views: Mapping[str, HostView], deadline_s: int | None) -> PairRound:
-    """One covering pair round and one incast stage (every rail), with ib_write_bw over rdma_cm.
+def measure(
+    inventory: Path, views: Mapping[str, HostView], deadline_s: int | None, before: Reads | None = None
+) -> tuple[PairRound, Reads]:
+    """One covering pair round and one incast stage (every rail), with ib_write_bw over rdma_cm;
+    and the counters read after it. ``before``: the counters as read since the last change and the
+    last traffic (the previous benchmark's read after): the first round reads none before where
+    they hold its ports; each later round takes the one before's read after.
 
     Raises:
         PlaybookFailed: when a round could not run (unreachable host, failed task).
@@ -113,16 +119,18 @@ def measure(inventory: Path, views: Mapping[str, HostView], deadline_s: int | No
     found: dict[str, float | None] = {}
     errors: dict[str, str] = {}
     measured: list[PairResult] = []
+    last = before
     for rnd in rounds:
-        for pair, res in zip(rnd, pairs.run_round(inventory, rnd, views, OPTIONS, deadline_s=deadline_s),
-                             strict=True):
+        done, last = pairs.run_round_reads(inventory, rnd, views, OPTIONS, deadline_s=deadline_s, before=last)
+        for pair, res in zip(rnd, done, strict=True):
             measured.append(res)
             found[_label(pair, views)] = res.gbps
             if res.error:
                 errors[_label(pair, views)] = res.error
     incast: dict[str, float | None] = {}
     if stages:
-        results = pairs.run_round(inventory, stages, views, OPTIONS, deadline_s=deadline_s)
+        results, last = pairs.run_round_reads(inventory, stages, views, OPTIONS, deadline_s=deadline_s,
+                                              before=last)
         for rail in sorted({p.rail for p in stages}):
             mine = [(p, r) for p, r in zip(stages, results, strict=True) if p.rail == rail]
             server = mine[0][0]
@@ -131,7 +139,7 @@ def measure(inventory: Path, views: Mapping[str, HostView], deadline_s: int | No
             for p, r in mine:
                 if r.error:
                     errors[f"{label}: {p.client}"] = r.error
-    return PairRound(found, incast, errors, tuple(measured))
+    return PairRound(found, incast, errors, tuple(measured)), last or {}
 
 
 def _ratio(new: float | None, old: float | None) -> float | None:

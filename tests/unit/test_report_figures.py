@@ -335,8 +335,9 @@ def test_a_tuning_batch_keeps_pause_and_hw_counters_per_port() -> None:
         _reads("h01", "after", ethtool.format(45), GREP.replace("handled:4", "handled:9")),
     )
     outcome = RunOutcome("successful", 0, {}, tasks, Path("/nonexistent"))
-    assert measure.counter_deltas(outcome) == {"h01:eth3": {"rx_prio3_pause": 40, "rp_cnp_handled": 5}}
-    assert measure._pause_delta(outcome) == 40
+    deltas = measure.counter_deltas(outcome)
+    assert deltas == {"h01:eth3": {"rx_prio3_pause": 40, "rp_cnp_handled": 5}}
+    assert measure.pause_frames(deltas) == 40
 
 
 def test_a_pair_round_keeps_hw_counters_beside_the_pause_counters() -> None:
@@ -346,7 +347,11 @@ def test_a_pair_round_keeps_hw_counters_beside_the_pause_counters() -> None:
         _reads("h02", "after", ethtool.format(8), GREP.replace(":12", ":19"), pairs.AFTER_TASK),
     )
     outcome = RunOutcome("successful", 0, {}, tasks, Path("/nonexistent"))
-    assert pairs._deltas(outcome) == {("h02", "eth3"): {"rx_prio3_pause": 7, "np_ecn_marked_roce_packets": 7}}
+    before = rdmacounters.reads_of(outcome.results(pairs.BEFORE_TASK))
+    after = rdmacounters.reads_of(outcome.results(pairs.AFTER_TASK))
+    assert pairs.read_deltas(before, after) == {
+        ("h02", "eth3"): {"rx_prio3_pause": 7, "np_ecn_marked_roce_packets": 7}
+    }
 
 
 def test_a_round_reads_each_port_of_each_host_once() -> None:

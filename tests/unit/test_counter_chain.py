@@ -1,0 +1,151 @@
+"""A benchmark's counters read after it stand for the next one's read before, until anything else
+may have moved them (an apply, a pair matrix, a failed benchmark): one fabric_run read fewer per
+batch and per round, the same deltas."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fabtune import ansible
+from fabtune.ansible import RunOutcome, TaskResult
+from fabtune.errors import PlaybookFailed
+from fabtune.inventory import InventoryInfo
+from fabtune.perf import pairs, rdmacounters
+from fabtune.perf.argv import PerftestOptions
+from fabtune.perf.fabric import HostView, Rail
+from fabtune.perf.schedule import Pair
+from fabtune.state import HostState
+from fabtune.tune import backend as backend_mod
+from fabtune.tune import measure
+from fabtune.tune.backend import AnsibleBackend
+from fabtune.tune.measure import Batch, MeasureSpec
+
+HOSTS = ("h01", "h02")
+ETHTOOL = "NIC statistics:\n     rx_prio3_pause: {}\n     tx_prio3_pause: 0\n"
+HW = "/sys/class/infiniband/mlx5_0/ports/1/hw_counters/np_cnp_sent:{}\n"
+
+
+def _read(pause: int, cnp: int) -> list[dict[str, Any]]:
+    return [{"id": "ethtool eth2", "rc": 0, "stdout": ETHTOOL.format(pause)},
+            {"id": "hw eth2", "rc": 2, "stdout": HW.format(cnp)}]  # grep -s: 2 where a counter is missing
+
+
+def _reads_task(host: str, task: str, pause: int, cnp: int) -> TaskResult:
+    result = {"runs": _read(pause, cnp)}
+    return TaskResult(host, task, "fabtune.fabric.fabric_run", "runner_on_ok", False, result)
+
+
+def test_a_counter_that_went_back_was_reset_and_moved_by_its_value() -> None:
+    assert rdmacounters.moved({"a": 10, "b": 5}, {"a": 15, "b": 2, "c": 9}) == {"a": 5, "b": 2}
+    assert rdmacounters.moved({"a": 10}, {"a": 10}) == {}
+
+
+def test_reads_cover_a_benchmark_only_with_every_port_it_reads() -> None:
+    wanted = {"h01": rdmacounters.read_commands(["eth2"], [rdmacounters.read_item("eth2", "mlx5_0", 1)])}
+    held = {"h01": {"ethtool eth2": "x", "hw eth2": "y"}, "h02": {"ethtool eth2": "z"}}
+    assert rdmacounters.covers(held, wanted)
+    assert not rdmacounters.covers({"h01": {"ethtool eth2": "x"}}, wanted)
+    assert not rdmacounters.covers({"h02": held["h02"]}, wanted)
+    assert not rdmacounters.covers(None, wanted)
+    assert rdmacounters.reads_of({"h01": {"runs": _read(1, 2)}, "h02": {"msg": "skipped"}}) == {
+        "h01": {"ethtool eth2": ETHTOOL.format(1), "hw eth2": HW.format(2)}
+    }
+
+
+def _spec() -> MeasureSpec:
+    return MeasureSpec(Path("/inv.yml"), HOSTS, 2, {h: ["eth2"] for h in HOSTS},
+                       hw_reads={h: [rdmacounters.read_item("eth2", "mlx5_0", 1)] for h in HOSTS})
+
+
+class _Playbooks:
+    """ansible.run_playbook as a rack whose counters rise by 10 pause frames and 3 CNPs a run."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+        self.level = 100
+
+    def __call__(self, playbook: str, inventory: Path, **kwargs: Any) -> RunOutcome:
+        extravars = dict(kwargs.get("extravars") or {})
+        self.calls.append((playbook, extravars))
+        nccl = playbook == "bench_measure.yml"
+        before_task = measure.READ_BEFORE if nccl else pairs.BEFORE_TASK
+        after_task = measure.READ_AFTER if nccl else pairs.AFTER_TASK
+        tasks = []
+        before = extravars.get("fabtune_counter_reads_before", extravars.get("fabtune_counter_reads", {}))
+        for host in sorted(before):
+            tasks.append(_reads_task(host, before_task, self.level, self.level // 10))
+        self.level += 10
+        for host in sorted(extravars.get("fabtune_counter_reads", {})):
+            tasks.append(_reads_task(host, after_task, self.level, self.level // 10))
+        return RunOutcome("successful", 0, {}, tuple(tasks), Path("/nonexistent"))
+
+
+def test_a_batch_given_a_read_reads_none_before_and_counts_from_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    played = _Playbooks()
+    monkeypatch.setattr(ansible, "run_playbook", played)
+    first = measure.measure(_spec(), 1)
+    assert "fabtune_counter_reads_before" not in played.calls[0][1]
+    assert first.pause_frames == 2 * 10
+    assert set(first.after) == set(HOSTS)
+    played.level += 50  # traffic the controller did not run: it falls to the next batch
+    second = measure.measure(_spec(), 1, first.after)
+    assert played.calls[1][1]["fabtune_counter_reads_before"] == {}
+    assert second.pause_frames == 2 * 60
+    assert second.counters["h01:eth2"] == {"rx_prio3_pause": 60, "np_cnp_sent": 6}
+    # a read that lacks a port the batch reads stands for nothing: the batch reads before itself
+    measure.measure(_spec(), 1, {"h01": first.after["h01"]})
+    assert "fabtune_counter_reads_before" not in played.calls[2][1]
+
+
+def _views() -> dict[str, HostView]:
+    rail = Rail("mlx5_0", "eth2", "10.0.0.1", 4200, 400.0, "Ethernet", 3)
+    return {h: HostView(h, (rail,), {}) for h in HOSTS}
+
+
+def test_a_round_given_a_read_reads_none_before(monkeypatch: pytest.MonkeyPatch) -> None:
+    played = _Playbooks()
+    monkeypatch.setattr(ansible, "run_playbook", played)
+    rnd = [Pair("h01", "h02", 0, 18515)]
+    _, after = pairs.run_round_reads(Path("/inv.yml"), rnd, _views(), PerftestOptions(duration_s=2))
+    assert "fabtune_counter_reads_before" not in played.calls[0][1]
+    found, _ = pairs.run_round_reads(Path("/inv.yml"), rnd, _views(), PerftestOptions(duration_s=2),
+                                     before=after)
+    assert played.calls[1][1]["fabtune_counter_reads_before"] == {}
+    assert found[0].counters["h01:eth2"] == {"rx_prio3_pause": 10, "np_cnp_sent": 1}
+
+
+class _FakeMeasure:
+    def __init__(self) -> None:
+        self.before: list[rdmacounters.Reads | None] = []
+        self.fail = False
+
+    def __call__(self, spec: MeasureSpec, repetitions: int, before: rdmacounters.Reads | None = None,
+                 ) -> Batch:
+        self.before.append(before)
+        if self.fail:
+            raise PlaybookFailed("h02 unreachable")
+        return Batch((), 0, after={"h01": {"ethtool eth2": f"read {len(self.before)}"}})
+
+
+def test_the_backend_chains_reads_until_an_apply_or_a_failure(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = _FakeMeasure()
+    monkeypatch.setattr(backend_mod, "measure", fake)
+    monkeypatch.setattr(ansible, "run_playbook",
+                        lambda *a, **k: RunOutcome("successful", 0, {}, (), Path("/nonexistent")))
+    info = InventoryInfo(Path("/inv.yml"), "rack", "roce", HOSTS, (), "mpirun", None)
+    backend = AnsibleBackend(info)
+    backend.measure(1)
+    backend.measure(1)
+    assert fake.before == [None, {"h01": {"ethtool eth2": "read 1"}}]
+    backend.apply({"h01": HostState.from_tree({})})
+    backend.measure(1)
+    assert fake.before[-1] is None  # the move changed the ports
+    fake.fail = True
+    with pytest.raises(PlaybookFailed):
+        backend.measure(1)
+    fake.fail = False
+    backend.measure(1)
+    assert fake.before[-1] is None  # a failed batch leaves no read to stand for the next
