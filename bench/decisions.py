@@ -77,7 +77,7 @@ class NoisyRack:
     def extend(self, run_id: str, *, hosts: Sequence[str] | None = None) -> RunOutcome:
         return self.ok
 
-    def measure(self, repetitions: int) -> Batch:
+    def measure(self, repetitions: int, pairs_after: int = 0) -> Batch:
         self.runs += repetitions
         return Batch(tuple(self._sample() for _ in range(repetitions)), 0)
 

@@ -198,7 +198,7 @@ class ModelRack:
         self.costs.calls["pair round"] += 1
         return []
 
-    def measure(self, repetitions: int) -> Batch:
+    def measure(self, repetitions: int, pairs_after: int = 0) -> Batch:
         self.costs.calls["counter reads"] += 1
         samples, pauses = [], 0
         for _ in range(repetitions):

@@ -12,8 +12,10 @@ With no observer a run is exactly what it is without them.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import dataclasses
+import itertools
 import json
 import os
 import shlex
@@ -30,6 +32,7 @@ from typing import Any, Protocol
 
 import ansible_runner
 import psutil
+import yaml
 
 from fabtune import collection
 from fabtune.errors import ConfigError, PlaybookFailed
@@ -109,6 +112,7 @@ class RunOutcome:
     stats: Mapping[str, Mapping[str, int]]
     tasks: tuple[TaskResult, ...] = field(repr=False)
     artifact_dir: Path
+    seconds: float = 0.0  # a part's of a longer run (``run_playbooks``): from its first play's start
 
     @property
     def ok(self) -> bool:
@@ -301,13 +305,20 @@ class _Collector:
         self.kind = kind
         self.observers = tuple(observers)
         self.pid: int | None = None  # ansible-playbook's (every event carries it)
+        self.plays: list[str] = []  # each play's uuid, in the order the plays started
+        self.play_started: list[float] = []  # when each play started (time.monotonic)
+        self.task_plays: list[int] = []  # per kept task result, the index of its play in ``plays``
 
     def __call__(self, event: Mapping[str, Any]) -> bool:
         if self.pid is None and isinstance(event.get("pid"), int):
             self.pid = int(event["pid"])
         name = event.get("event", "")
+        if name == "playbook_on_play_start":
+            self.plays.append(str(event.get("event_data", {}).get("play_uuid", "")))
+            self.play_started.append(time.monotonic())
         if name in KEPT_EVENTS:
             data = event.get("event_data", {})
+            self.task_plays.append(len(self.plays) - 1)
             res = data.get("res", {}) or {}
             task = TaskResult(
                 host=str(data.get("host", "")), task=str(data.get("task", "")),
@@ -338,15 +349,19 @@ def _absolute(inventory: Path) -> str:
     return str(inventory)
 
 
-def _run(kind: str, on_task: TaskCallback | None, timeout_s: int, **kwargs: Any) -> RunOutcome:
+def _run(kind: str, on_task: TaskCallback | None, timeout_s: int, *, collector: _Collector | None = None,
+         parts: Sequence[Part] = (), **kwargs: Any) -> RunOutcome:
     private, ident = _private_dir(kind)
     observers = _observers()
-    collector = _Collector(on_task, kind, observers)
+    collector = collector or _Collector(on_task, kind, observers)
     extravars = {**accelerator_vars(), **(kwargs.pop("extravars", None) or {})}
     varfile = _extravars_file(private, ident, extravars) if extravars else None
     if varfile is not None:
         flags = [f"-e @{shlex.quote(str(varfile))}", kwargs.get("cmdline")]
         kwargs["cmdline"] = " ".join(f for f in flags if f)
+    wrapper = _wrapper_file(private, ident, parts) if parts else None
+    if wrapper is not None:
+        kwargs["playbook"] = str(wrapper)
     with _stoppable(lambda: collector.pid, timeout_s) as stop:
         try:
             runner = ansible_runner.run(
@@ -355,8 +370,9 @@ def _run(kind: str, on_task: TaskCallback | None, timeout_s: int, **kwargs: Any)
                 timeout=timeout_s + BACKSTOP_S, cancel_callback=stop.cancelled, **kwargs,
             )
         finally:
-            if varfile is not None:
-                varfile.unlink(missing_ok=True)
+            for written in (varfile, wrapper):
+                if written is not None:
+                    written.unlink(missing_ok=True)
     outcome = RunOutcome(
         status="timeout" if stop.timed_out else str(runner.status), rc=int(runner.rc),
         stats=runner.stats or {}, tasks=tuple(collector.tasks), artifact_dir=Path(runner.config.artifact_dir),
@@ -482,6 +498,103 @@ def _extravars_file(private: Path, ident: str, extravars: Mapping[str, Any]) -> 
     with os.fdopen(fd, "w") as out:
         json.dump(extravars, out)
     return path
+
+
+@dataclass(frozen=True)
+class Part:
+    """One playbook of a run of several (:func:`run_playbooks`): a name under ``playbooks/``, and
+    the variables its plays get (the import's ``vars``: above the inventory's, below extra vars)."""
+
+    playbook: str
+    variables: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def path(self) -> Path:
+        return PLAYBOOKS / self.playbook
+
+
+def _wrapper_file(private: Path, ident: str, parts: Sequence[Part]) -> Path:
+    """A private playbook that imports each part's playbook with its variables (JSON, which YAML
+    reads): like the extra vars file, never the command line, removed when the run ends."""
+    plays = [{"ansible.builtin.import_playbook": str(part.path), "vars": dict(part.variables)}
+             for part in parts]
+    path = private_dir(private / "extravars") / f"{ident}.playbook.yml"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as out:
+        json.dump(plays, out)
+    return path
+
+
+def _play_count(part: Part) -> int:
+    """How many plays a part's playbook has (fabtune's playbooks import none)."""
+    plays = yaml.safe_load(part.path.read_text())
+    return len(plays) if isinstance(plays, list) else 0
+
+
+def _part_outcome(
+    run: RunOutcome, tasks: Sequence[TaskResult], *, lost: Mapping[str, Mapping[str, int]], complete: bool,
+    seconds: float,
+) -> RunOutcome:
+    """One part's outcome: its own tasks; its hosts failed or unreachable there or in an earlier part
+    (Ansible runs no later play on them); ``complete``: the run went past it, or ended by itself."""
+    stats: dict[str, dict[str, int]] = {key: dict(lost.get(key, {})) for key in ("failures", "dark")}
+    stats["ok"], stats["changed"] = {}, {}
+    for task in tasks:
+        key = "dark" if task.event == "runner_on_unreachable" else "failures" if task.failed else "ok"
+        stats[key][task.host] = stats[key].get(task.host, 0) + 1
+        if task.changed:
+            stats["changed"][task.host] = stats["changed"].get(task.host, 0) + 1
+    failed = bool(stats["failures"] or stats["dark"])
+    status = "failed" if failed else "successful" if complete else run.status
+    rc = 0 if status == "successful" else run.rc or 2
+    return RunOutcome(status, rc, stats, tuple(tasks), run.artifact_dir, seconds)
+
+
+def run_playbooks(
+    parts: Sequence[Part],
+    inventory: Path,
+    *,
+    on_task: TaskCallback | None = None,
+    timeout_s: int = RUN_TIMEOUT_S,
+) -> list[RunOutcome]:
+    """Run several playbooks one after another in one ansible-playbook run: one start-up (about a
+    second of imports, inventory and collection loading) for all of them.
+
+    Each part's plays get its own variables, so two parts may give the same variable different
+    values (two pair rounds). Returns one outcome per part, holding that part's task results: a
+    host that failed or was unreachable in a part is so in every later part too (Ansible runs no
+    later play on it), and a part the run never finished has the run's status (``timeout``).
+
+    Raises:
+        ConfigError: when ``inventory`` is not an absolute path.
+    """
+    inventory_path = _absolute(inventory)
+    kind = "+".join(Path(part.playbook).stem for part in parts)
+    collector = _Collector(on_task, kind, _observers())
+    run = _run(kind, on_task, timeout_s, collector=collector, parts=parts, inventory=inventory_path,
+               forks=forks_for(Path(inventory_path)))
+    ended_at = time.monotonic()
+    counts = [_play_count(part) for part in parts]
+    bounds = list(itertools.accumulate(counts))
+    started = [*collector.play_started, *[ended_at] * (bounds[-1] + 1 - len(collector.play_started))]
+    mine: list[list[TaskResult]] = [[] for _ in parts]
+    for task, play in zip(run.tasks, collector.task_plays, strict=True):
+        mine[min(bisect.bisect_right(bounds, play), len(parts) - 1)].append(task)
+    reached = bisect.bisect_right(bounds, len(collector.plays) - 1)  # the part the last play started in
+    # a run that failed with no task failed stopped on something else (a play's hosts, a syntax
+    # error): the part it stopped in, and every later one, did not run through
+    ended = run.status == "successful" or (run.status == "failed" and any(t.failed for t in run.tasks))
+    found: list[RunOutcome] = []
+    lost: dict[str, dict[str, int]] = {"failures": {}, "dark": {}}
+    for index, tasks in enumerate(mine):
+        complete = index < reached or ended
+        first = bounds[index] - counts[index]  # the part's first play, then the next part's
+        seconds = max(0.0, min(started[bounds[index]], ended_at) - started[first])
+        outcome = _part_outcome(run, tasks, lost=lost, complete=complete, seconds=seconds)
+        for key in ("failures", "dark"):
+            lost[key].update(outcome.stats[key])
+        found.append(outcome)
+    return found
 
 
 def run_playbook(

@@ -119,7 +119,21 @@ def read_hosts(inventory: Path) -> dict[str, HostView]:
         BenchmarkError: a read outlasted its deadline, the links could not be read, or ibstat's
             output cannot be parsed.
     """
-    outcome = ansible.run_playbook("fabric_checks.yml", inventory).raise_for_failure("reading the fabric")
+    return views_of(ansible.run_playbook(CHECKS_PLAYBOOK, inventory))
+
+
+CHECKS_PLAYBOOK = "fabric_checks.yml"
+
+
+def views_of(outcome: ansible.RunOutcome) -> dict[str, HostView]:
+    """Every host's view from a run of the checks playbook (``read_hosts``; a part of a longer run).
+
+    Raises:
+        PlaybookFailed: when a host is unreachable or the reads' task fails.
+        BenchmarkError: a read outlasted its deadline, the links could not be read, or ibstat's
+            output cannot be parsed.
+    """
+    outcome.raise_for_failure("reading the fabric")
     reads, sminfo = outcome.results(READ_TASK), outcome.results(SMINFO_TASK)
     views = {}
     for host in sorted(reads):

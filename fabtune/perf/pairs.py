@@ -382,21 +382,72 @@ def run_round_reads(
     Raises:
         PlaybookFailed: when the round could not run (unreachable host, failed task).
     """
-    deadline = perftest_deadline_s(opts, deadline_s)
-    runs = [_run_spec(p, views, opts) for p in pairs]
-    reads = _counter_reads(runs)
-    extravars: dict[str, Any] = {"fabtune_bench_runs": runs, "fabtune_bench_deadline_s": deadline,
-                                 "fabtune_counter_reads": reads}
-    held = before if rdmacounters.covers(before, reads) else None
-    if held is not None:
-        extravars["fabtune_counter_reads_before"] = {}
-    outcome = ansible.run_playbook(
-        "bench_ib_write_bw.yml", inventory, extravars=extravars, timeout_s=run_timeout_s(deadline, 3)
-    )
+    planned = plan_round(pairs, views, opts, deadline_s)
+    held = before if rdmacounters.covers(before, planned.reads) else None
+    outcome = ansible.run_playbook(ROUND_PLAYBOOK, inventory, extravars=planned.variables(held is None),
+                                   timeout_s=planned.timeout_s)
+    return round_results(outcome, planned, views, held)
+
+
+ROUND_PLAYBOOK = "bench_ib_write_bw.yml"
+
+
+@dataclass(frozen=True)
+class PlannedRound:
+    """One round of pairs as bench_ib_write_bw.yml runs it: its pairs, each run's spec, each host's
+    counter reads and the servers' and clients' deadline."""
+
+    pairs: tuple[Pair, ...]
+    runs: tuple[dict[str, Any], ...]
+    reads: dict[str, list[dict[str, Any]]]
+    deadline: int
+
+    def variables(self, read_before: bool) -> dict[str, Any]:
+        """The playbook's variables; ``read_before`` False: the round reads no counters before
+        (a read the caller holds stands for it)."""
+        found: dict[str, Any] = {
+            "fabtune_bench_runs": list(self.runs),
+            "fabtune_bench_deadline_s": self.deadline,
+            "fabtune_counter_reads": self.reads,
+        }
+        if not read_before:
+            found["fabtune_counter_reads_before"] = {}
+        return found
+
+    @property
+    def timeout_s(self) -> int:
+        return run_timeout_s(self.deadline, 3)
+
+
+def plan_round(
+    pairs: Sequence[Pair], views: Mapping[str, HostView], opts: PerftestOptions, deadline_s: int | None = None
+) -> PlannedRound:
+    """A round of ``pairs`` ready to run (``deadline_s``: each server's and client's; else derived).
+
+    Raises:
+        BenchmarkError: a server's port has no IPv4 address to test against.
+    """
+    runs = tuple(_run_spec(p, views, opts) for p in pairs)
+    return PlannedRound(tuple(pairs), runs, _counter_reads(runs), perftest_deadline_s(opts, deadline_s))
+
+
+def round_results(
+    outcome: ansible.RunOutcome,
+    planned: PlannedRound,
+    views: Mapping[str, HostView],
+    before: rdmacounters.Reads | None,
+) -> tuple[list[PairResult], rdmacounters.Reads]:
+    """A round's results and the counters it read after; ``before``: the counters read before it,
+    where the round read none itself.
+
+    Raises:
+        PlaybookFailed: when the round could not run (unreachable host, failed task).
+    """
     outcome.raise_for_failure("perftest round")
-    first = held if held is not None else rdmacounters.reads_of(outcome.results(BEFORE_TASK))
+    first = before if before is not None else rdmacounters.reads_of(outcome.results(BEFORE_TASK))
     after = rdmacounters.reads_of(outcome.results(AFTER_TASK))
-    return _results(outcome, runs, views, pairs, deadline, deltas=read_deltas(first, after)), after
+    deltas = read_deltas(first, after)
+    return _results(outcome, list(planned.runs), views, planned.pairs, planned.deadline, deltas=deltas), after
 
 
 def run_rounds(

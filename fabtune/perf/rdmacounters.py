@@ -101,6 +101,12 @@ def reads_of(results: Mapping[str, Mapping[str, Any]]) -> Reads:
     return found
 
 
+def will_read(commands: Mapping[str, Sequence[Mapping[str, Any]]]) -> Reads:
+    """What a run of ``commands`` (per host, fabric_run's ``{id, argv}``) will have read, with no
+    output yet: planning the next run of the same Ansible run against it (``covers``)."""
+    return {host: {str(cmd["id"]): "" for cmd in cmds} for host, cmds in commands.items()}
+
+
 def covers(reads: Reads | None, wanted: Mapping[str, Sequence[Mapping[str, Any]]]) -> bool:
     """Whether ``reads`` hold every read of ``wanted`` (per host, fabric_run commands ``{id, argv}``)."""
     if reads is None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import dataclasses
 import json
 import time
@@ -12,16 +13,17 @@ from pathlib import Path
 from typing import Any
 
 from fabtune import ansible, sshdirect
-from fabtune.errors import ConfigError, PlaybookFailed
+from fabtune.errors import BenchmarkError, ConfigError, PlaybookFailed
 from fabtune.inventory import InventoryInfo, hostvars_of
 from fabtune.perf import diagnose, pairs, rdmacounters
 from fabtune.perf.argv import PerftestOptions
-from fabtune.perf.fabric import HostView, read_hosts
+from fabtune.perf.fabric import CHECKS_PLAYBOOK, HostView, read_hosts, views_of
 from fabtune.perf.pairs import PairResult
 from fabtune.perf.schedule import covering_rounds, pair_rounds, rail_pairs
 from fabtune.state import HostState, trees_of
 from fabtune.tune import pairs as rdma_cm
-from fabtune.tune.measure import Batch, MeasureSpec, busbw_ceilings, measure
+from fabtune.tune.measure import PLAYBOOK as MEASURE_PLAYBOOK
+from fabtune.tune.measure import Batch, MeasureSpec, batch_of, busbw_ceilings, measure, plan_batch
 
 # The host-side revert program (role fabric_revert) and its verbs (fabric_apply.EXTEND_FLAG and
 # CONFIRM_FLAG), with the role's tasks (extend.yml's, confirm.yml's) whose results they stand for.
@@ -124,6 +126,11 @@ class AnsibleBackend:
     # benchmark that failed. The next batch or round reads none before where these hold its ports:
     # nothing but the controller's own reads (facts, the revert's confirm and extend) ran between.
     counters: rdmacounters.Reads | None = field(default=None, repr=False)
+    # The tuning loop pairs the hosts: the first facts read of every host reads their views too
+    views_with_facts: bool = False
+    # Pair rounds measured in the same Ansible run as the last batch (``measure``'s ``pairs_after``),
+    # in order: each is what the next ``pairs`` call returns (or raises), while nothing changed.
+    prefetched: list[rdma_cm.PairRound | Exception] = field(default_factory=list, repr=False)
 
     @property
     def inventory(self) -> Path:
@@ -153,8 +160,24 @@ class AnsibleBackend:
 
     def facts(self, *, hosts: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
         """Each host's fabric facts (desired-state shape plus hardware); ``hosts``: only theirs
-        (None: every host of this backend)."""
-        outcome = ansible.run_playbook("facts.yml", self.inventory, limit=self._limit(hosts))
+        (None: every host of this backend).
+
+        With ``views_with_facts`` (the tuning loop's), the first read of every host of a rack to
+        pair also reads the hosts' views (rails, devices, addresses: what the pair rounds need, and
+        no move changes) in the same Ansible run; where they cannot be read, the first pair round
+        reads them again and says why."""
+        limit = self._limit(hosts)
+        if self.views_with_facts and limit is None and not self.views and len(self.info.hosts) >= 2:
+            found, checks = ansible.run_playbooks(
+                [ansible.Part("facts.yml"), ansible.Part(CHECKS_PLAYBOOK)], self.inventory)
+            facts = self._facts_of(found)
+            with contextlib.suppress(PlaybookFailed, BenchmarkError):
+                self.views = views_of(checks)
+            return facts
+        return self._facts_of(ansible.run_playbook("facts.yml", self.inventory, limit=limit))
+
+    @staticmethod
+    def _facts_of(outcome: ansible.RunOutcome) -> dict[str, dict[str, Any]]:
         outcome.raise_for_failure("reading facts")
         found = {}
         for task in outcome.tasks:
@@ -214,6 +237,7 @@ class AnsibleBackend:
             )
         limit = self._limit(desired)
         self.counters = None  # the move changes the ports: the next benchmark reads them before
+        self.prefetched = []  # and its rounds measure the new state
         # The roles' tasks carry their role's name as a tag: with --tags, Ansible leaves the other
         # roles' tasks out when it loads the play, instead of skipping each on every host
         tags = list(roles) if roles else []
@@ -347,6 +371,7 @@ class AnsibleBackend:
             PlaybookFailed: a host could not be read or a round could not run.
         """
         self.counters = None  # its rounds' traffic is not the next benchmark's
+        self.prefetched = []
         if not self.views:  # read once: no move changes the hosts' rails, devices or addresses
             self.views = read_hosts(self.inventory)
         views = self.views
@@ -360,7 +385,13 @@ class AnsibleBackend:
         )
         return [r for rnd in done for r in rnd]
 
-    def measure(self, repetitions: int) -> Batch:
+    def measure(self, repetitions: int, pairs_after: int = 0) -> Batch:
+        """``repetitions`` of (all_reduce, alltoall) on the rack as it is.
+
+        ``pairs_after``: the caller's next calls are that many ``pairs``: where the hosts' views are
+        known, those rounds run in the same Ansible run, right after the batch, and the calls
+        return them. A batch with a failed launch discards them (they run again when asked).
+        """
         spec = MeasureSpec(
             self.inventory,
             self.info.hosts,
@@ -372,10 +403,35 @@ class AnsibleBackend:
             ceilings=self.ceilings or {},
             hw_reads=self.hw_reads,
         )
-        before, self.counters = self.counters, None
-        batch = measure(spec, repetitions, before)
+        before, self.counters, self.prefetched = self.counters, None, []
+        rounds = rdma_cm.plan(self.views, self.info.bench_timeout_s) if pairs_after > 0 and self.views else []
+        if not rounds:
+            batch = measure(spec, repetitions, before)
+            self.counters = batch.after or None
+            return batch
+        planned = plan_batch(spec, repetitions, before)
+        parts = [ansible.Part(MEASURE_PLAYBOOK, planned.variables)]
+        held = rdmacounters.will_read(planned.reads)  # the batch's read after
+        for _ in range(pairs_after):
+            parts += rdma_cm.parts(rounds, held)
+            held = rdmacounters.will_read(rounds[-1].reads)
+        timeout_s = planned.timeout_s + pairs_after * sum(r.timeout_s for r in rounds)
+        outcomes = ansible.run_playbooks(parts, self.inventory, timeout_s=timeout_s)
+        batch = batch_of(spec, planned, outcomes[0])
+        if batch.failures:
+            return batch  # the counters after the rounds are not known to the batch: none held
         self.counters = batch.after or None
-        return batch
+        for index in range(pairs_after):
+            mine = outcomes[1 + index * len(rounds):1 + (index + 1) * len(rounds)]
+            try:
+                found, self.counters = rdma_cm.assemble(self.views, rounds, mine, self.counters)
+            except (PlaybookFailed, BenchmarkError) as err:
+                self.counters = None
+                self.prefetched.append(err)
+                break
+            self.counters = self.counters or None
+            self.prefetched.append(found)
+        return dataclasses.replace(batch, rounds_s=sum(o.seconds for o in outcomes[1:]))
 
     def pairs(self) -> rdma_cm.PairRound | None:
         """One pair round and one incast stage over rdma_cm (None: fewer than 2 hosts to pair).
@@ -387,6 +443,11 @@ class AnsibleBackend:
         """
         if len(self.info.hosts) < 2:
             return None
+        if self.prefetched:
+            taken = self.prefetched.pop(0)
+            if isinstance(taken, Exception):
+                raise taken
+            return taken
         before, self.counters = self.counters, None
         if not self.views:
             self.views = read_hosts(self.inventory)

@@ -154,7 +154,7 @@ class Backend(Protocol):
 
     def extend(self, run_id: str, *, hosts: Sequence[str] | None = None) -> ansible.RunOutcome: ...
 
-    def measure(self, repetitions: int) -> Batch: ...
+    def measure(self, repetitions: int, pairs_after: int = 0) -> Batch: ...
 
     def pairs(self) -> PairRound | None: ...
 
@@ -286,20 +286,21 @@ class Tuner:
         self.repairs: list[MoveRecord] = []  # the repair move, when the baseline needed one
         self.moving = False  # a move is applied and not yet decided (kept or rolled back)
 
-    def _measure(self, repetitions: int) -> Batch:
+    def _measure(self, repetitions: int, pairs_after: int = 0) -> Batch:
         """``repetitions`` good repetitions; the failed ones are journaled and run once more.
+        ``pairs_after``: pair rounds asked for right after (the backend may run them with the batch).
 
         Raises:
             BenchmarkFailed: when the retry fails too.
         """
         start = self.clock()
-        batch = self._measure_once(repetitions)
-        self.run_s = max(self.run_s, (self.clock() - start) / max(repetitions, 1))
+        batch = self._measure_once(repetitions, pairs_after)
+        self.run_s = max(self.run_s, (self.clock() - start - batch.rounds_s) / max(repetitions, 1))
         return batch
 
-    def _measure_once(self, repetitions: int) -> Batch:
+    def _measure_once(self, repetitions: int, pairs_after: int = 0) -> Batch:
         self.runs += repetitions
-        batch = self.backend.measure(repetitions)
+        batch = self.backend.measure(repetitions, pairs_after)
         self._counters = merge_counters(self._counters, batch.counters)
         if not batch.failures:
             return batch
@@ -377,8 +378,8 @@ class Tuner:
     def baseline(self) -> list[CheckResult]:
         seq = self.journal.step(self.run_id, "phase", "baseline", {})
         self._take_counters()
-        try:
-            batch = self._measure(self.options.baseline_runs)
+        try:  # the pair reference's rounds follow, in the same Ansible run where the backend can
+            batch = self._measure(self.options.baseline_runs, pairs_after=REFERENCE_ROUNDS)
         except BenchmarkFailed as err:
             errors = [str(f) for f in err.failures]
             found = self._diagnose(err)
@@ -718,9 +719,9 @@ class Tuner:
         """One ib_write_bw round over rdma_cm (pairs and incast); None where the rack has none."""
         start = self.clock()
         found = self.backend.pairs()
-        if found is not None:
+        if found is not None:  # a round measured with the batch before it took no time here
             self.pair_rounds += 1
-            self.pair_s = max(self.pair_s, self.clock() - start)
+            self.pair_s = max(self.pair_s, self.clock() - start, found.seconds)
         return found
 
     def _judge_pairs(
@@ -860,8 +861,9 @@ class Tuner:
         ``baseline_runs``) and its pause rate, so a later move is judged on what it changes itself."""
         samples, pauses = list(judged.samples), judged.pause_frames
         missing = self.options.baseline_runs - len(samples)
-        if missing > 0:
-            more = self._measure(missing)
+        if missing > 0:  # the pair reference's top-up follows, in the same run where it can
+            top_up = max(0, REFERENCE_ROUNDS - len(judged.pair_rounds)) if judged.pair_rounds else 0
+            more = self._measure(missing, pairs_after=top_up)
             samples += more.samples
             pauses += more.pause_frames
         self.reference = samples

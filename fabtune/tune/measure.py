@@ -77,6 +77,7 @@ class Batch:
     counters: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     # the counters as read after the batch (the next benchmark's before, where nothing changes between)
     after: rdmacounters.Reads = field(default_factory=dict, repr=False)
+    rounds_s: float = 0.0  # the seconds of pair rounds measured in the same Ansible run, after it
 
 
 @dataclass(frozen=True)
@@ -283,12 +284,35 @@ def measure(spec: MeasureSpec, repetitions: int, before: rdmacounters.Reads | No
     Raises:
         PlaybookFailed: when a host is unreachable or the run itself missed its deadline.
     """
+    planned = plan_batch(spec, repetitions, before)
+    outcome = ansible.run_playbook(PLAYBOOK, spec.inventory, extravars=planned.variables,
+                                   timeout_s=planned.timeout_s)
+    return batch_of(spec, planned, outcome)
+
+
+PLAYBOOK = "bench_measure.yml"
+
+
+@dataclass(frozen=True)
+class PlannedBatch:
+    """A batch as bench_measure.yml runs it: the launches, each host's counter reads, the read
+    before that stands for the batch's own (None: the batch reads them), the playbook's variables."""
+
+    argvs: tuple[tuple[str, ...], ...]
+    reads: Mapping[str, Sequence[Mapping[str, Any]]]
+    before: rdmacounters.Reads | None
+    variables: Mapping[str, Any]
+    timeout_s: int
+
+
+def plan_batch(spec: MeasureSpec, repetitions: int, before: rdmacounters.Reads | None = None) -> PlannedBatch:
+    """``repetitions`` of (all_reduce, alltoall) ready to run (``before``: as for ``measure``)."""
     argvs = [_argv(spec, t) for _ in range(repetitions) for t in TESTS]
     reads = {
         h: rdmacounters.read_commands(spec.netdevs.get(h, ()), spec.hw_reads.get(h, ()))
         for h in sorted(set(spec.netdevs) | set(spec.hw_reads))
     }
-    extravars: dict[str, Any] = {
+    variables: dict[str, Any] = {
         "fabtune_launch_host": spec.hosts[0],
         "fabtune_measure_argvs": argvs,
         "fabtune_counter_reads": reads,
@@ -297,12 +321,19 @@ def measure(spec: MeasureSpec, repetitions: int, before: rdmacounters.Reads | No
     }
     held = before if rdmacounters.covers(before, reads) else None
     if held is not None:
-        extravars["fabtune_counter_reads_before"] = {}
-    timeout_s = run_timeout_s(spec.deadline, len(argvs))
-    outcome = ansible.run_playbook(
-        "bench_measure.yml", spec.inventory, extravars=extravars, timeout_s=timeout_s
-    )
+        variables["fabtune_counter_reads_before"] = {}
+    return PlannedBatch(tuple(tuple(a) for a in argvs), reads, held, variables,
+                        run_timeout_s(spec.deadline, len(argvs)))
+
+
+def batch_of(spec: MeasureSpec, planned: PlannedBatch, outcome: ansible.RunOutcome) -> Batch:
+    """The batch from its run's outcome (a run of bench_measure.yml, or that part of a longer run).
+
+    Raises:
+        PlaybookFailed: when a host is unreachable or the run itself missed its deadline.
+    """
     _raise_unless_runs_only(outcome)
+    argvs = [list(a) for a in planned.argvs]
     launched = outcome.results(RUN_TASK).get(spec.hosts[0], {})
     runs = launch_runs(launched, argvs)
     samples, failures, first = judge_runs(spec, runs)
@@ -312,6 +343,6 @@ def measure(spec: MeasureSpec, repetitions: int, before: rdmacounters.Reads | No
         for i in range(len(runs), len(argvs))
     ]
     transport = _transport(spec, first, failed_only=not samples) if first else ()
-    deltas = counter_deltas(outcome, held)
+    deltas = counter_deltas(outcome, planned.before)
     after = rdmacounters.reads_of(outcome.results(READ_AFTER))
     return Batch(tuple(samples), pause_frames(deltas), transport, tuple(failures), first, deltas, after)

@@ -27,7 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fabtune.perf import pairs
+from fabtune import ansible
+from fabtune.ansible import Part, RunOutcome
+from fabtune.perf import pairs, rdmacounters
 from fabtune.perf.argv import PerftestOptions
 from fabtune.perf.fabric import HostView
 from fabtune.perf.pairs import PairResult
@@ -47,6 +49,7 @@ class PairRound:
     incast: Mapping[str, float | None] = field(default_factory=dict)
     errors: Mapping[str, str] = field(default_factory=dict)
     results: tuple[PairResult, ...] = ()
+    seconds: float = field(default=0.0, compare=False)  # its runs' time, start-up not counted
 
     def median(self) -> float:
         """The median pair's Gb/s (a failed pair counts 0)."""
@@ -104,42 +107,82 @@ def _schedule(views: Mapping[str, HostView]) -> tuple[list[list[Pair]], list[Pai
     return rounds, stages
 
 
-def measure(
-    inventory: Path, views: Mapping[str, HostView], deadline_s: int | None, before: Reads | None = None
+def plan(views: Mapping[str, HostView], deadline_s: int | None) -> list[pairs.PlannedRound]:
+    """A pair round's playbook runs: the covering pair rounds, then the incast stages (one run)."""
+    rounds, stages = _schedule(views)
+    planned = [pairs.plan_round(rnd, views, OPTIONS, deadline_s) for rnd in rounds]
+    return planned + ([pairs.plan_round(stages, views, OPTIONS, deadline_s)] if stages else [])
+
+
+def parts(planned: Sequence[pairs.PlannedRound], before: Reads | None) -> list[Part]:
+    """The runs of ``planned`` as parts of one Ansible run: each reads no counters before where the
+    read before it (``before``, then the run before's read after) holds its ports."""
+    found = []
+    held = before
+    for run in planned:
+        found.append(Part(pairs.ROUND_PLAYBOOK, run.variables(not rdmacounters.covers(held, run.reads))))
+        held = rdmacounters.will_read(run.reads)
+    return found
+
+
+def assemble(
+    views: Mapping[str, HostView],
+    planned: Sequence[pairs.PlannedRound],
+    outcomes: Sequence[RunOutcome],
+    before: Reads | None,
 ) -> tuple[PairRound, Reads]:
-    """One covering pair round and one incast stage (every rail), with ib_write_bw over rdma_cm;
-    and the counters read after it. ``before``: the counters as read since the last change and the
-    last traffic (the previous benchmark's read after): the first round reads none before where
-    they hold its ports; each later round takes the one before's read after.
+    """The pair round from its runs' outcomes (``parts``' order), and the counters read after it.
 
     Raises:
-        PlaybookFailed: when a round could not run (unreachable host, failed task).
+        PlaybookFailed: when a run could not run (unreachable host, failed task).
     """
     rounds, stages = _schedule(views)
+    done: list[list[PairResult]] = []
+    last = before
+    for run, outcome in zip(planned, outcomes, strict=True):
+        held = last if rdmacounters.covers(last, run.reads) else None
+        results, last = pairs.round_results(outcome, run, views, held)
+        done.append(results)
     found: dict[str, float | None] = {}
     errors: dict[str, str] = {}
     measured: list[PairResult] = []
-    last = before
-    for rnd in rounds:
-        done, last = pairs.run_round_reads(inventory, rnd, views, OPTIONS, deadline_s=deadline_s, before=last)
-        for pair, res in zip(rnd, done, strict=True):
+    for rnd, results in zip(rounds, done, strict=False):
+        for pair, res in zip(rnd, results, strict=True):
             measured.append(res)
             found[_label(pair, views)] = res.gbps
             if res.error:
                 errors[_label(pair, views)] = res.error
     incast: dict[str, float | None] = {}
     if stages:
-        results, last = pairs.run_round_reads(inventory, stages, views, OPTIONS, deadline_s=deadline_s,
-                                              before=last)
         for rail in sorted({p.rail for p in stages}):
-            mine = [(p, r) for p, r in zip(stages, results, strict=True) if p.rail == rail]
+            mine = [(p, r) for p, r in zip(stages, done[-1], strict=True) if p.rail == rail]
             server = mine[0][0]
             label = f"{len(mine)}:1 into {server.server} {views[server.server].rails[rail].device}"
             incast[label] = sum(r.gbps or 0.0 for _, r in mine)
             for p, r in mine:
                 if r.error:
                     errors[f"{label}: {p.client}"] = r.error
-    return PairRound(found, incast, errors, tuple(measured)), last or {}
+    seconds = sum(outcome.seconds for outcome in outcomes)
+    return PairRound(found, incast, errors, tuple(measured), seconds), last or {}
+
+
+def measure(
+    inventory: Path, views: Mapping[str, HostView], deadline_s: int | None, before: Reads | None = None
+) -> tuple[PairRound, Reads]:
+    """One covering pair round and one incast stage (every rail), with ib_write_bw over rdma_cm, in
+    one Ansible run; and the counters read after it. ``before``: the counters as read since the
+    last change and the last traffic (the previous benchmark's read after): the first run reads
+    none before where they hold its ports; each later run takes the one before's read after.
+
+    Raises:
+        PlaybookFailed: when a round could not run (unreachable host, failed task).
+    """
+    planned = plan(views, deadline_s)
+    if not planned:
+        return PairRound({}), before or {}
+    outcomes = ansible.run_playbooks(parts(planned, before), inventory,
+                                     timeout_s=sum(run.timeout_s for run in planned))
+    return assemble(views, planned, outcomes, before)
 
 
 def _ratio(new: float | None, old: float | None) -> float | None:

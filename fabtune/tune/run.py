@@ -111,10 +111,9 @@ def tune(
             note = f"; {run.stale_lock}" if run.stale_lock else ""
             message = f"run {run.run_id} on {info.name} ({len(info.hosts)} hosts){note}"
             on_event("run", message, {"stale_lock": run.stale_lock})
-        tuner = Tuner(
-            AnsibleBackend(info, deadline), run.journal, run.run_id, info.fabric, options=options,
-            on_event=on_event, revert_deadline_s=deadline,
-        )
+        backend = AnsibleBackend(info, deadline, views_with_facts=True)
+        tuner = Tuner(backend, run.journal, run.run_id, info.fabric, options=options, on_event=on_event,
+                      revert_deadline_s=deadline)
         result = _tuned(tuner)
         if goal is not None:
             predict_job(run, info, goal)
@@ -204,7 +203,7 @@ def _resume(
     decided = [s.name for s in steps if s.kind == "move" and s.state in ("kept", "rolled_back")]
     with journaled_run("tune", info.name, run.inventory, purpose=f"resume {run_id}", resume=run_id,
                        journal=journal) as ctx:
-        backend = AnsibleBackend(info, deadline)
+        backend = AnsibleBackend(info, deadline, views_with_facts=True)
         tuner = Tuner(backend, journal, run_id, info.fabric, options=options, on_event=on_event,
                       revert_deadline_s=deadline)
         _undo_open_moves(journal, run_id, backend, steps)

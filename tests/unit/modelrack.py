@@ -138,7 +138,7 @@ class ModelRack:
     def pair_matrix(self, full: bool) -> list[Any]:
         return []
 
-    def measure(self, repetitions: int) -> Batch:
+    def measure(self, repetitions: int, pairs_after: int = 0) -> Batch:
         fabric, samples, failures, pauses = self.fabric(), [], [], 0
         for _ in range(repetitions):
             found = []

@@ -54,7 +54,7 @@ class FakeBackend:
     def learn(self, facts: Any) -> None:
         FakeBackend.calls.append("learn")
 
-    def measure(self, repetitions: int) -> Batch:
+    def measure(self, repetitions: int, pairs_after: int = 0) -> Batch:
         FakeBackend.calls.append(f"measure {repetitions}")
         return BATCH
 

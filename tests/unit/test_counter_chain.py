@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from fabtune import ansible
-from fabtune.ansible import RunOutcome, TaskResult
+from fabtune.ansible import Part, RunOutcome, TaskResult
 from fabtune.errors import PlaybookFailed
 from fabtune.inventory import InventoryInfo
 from fabtune.perf import pairs, rdmacounters
@@ -21,7 +21,7 @@ from fabtune.state import HostState
 from fabtune.tune import backend as backend_mod
 from fabtune.tune import measure
 from fabtune.tune.backend import AnsibleBackend
-from fabtune.tune.measure import Batch, MeasureSpec
+from fabtune.tune.measure import Batch, FailedRun, MeasureSpec
 
 HOSTS = ("h01", "h02")
 ETHTOOL = "NIC statistics:\n     rx_prio3_pause: {}\n     tx_prio3_pause: 0\n"
@@ -149,3 +149,68 @@ def test_the_backend_chains_reads_until_an_apply_or_a_failure(monkeypatch: pytes
     fake.fail = False
     backend.measure(1)
     assert fake.before[-1] is None  # a failed batch leaves no read to stand for the next
+
+
+class _Parts:
+    """ansible.run_playbooks as a rack: each part's counters read after; the nccl part's results are
+    read by a stand-in ``batch_of`` (the parse is measure's, tested on its own)."""
+
+    def __init__(self) -> None:
+        self.calls: list[list[Part]] = []
+
+    def __call__(self, parts: list[Part], inventory: Path, **kwargs: Any) -> list[RunOutcome]:
+        self.calls.append(list(parts))
+        found = []
+        for index, part in enumerate(parts):
+            after = measure.READ_AFTER if part.playbook == measure.PLAYBOOK else pairs.AFTER_TASK
+            tasks = tuple(_reads_task(h, after, 10 * index, index) for h in HOSTS)
+            found.append(RunOutcome("successful", 0, {}, tasks, Path("/nonexistent"), seconds=2.5))
+        return found
+
+
+def _paired_backend(
+    monkeypatch: pytest.MonkeyPatch, failures: tuple[FailedRun, ...] = ()
+) -> tuple[AnsibleBackend, _Parts]:
+    played = _Parts()
+    monkeypatch.setattr(ansible, "run_playbooks", played)
+    monkeypatch.setattr(ansible, "run_playbook",
+                        lambda *a, **k: RunOutcome("successful", 0, {}, (), Path("/nonexistent")))
+
+    def batch_of(spec: MeasureSpec, planned: measure.PlannedBatch, outcome: RunOutcome) -> Batch:
+        after = rdmacounters.reads_of(outcome.results(measure.READ_AFTER))
+        return Batch((), 0, failures=failures, after=after)
+
+    monkeypatch.setattr(backend_mod, "batch_of", batch_of)
+    info = InventoryInfo(Path("/inv.yml"), "rack", "roce", HOSTS, (), "mpirun", None)
+    backend = AnsibleBackend(info, views=_views(), netdevs={h: ["eth2"] for h in HOSTS},
+                             hw_reads={h: [rdmacounters.read_item("eth2", "mlx5_0", 1)] for h in HOSTS})
+    return backend, played
+
+
+def test_the_rounds_asked_for_after_a_batch_run_with_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    backend, played = _paired_backend(monkeypatch)
+    batch = backend.measure(2, pairs_after=2)
+    assert batch.rounds_s == 5.0
+    (parts,) = played.calls
+    assert [p.playbook for p in parts] == [measure.PLAYBOOK, pairs.ROUND_PLAYBOOK, pairs.ROUND_PLAYBOOK]
+    # each round's read before is the read after of the part before it, in the same run
+    assert all(p.variables["fabtune_counter_reads_before"] == {} for p in parts[1:])
+    first, second = backend.pairs(), backend.pairs()
+    assert first is not None and second is not None and first.seconds == 2.5
+    assert len(played.calls) == 1, "a prefetched round ran again"
+    assert backend.pairs() is not None  # none left: a round of its own, its read before held
+    assert len(played.calls) == 2 and played.calls[1][0].variables["fabtune_counter_reads_before"] == {}
+    backend.measure(2, pairs_after=1)
+    backend.apply({"h01": HostState.from_tree({})})  # the move changes what the round measured
+    assert backend.prefetched == [] and backend.counters is None
+    backend.pairs()
+    assert "fabtune_counter_reads_before" not in played.calls[-1][0].variables
+
+
+def test_a_batch_with_a_failed_launch_keeps_no_round(monkeypatch: pytest.MonkeyPatch) -> None:
+    failed = FailedRun("all_reduce_perf", "h01", "mpirun ...", 60, "exit 1")
+    backend, played = _paired_backend(monkeypatch, (failed,))
+    backend.measure(2, pairs_after=2)
+    assert backend.prefetched == [] and backend.counters is None
+    backend.pairs()
+    assert len(played.calls) == 2  # the round runs again, when asked

@@ -74,7 +74,7 @@ class Rack(FakeRack):
         nic = self.state["h01"]["nics"]["eth2"]
         return nic.get("trust") == "dscp" and 4 in (nic.get("pfc") or []) and nic.get("roce_tos") == 138
 
-    def measure(self, repetitions: int) -> Batch:
+    def measure(self, repetitions: int, pairs_after: int = 0) -> Batch:
         nic = self.state["h01"]["nics"]["eth2"]
         lossless = self._lossless()
         ar = 33.0 * (1.32 if lossless else 1.0) * (1.07 if nic.get("mtu") == 4200 else 1.0)

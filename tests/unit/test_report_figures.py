@@ -80,7 +80,7 @@ class FigureRack(Rack):
                     }
         return found
 
-    def measure(self, repetitions: int) -> Batch:
+    def measure(self, repetitions: int, pairs_after: int = 0) -> Batch:
         batch = super().measure(repetitions)
         counters = {"h02:eth3": {"np_cnp_sent": CNPS_PER_RUN * repetitions}}
         return Batch(batch.samples, batch.pause_frames, batch.transport, counters=counters)

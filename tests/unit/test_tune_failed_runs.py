@@ -126,7 +126,7 @@ class FailingRack(FakeRack):
         mtu = self.state["h01"]["nics"]["eth2"].get("mtu")
         return self.stuck or mtu == self.hang_at_mtu
 
-    def measure(self, repetitions: int) -> Batch:
+    def measure(self, repetitions: int, pairs_after: int = 0) -> Batch:
         self.measured.append(repetitions)
         good = super().measure(repetitions)
         if self._hangs():

@@ -125,7 +125,7 @@ class FakeRack:
         """No ib_write_bw metric (a rack in tests/unit/test_tune_pairs.py measures one)."""
         return None
 
-    def measure(self, repetitions: int) -> Batch:
+    def measure(self, repetitions: int, pairs_after: int = 0) -> Batch:
         ar, aa = self._busbw()
         noise = self.rng.normal(0, 0.01, (repetitions, 2))
         return Batch(tuple(Sample(ar * float(np.exp(a)), aa * float(np.exp(b))) for a, b in noise), 0)
@@ -270,7 +270,7 @@ class RevertingRack(FakeRack):
         self.armed = snapshots["h02"].tree() if run_id is not None and snapshots else None
         return super().apply(desired, run_id=run_id, snapshots=snapshots, exact=exact, roles=roles)
 
-    def measure(self, repetitions: int) -> Batch:
+    def measure(self, repetitions: int, pairs_after: int = 0) -> Batch:
         batch = super().measure(repetitions)
         if self.armed is not None:  # the timer fires during the first batch of the move
             self.state["h02"], self.armed, self.fired = self.armed, None, True
@@ -330,7 +330,7 @@ class ClockRack(FakeRack):
             self.fires_at, self.since = self.now + self.deadline_s, self.now
         return super().apply(desired, run_id=run_id, snapshots=snapshots, exact=exact, roles=roles)
 
-    def measure(self, repetitions: int) -> Batch:
+    def measure(self, repetitions: int, pairs_after: int = 0) -> Batch:
         ar, aa = self._busbw()  # measured before the clock moves: the move still held
         noise = self.rng.normal(0, 0.04, (repetitions, 2))  # noisy enough that moves take several batches
         batch = Batch(tuple(Sample(ar * float(np.exp(a)), aa * float(np.exp(b))) for a, b in noise), 0)
@@ -404,7 +404,7 @@ class PausingRack(FakeRack):
         super().__init__()
         self.mtu_floods = mtu_floods
 
-    def measure(self, repetitions: int) -> Batch:
+    def measure(self, repetitions: int, pairs_after: int = 0) -> Batch:
         batch = super().measure(repetitions)
         nic = self.state["h01"]["nics"]["eth2"]
         per_run = 5000 if nic.get("pfc") else 0

@@ -69,7 +69,7 @@ class GidRack(FakeRack):
         entry = next((e for e in self.tables[host].table.entries if e.index == self._index(host)), None)
         return entry is None or entry.version != "v2"
 
-    def measure(self, repetitions: int) -> Batch:
+    def measure(self, repetitions: int, pairs_after: int = 0) -> Batch:
         good = super().measure(repetitions)
         if not self.still_fails and not any(self._bad_gid(h) for h in HOSTS):
             return good
@@ -170,7 +170,7 @@ def test_the_report_shows_the_repair_as_a_move_on_its_host(tmp_path: Path) -> No
 class InterruptedRack(GidRack):
     """The controller loses the rack while the repair is measured (a playbook fails)."""
 
-    def measure(self, repetitions: int) -> Batch:
+    def measure(self, repetitions: int, pairs_after: int = 0) -> Batch:
         if self.state["h02"]["nccl"] == {"NCCL_IB_GID_INDEX": "3"}:
             raise PlaybookFailed("bench_measure.yml: h01 unreachable")
         return super().measure(repetitions)
