@@ -507,6 +507,7 @@ class Part:
 
     playbook: str
     variables: Mapping[str, Any] = field(default_factory=dict)
+    tags: tuple[str, ...] = ()  # the import's tags (``always``: it runs whatever the run's --tags)
 
     @property
     def path(self) -> Path:
@@ -516,8 +517,8 @@ class Part:
 def _wrapper_file(private: Path, ident: str, parts: Sequence[Part]) -> Path:
     """A private playbook that imports each part's playbook with its variables (JSON, which YAML
     reads): like the extra vars file, never the command line, removed when the run ends."""
-    plays = [{"ansible.builtin.import_playbook": str(part.path), "vars": dict(part.variables)}
-             for part in parts]
+    plays = [{"ansible.builtin.import_playbook": str(part.path), "vars": dict(part.variables),
+              **({"tags": list(part.tags)} if part.tags else {})} for part in parts]
     path = private_dir(private / "extravars") / f"{ident}.playbook.yml"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as out:
@@ -554,6 +555,8 @@ def run_playbooks(
     parts: Sequence[Part],
     inventory: Path,
     *,
+    extravars: Mapping[str, Any] | None = None,
+    tags: Sequence[str] = (),
     on_task: TaskCallback | None = None,
     timeout_s: int = RUN_TIMEOUT_S,
 ) -> list[RunOutcome]:
@@ -561,7 +564,8 @@ def run_playbooks(
     second of imports, inventory and collection loading) for all of them.
 
     Each part's plays get its own variables, so two parts may give the same variable different
-    values (two pair rounds). Returns one outcome per part, holding that part's task results: a
+    values (two pair rounds); ``extravars`` (a private file, as ``run_playbook``'s) and ``tags``
+    are the whole run's. Returns one outcome per part, holding that part's task results: a
     host that failed or was unreachable in a part is so in every later part too (Ansible runs no
     later play on it), and a part the run never finished has the run's status (``timeout``).
 
@@ -571,8 +575,9 @@ def run_playbooks(
     inventory_path = _absolute(inventory)
     kind = "+".join(Path(part.playbook).stem for part in parts)
     collector = _Collector(on_task, kind, _observers())
+    flags = f"--tags={','.join(tags)}" if tags else None
     run = _run(kind, on_task, timeout_s, collector=collector, parts=parts, inventory=inventory_path,
-               forks=forks_for(Path(inventory_path)))
+               extravars=dict(extravars or {}), forks=forks_for(Path(inventory_path)), cmdline=flags)
     ended_at = time.monotonic()
     counts = [_play_count(part) for part in parts]
     bounds = list(itertools.accumulate(counts))

@@ -131,6 +131,9 @@ class AnsibleBackend:
     # Pair rounds measured in the same Ansible run as the last batch (``measure``'s ``pairs_after``),
     # in order: each is what the next ``pairs`` call returns (or raises), while nothing changed.
     prefetched: list[rdma_cm.PairRound | Exception] = field(default_factory=list, repr=False)
+    # The batch measured in the same Ansible run as the last apply (``apply``'s ``measure_after``):
+    # its repetitions, and the batch (or why it failed) that the next ``measure`` call returns.
+    prefetched_batch: tuple[int, Batch | Exception] | None = field(default=None, repr=False)
 
     @property
     def inventory(self) -> Path:
@@ -213,11 +216,16 @@ class AnsibleBackend:
         snapshots: Mapping[str, HostState] | None = None,
         exact: bool = False,
         roles: Sequence[str] | None = None,
+        measure_after: int = 0,
     ) -> ansible.RunOutcome:
         """Apply per-host desired states; with ``run_id``, each host first arms a revert to ``snapshots``.
 
         Only the hosts of ``desired`` are touched (a move limited to the hosts that need it).
-        ``roles``: only these roles run (the knobs of the others are already as desired)."""
+        ``roles``: only these roles run (the knobs of the others are already as desired).
+        ``measure_after``: the caller's next call is ``measure`` of that many repetitions: where the
+        apply changes every host, the batch runs in the same Ansible run, right after the apply
+        (bench_measure.yml runs on no host unless every host came through the apply), and that
+        call returns it."""
         extravars: dict[str, Any] = {
             "fabric_desired_by_host": trees_of(desired),
             "fabric_enforce_couplings": not exact,
@@ -241,15 +249,41 @@ class AnsibleBackend:
         # The roles' tasks carry their role's name as a tag: with --tags, Ansible leaves the other
         # roles' tasks out when it loads the play, instead of skipping each on every host
         tags = list(roles) if roles else []
+        self.prefetched_batch = None
         start = time.monotonic()
-        try:
-            outcome = ansible.run_playbook("apply.yml", self.inventory, extravars=extravars, limit=limit,
-                                           tags=tags)
-        finally:
-            self.longest_apply_s = max(self.longest_apply_s, time.monotonic() - start)
+        if measure_after > 0 and limit is None:
+            outcome = self._apply_then_measure(extravars, tags, measure_after, start)
+        else:
+            try:
+                outcome = ansible.run_playbook("apply.yml", self.inventory, extravars=extravars, limit=limit,
+                                               tags=tags)
+            finally:
+                self.longest_apply_s = max(self.longest_apply_s, time.monotonic() - start)
         self.revert_installed |= installed_on(outcome, REVERT_INSTALL_TASK)
         self.boot_installed |= installed_on(outcome, BOOT_INSTALL_TASK)
         return outcome
+
+    def _apply_then_measure(
+        self, extravars: Mapping[str, Any], tags: Sequence[str], repetitions: int, start: float
+    ) -> ansible.RunOutcome:
+        """The apply and the batch after it in one Ansible run; the batch (or why it failed) is kept
+        for the next ``measure`` call where the apply succeeded everywhere."""
+        spec = self._spec()
+        planned = plan_batch(spec, repetitions)  # the apply changed the ports: counters read before
+        # the batch's tasks carry no role's tag: imported with "always", the run's --tags keep them
+        parts = [ansible.Part("apply.yml"), ansible.Part(MEASURE_PLAYBOOK, planned.variables, ("always",))]
+        try:
+            applied, measured = ansible.run_playbooks(parts, self.inventory, extravars=extravars, tags=tags,
+                                                      timeout_s=ansible.RUN_TIMEOUT_S + planned.timeout_s)
+        finally:
+            self.longest_apply_s = max(self.longest_apply_s, time.monotonic() - start)
+        self.longest_apply_s = max(self.longest_apply_s, applied.seconds)  # the batch is not the apply's
+        if applied.ok:
+            try:
+                self.prefetched_batch = (repetitions, batch_of(spec, planned, measured))
+            except (PlaybookFailed, BenchmarkError) as err:
+                self.prefetched_batch = (repetitions, err)
+        return applied
 
     def apply_allowance_s(self) -> int:
         """Seconds an armed apply may take on top of the deadline before a host reverts mid-apply."""
@@ -371,7 +405,7 @@ class AnsibleBackend:
             PlaybookFailed: a host could not be read or a round could not run.
         """
         self.counters = None  # its rounds' traffic is not the next benchmark's
-        self.prefetched = []
+        self.prefetched, self.prefetched_batch = [], None
         if not self.views:  # read once: no move changes the hosts' rails, devices or addresses
             self.views = read_hosts(self.inventory)
         views = self.views
@@ -385,14 +419,8 @@ class AnsibleBackend:
         )
         return [r for rnd in done for r in rnd]
 
-    def measure(self, repetitions: int, pairs_after: int = 0) -> Batch:
-        """``repetitions`` of (all_reduce, alltoall) on the rack as it is.
-
-        ``pairs_after``: the caller's next calls are that many ``pairs``: where the hosts' views are
-        known, those rounds run in the same Ansible run, right after the batch, and the calls
-        return them. A batch with a failed launch discards them (they run again when asked).
-        """
-        spec = MeasureSpec(
+    def _spec(self) -> MeasureSpec:
+        return MeasureSpec(
             self.inventory,
             self.info.hosts,
             self.gpus,
@@ -403,6 +431,21 @@ class AnsibleBackend:
             ceilings=self.ceilings or {},
             hw_reads=self.hw_reads,
         )
+
+    def measure(self, repetitions: int, pairs_after: int = 0) -> Batch:
+        """``repetitions`` of (all_reduce, alltoall) on the rack as it is.
+
+        ``pairs_after``: the caller's next calls are that many ``pairs``: where the hosts' views are
+        known, those rounds run in the same Ansible run, right after the batch, and the calls
+        return them. A batch with a failed launch discards them (they run again when asked).
+        """
+        taken, self.prefetched_batch = self.prefetched_batch, None
+        if taken is not None and taken[0] == repetitions and not pairs_after:
+            if isinstance(taken[1], Exception):
+                raise taken[1]
+            self.counters = taken[1].after or None
+            return taken[1]
+        spec = self._spec()
         before, self.counters, self.prefetched = self.counters, None, []
         rounds = rdma_cm.plan(self.views, self.info.bench_timeout_s) if pairs_after > 0 and self.views else []
         if not rounds:

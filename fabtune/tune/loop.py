@@ -148,6 +148,7 @@ class Backend(Protocol):
         snapshots: Mapping[str, HostState] | None = None,
         exact: bool = False,
         roles: Sequence[str] | None = None,
+        measure_after: int = 0,
     ) -> ansible.RunOutcome: ...
 
     def confirm(self, run_id: str, *, hosts: Sequence[str] | None = None) -> ansible.RunOutcome: ...
@@ -538,14 +539,17 @@ class Tuner:
         return seq
 
     def _apply_armed(
-        self, record: MoveRecord, desired: Mapping[str, HostState]
+        self, record: MoveRecord, desired: Mapping[str, HostState], measure_after: int = 0
     ) -> ansible.RunOutcome:
-        """Apply a move on its hosts, each arming a revert to its snapshot first (commit-confirmed)."""
+        """Apply a move on its hosts, each arming a revert to its snapshot first (commit-confirmed).
+        ``measure_after``: the repetitions of the batch that follows (the backend may run it with
+        the apply)."""
         snapshots = {h: self.current[h] for h in record.hosts}
         roles = roles_of(record.knobs)
         self.held_until = self._deadline_from(self.clock())  # armed at the apply's start at the latest
         self.moving = True
-        return self.backend.apply(desired, run_id=self.run_id, snapshots=snapshots, roles=roles)
+        return self.backend.apply(desired, run_id=self.run_id, snapshots=snapshots, roles=roles,
+                                  measure_after=measure_after)
 
     def try_move(self, cand: Candidate) -> MoveRecord:
         hosts = sorted(cand.hosts or self.current)
@@ -561,7 +565,7 @@ class Tuner:
             hosts=hosts,
         )
         seq = self._open_move(record, intent, cand.why)
-        applied = self._apply_armed(record, desired)
+        applied = self._apply_armed(record, desired, measure_after=self.options.policy.min_runs)
         if not applied.ok:
             return self._undo(seq, record, apply_failure(applied), desired, lost=applied.unreachable_hosts)
         self.journal.finish_step(self.run_id, seq, "applied")

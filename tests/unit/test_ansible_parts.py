@@ -83,3 +83,26 @@ def test_a_part_that_failed_fails_its_host_in_every_later_part(local: Path) -> N
     assert not after.ok and after.failed_hosts == ["localhost"] and _said(after) == []
     with pytest.raises(ansible.PlaybookFailed, match="told to fail"):
         failed.raise_for_failure("the second part")
+
+
+def test_a_batch_after_a_change_runs_on_no_host_unless_every_host_came_through(tmp_path: Path,
+                                                                            local: Path) -> None:
+    """bench_measure.yml after a part that failed on one host: its guard stops the run before any
+    counter read or launch (the batch would measure a rack half changed)."""
+    inventory = tmp_path / "two.ini"
+    inventory.write_text("h1 ansible_connection=local ansible_python_interpreter=python3\n"
+                         "h2 ansible_connection=local ansible_python_interpreter=python3\n")
+    fail = str(local.parent / "fail.yml")
+    batch = {"fabtune_launch_host": "h1", "fabtune_measure_argvs": [["true"]], "fabtune_counter_reads": {}}
+    on_h2 = Part(fail, {"fail": "{{ inventory_hostname == 'h2' }}"})
+    parts = [on_h2, Part("bench_measure.yml", batch)]
+    changed, measured = ansible.run_playbooks(parts, inventory, timeout_s=300)
+    assert changed.failed_hosts == ["h2"]
+    assert [t.task for t in measured.tasks] == ["Require every host of the batch"]
+    assert "h2 failed before the batch" in str(measured.tasks[0].result.get("msg"))
+    assert not measured.ok
+    # with every host through, the same batch runs (its one launch: `true` on h1)
+    passed, ran = ansible.run_playbooks([Part(fail, {"fail": False}), Part("bench_measure.yml", batch)],
+                                        inventory, timeout_s=300)
+    assert passed.ok and ran.ok
+    assert ran.results("Run nccl-tests")["h1"]["runs"][0]["rc"] == 0

@@ -214,3 +214,46 @@ def test_a_batch_with_a_failed_launch_keeps_no_round(monkeypatch: pytest.MonkeyP
     assert backend.prefetched == [] and backend.counters is None
     backend.pairs()
     assert len(played.calls) == 2  # the round runs again, when asked
+
+
+def test_a_moves_first_batch_runs_with_its_apply(monkeypatch: pytest.MonkeyPatch) -> None:
+    backend, played = _paired_backend(monkeypatch)
+    single: list[str] = []
+    monkeypatch.setattr(ansible, "run_playbook",
+                        lambda playbook, *a, **k: single.append(playbook)
+                        or RunOutcome("successful", 0, {}, (), Path("/nonexistent")))
+    everywhere = {h: HostState.from_tree({}) for h in HOSTS}
+    backend.apply(everywhere, roles=["roce_qos"], measure_after=2)
+    (parts,) = played.calls
+    assert [p.playbook for p in parts] == ["apply.yml", measure.PLAYBOOK]
+    assert parts[1].tags == ("always",)  # the run's --tags roce_qos would leave the batch out
+    assert "fabtune_counter_reads_before" not in parts[1].variables  # the apply moved the counters
+    first = backend.measure(2)
+    assert len(played.calls) == 1 and single == [], "the batch ran again"
+    assert first.after and backend.counters == first.after
+    backend.measure(2)
+    assert single == [measure.PLAYBOOK]  # the next batch is a run of its own
+    # a move on some hosts only: the batch runs on every host, so not in the apply's run
+    backend.apply({"h01": HostState.from_tree({})}, measure_after=2)
+    assert single[-1] == "apply.yml" and len(played.calls) == 1
+    backend.measure(2)
+    assert single[-1] == measure.PLAYBOOK
+
+
+def test_a_batch_after_a_failed_apply_is_not_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    backend, played = _paired_backend(monkeypatch)
+
+    def failed_apply(parts: list[Part], inventory: Path, **kwargs: Any) -> list[RunOutcome]:
+        played.calls.append(parts)
+        lost = RunOutcome("failed", 2, {"dark": {"h02": 1}}, (), Path("/nonexistent"))
+        return [lost, RunOutcome("failed", 2, {"failures": {"h01": 1}}, (), Path("/nonexistent"))]
+
+    monkeypatch.setattr(ansible, "run_playbooks", failed_apply)
+    single: list[str] = []
+    monkeypatch.setattr(ansible, "run_playbook",
+                        lambda playbook, *a, **k: single.append(playbook)
+                        or RunOutcome("successful", 0, {}, (), Path("/nonexistent")))
+    assert not backend.apply({h: HostState.from_tree({}) for h in HOSTS}, measure_after=2).ok
+    assert backend.prefetched_batch is None
+    backend.measure(2)
+    assert single == [measure.PLAYBOOK]

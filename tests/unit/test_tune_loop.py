@@ -82,6 +82,7 @@ class FakeRack:
         snapshots: Mapping[str, HostState] | None = None,
         exact: bool = False,
         roles: Sequence[str] | None = None,
+        measure_after: int = 0,
     ) -> RunOutcome:
         self.applied.append({"exact": exact, "armed": run_id is not None, "roles": roles})
         for host, tree in desired.items():
@@ -200,6 +201,7 @@ class LostRack(FakeRack):
         snapshots: Mapping[str, HostState] | None = None,
         exact: bool = False,
         roles: Sequence[str] | None = None,
+        measure_after: int = 0,
     ) -> RunOutcome:
         if run_id is not None:
             self.lost = True
@@ -266,7 +268,7 @@ class RevertingRack(FakeRack):
 
     def apply(self, desired: Mapping[str, HostState], *, run_id: str | None = None,
               snapshots: Mapping[str, HostState] | None = None, exact: bool = False,
-              roles: Sequence[str] | None = None) -> RunOutcome:
+              roles: Sequence[str] | None = None, measure_after: int = 0) -> RunOutcome:
         self.armed = snapshots["h02"].tree() if run_id is not None and snapshots else None
         return super().apply(desired, run_id=run_id, snapshots=snapshots, exact=exact, roles=roles)
 
@@ -324,7 +326,7 @@ class ClockRack(FakeRack):
 
     def apply(self, desired: Mapping[str, HostState], *, run_id: str | None = None,
               snapshots: Mapping[str, HostState] | None = None, exact: bool = False,
-              roles: Sequence[str] | None = None) -> RunOutcome:
+              roles: Sequence[str] | None = None, measure_after: int = 0) -> RunOutcome:
         if run_id is not None and snapshots:
             self.armed = trees_of(snapshots)
             self.fires_at, self.since = self.now + self.deadline_s, self.now
