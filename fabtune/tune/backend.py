@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from fabtune import ansible, sshdirect
-from fabtune.errors import BenchmarkError, ConfigError, PlaybookFailed
+from fabtune.errors import BenchmarkError, ConfigError, FabtuneError, PlaybookFailed
 from fabtune.inventory import InventoryInfo, hostvars_of
 from fabtune.perf import diagnose, pairs, rdmacounters
 from fabtune.perf.argv import PerftestOptions
@@ -275,13 +275,15 @@ class AnsibleBackend:
         try:
             applied, measured = ansible.run_playbooks(parts, self.inventory, extravars=extravars, tags=tags,
                                                       timeout_s=ansible.RUN_TIMEOUT_S + planned.timeout_s)
-        finally:
+        except BaseException:
             self.longest_apply_s = max(self.longest_apply_s, time.monotonic() - start)
-        self.longest_apply_s = max(self.longest_apply_s, applied.seconds)  # the batch is not the apply's
+            raise
+        # the apply's time is the run's less the batch's (from its first play on)
+        self.longest_apply_s = max(self.longest_apply_s, time.monotonic() - start - measured.seconds)
         if applied.ok:
             try:
                 self.prefetched_batch = (repetitions, batch_of(spec, planned, measured))
-            except (PlaybookFailed, BenchmarkError) as err:
+            except FabtuneError as err:  # what the measure call would have raised, it raises
                 self.prefetched_batch = (repetitions, err)
         return applied
 
@@ -468,7 +470,7 @@ class AnsibleBackend:
             mine = outcomes[1 + index * len(rounds):1 + (index + 1) * len(rounds)]
             try:
                 found, self.counters = rdma_cm.assemble(self.views, rounds, mine, self.counters)
-            except (PlaybookFailed, BenchmarkError) as err:
+            except FabtuneError as err:  # what the pairs call would have raised, it raises
                 self.counters = None
                 self.prefetched.append(err)
                 break
