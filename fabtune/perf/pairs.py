@@ -390,6 +390,13 @@ def run_round_reads(
 
 
 ROUND_PLAYBOOK = "bench_ib_write_bw.yml"
+# the playbooks' variable for the counters read before: {} where a read the caller holds stands for it
+READS_BEFORE_VAR = "fabtune_counter_reads_before"
+
+
+def reads_before(variables: Mapping[str, Any]) -> bool:
+    """Whether a round or batch given ``variables`` reads the counters before it itself."""
+    return READS_BEFORE_VAR not in variables
 
 
 @dataclass(frozen=True)
@@ -411,7 +418,7 @@ class PlannedRound:
             "fabtune_counter_reads": self.reads,
         }
         if not read_before:
-            found["fabtune_counter_reads_before"] = {}
+            found[READS_BEFORE_VAR] = {}
         return found
 
     @property

@@ -467,7 +467,8 @@ class AnsibleBackend:
             return batch  # the counters after the rounds are not known to the batch: none held
         self.counters = batch.after or None
         for index in range(pairs_after):
-            mine = outcomes[1 + index * len(rounds):1 + (index + 1) * len(rounds)]
+            span = slice(1 + index * len(rounds), 1 + (index + 1) * len(rounds))
+            mine = list(zip(parts[span], outcomes[span], strict=True))
             try:
                 found, self.counters = rdma_cm.assemble(self.views, rounds, mine, self.counters)
             except FabtuneError as err:  # what the pairs call would have raised, it raises

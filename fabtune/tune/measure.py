@@ -321,7 +321,7 @@ def plan_batch(spec: MeasureSpec, repetitions: int, before: rdmacounters.Reads |
     }
     held = before if rdmacounters.covers(before, reads) else None
     if held is not None:
-        variables["fabtune_counter_reads_before"] = {}
+        variables[pairs.READS_BEFORE_VAR] = {}
     return PlannedBatch(tuple(tuple(a) for a in argvs), reads, held, variables,
                         run_timeout_s(spec.deadline, len(argvs)))
 

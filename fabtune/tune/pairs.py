@@ -128,10 +128,11 @@ def parts(planned: Sequence[pairs.PlannedRound], before: Reads | None) -> list[P
 def assemble(
     views: Mapping[str, HostView],
     planned: Sequence[pairs.PlannedRound],
-    outcomes: Sequence[RunOutcome],
+    ran: Sequence[tuple[Part, RunOutcome]],
     before: Reads | None,
 ) -> tuple[PairRound, Reads]:
-    """The pair round from its runs' outcomes (``parts``' order), and the counters read after it.
+    """The pair round from its runs (``parts`` with their outcomes, in order), and the counters
+    read after it; ``before``: what the first part was planned with.
 
     Raises:
         PlaybookFailed: when a run could not run (unreachable host, failed task).
@@ -139,8 +140,8 @@ def assemble(
     rounds, stages = _schedule(views)
     done: list[list[PairResult]] = []
     last = before
-    for run, outcome in zip(planned, outcomes, strict=True):
-        held = last if rdmacounters.covers(last, run.reads) else None
+    for run, (part, outcome) in zip(planned, ran, strict=True):
+        held = None if pairs.reads_before(part.variables) else last  # as the part was planned
         results, last = pairs.round_results(outcome, run, views, held)
         done.append(results)
     found: dict[str, float | None] = {}
@@ -162,7 +163,7 @@ def assemble(
             for p, r in mine:
                 if r.error:
                     errors[f"{label}: {p.client}"] = r.error
-    seconds = sum(outcome.seconds for outcome in outcomes)
+    seconds = sum(outcome.seconds for _, outcome in ran)
     return PairRound(found, incast, errors, tuple(measured), seconds), last or {}
 
 
@@ -180,9 +181,9 @@ def measure(
     planned = plan(views, deadline_s)
     if not planned:
         return PairRound({}), before or {}
-    outcomes = ansible.run_playbooks(parts(planned, before), inventory,
-                                     timeout_s=sum(run.timeout_s for run in planned))
-    return assemble(views, planned, outcomes, before)
+    runs = parts(planned, before)
+    outcomes = ansible.run_playbooks(runs, inventory, timeout_s=sum(run.timeout_s for run in planned))
+    return assemble(views, planned, list(zip(runs, outcomes, strict=True)), before)
 
 
 def _ratio(new: float | None, old: float | None) -> float | None:
