@@ -363,30 +363,10 @@ def run_round(
     Raises:
         PlaybookFailed: when the round could not run (unreachable host, failed task).
     """
-    return run_round_reads(inventory, pairs, views, opts, deadline_s=deadline_s)[0]
-
-
-def run_round_reads(
-    inventory: Path,
-    pairs: Sequence[Pair],
-    views: Mapping[str, HostView],
-    opts: PerftestOptions,
-    *,
-    deadline_s: int | None = None,
-    before: rdmacounters.Reads | None = None,
-) -> tuple[list[PairResult], rdmacounters.Reads]:
-    """``run_round``, and the counters read after it (the next benchmark's reads before, where
-    nothing changed in between). ``before``: the counters as read since the last change and the
-    last traffic; where they hold every port the round reads, the round reads none before.
-
-    Raises:
-        PlaybookFailed: when the round could not run (unreachable host, failed task).
-    """
     planned = plan_round(pairs, views, opts, deadline_s)
-    held = before if rdmacounters.covers(before, planned.reads) else None
-    outcome = ansible.run_playbook(ROUND_PLAYBOOK, inventory, extravars=planned.variables(held is None),
+    outcome = ansible.run_playbook(ROUND_PLAYBOOK, inventory, extravars=planned.variables(read_before=True),
                                    timeout_s=planned.timeout_s)
-    return round_results(outcome, planned, views, held)
+    return round_results(outcome, planned, views, None)[0]
 
 
 ROUND_PLAYBOOK = "bench_ib_write_bw.yml"

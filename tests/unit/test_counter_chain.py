@@ -14,12 +14,11 @@ from fabtune.ansible import Part, RunOutcome, TaskResult
 from fabtune.errors import PlaybookFailed
 from fabtune.inventory import InventoryInfo
 from fabtune.perf import pairs, rdmacounters
-from fabtune.perf.argv import PerftestOptions
 from fabtune.perf.fabric import HostView, Rail
-from fabtune.perf.schedule import Pair
 from fabtune.state import HostState
 from fabtune.tune import backend as backend_mod
 from fabtune.tune import measure
+from fabtune.tune import pairs as rdma_cm
 from fabtune.tune.backend import AnsibleBackend
 from fabtune.tune.measure import Batch, FailedRun, MeasureSpec
 
@@ -105,16 +104,16 @@ def _views() -> dict[str, HostView]:
     return {h: HostView(h, (rail,), {}) for h in HOSTS}
 
 
-def test_a_round_given_a_read_reads_none_before(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_pair_round_given_a_read_reads_none_before(monkeypatch: pytest.MonkeyPatch) -> None:
     played = _Playbooks()
-    monkeypatch.setattr(ansible, "run_playbook", played)
-    rnd = [Pair("h01", "h02", 0, 18515)]
-    _, after = pairs.run_round_reads(Path("/inv.yml"), rnd, _views(), PerftestOptions(duration_s=2))
+    monkeypatch.setattr(ansible, "run_playbooks", lambda parts, inventory, **k: [
+        played(part.playbook, inventory, extravars=part.variables) for part in parts])
+    _, after = rdma_cm.measure(Path("/inv.yml"), _views(), None)
     assert "fabtune_counter_reads_before" not in played.calls[0][1]
-    found, _ = pairs.run_round_reads(Path("/inv.yml"), rnd, _views(), PerftestOptions(duration_s=2),
-                                     before=after)
+    found, _ = rdma_cm.measure(Path("/inv.yml"), _views(), None, before=after)
     assert played.calls[1][1]["fabtune_counter_reads_before"] == {}
-    assert found[0].counters["h01:eth2"] == {"rx_prio3_pause": 10, "np_cnp_sent": 1}
+    # the round's counters count from the read it was given
+    assert found.results[0].counters["h01:eth2"] == {"rx_prio3_pause": 10, "np_cnp_sent": 1}
 
 
 class _FakeMeasure:
