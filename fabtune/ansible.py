@@ -1,8 +1,9 @@
 """The one adapter over ansible-runner.
 
-Every Ansible run of fabtune goes through :func:`run_playbook` or :func:`run_module`: typed
-arguments, a private data directory per run with its artifacts kept, and an outcome read from
-runner status, stats and events, never from stdout text.
+Every Ansible run of fabtune goes through :func:`run_playbook`, :func:`run_playbooks` (several
+playbooks in one run, an outcome each) or :func:`run_module`: typed arguments, a private data
+directory per run with its artifacts kept, and an outcome read from runner status, stats and
+events, never from stdout text.
 
 Observers (:func:`observing`) see each run as it goes: every task result as its event arrives, and
 the outcome with its artifact directory when the run ends. The CLI's ``-v`` prints the task stream
