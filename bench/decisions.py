@@ -62,7 +62,8 @@ class NoisyRack:
     def __post_init__(self) -> None:
         self.ok = RunOutcome("successful", 0, {"failures": {}, "dark": {}}, (), Path("/nonexistent"))
 
-    def facts(self, *, hosts: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
+    def facts(self, *, hosts: Sequence[str] | None = None, measure_after: int = 0,
+              pairs_after: int = 0) -> dict[str, dict[str, Any]]:
         return {}
 
     def learn(self, facts: Mapping[str, Mapping[str, Any]]) -> None:

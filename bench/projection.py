@@ -158,7 +158,8 @@ class ModelRack:
 
     # -- the Backend protocol (fabtune.tune.loop.Backend) ------------------------------------
 
-    def facts(self, *, hosts: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
+    def facts(self, *, hosts: Sequence[str] | None = None, measure_after: int = 0,
+              pairs_after: int = 0) -> dict[str, dict[str, Any]]:
         self.costs.calls["facts"] += 1  # charged as a call over the whole rack (an upper bound)
         return {h: {**copy.deepcopy(s), "hardware": self.hardware} for h, s in self.state.items()
                 if hosts is None or h in hosts}
@@ -168,7 +169,8 @@ class ModelRack:
 
     def apply(self, desired: Mapping[str, HostState], *, run_id: str | None = None,
               snapshots: Mapping[str, HostState] | None = None, exact: bool = False,
-              roles: Sequence[str] | None = None, measure_after: int = 0) -> RunOutcome:
+              roles: Sequence[str] | None = None, measure_after: int = 0,
+              facts_after: bool = False) -> RunOutcome:
         self.costs.calls["rollback apply" if exact else "armed apply"] += 1
         for host, tree in desired.items():
             self.state[host] = applied_tree(self.state[host], tree.tree(), exact)

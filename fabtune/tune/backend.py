@@ -23,7 +23,15 @@ from fabtune.perf.schedule import covering_rounds, pair_rounds, rail_pairs
 from fabtune.state import HostState, trees_of
 from fabtune.tune import pairs as rdma_cm
 from fabtune.tune.measure import PLAYBOOK as MEASURE_PLAYBOOK
-from fabtune.tune.measure import Batch, MeasureSpec, batch_of, busbw_ceilings, measure, plan_batch
+from fabtune.tune.measure import (
+    Batch,
+    MeasureSpec,
+    PlannedBatch,
+    batch_of,
+    busbw_ceilings,
+    measure,
+    plan_batch,
+)
 
 # The host-side revert program (role fabric_revert) and its verbs (fabric_apply.EXTEND_FLAG and
 # CONFIRM_FLAG), with the role's tasks (extend.yml's, confirm.yml's) whose results they stand for.
@@ -46,6 +54,9 @@ APPLY_ALLOWANCE_S = 60
 # fabric_boot_installed_hosts): the code is the same for every move.
 REVERT_INSTALL_TASK = "Install fabtune-revert and the code it shares with the fabric modules"
 BOOT_INSTALL_TASK = "Install fabtune-boot and its unit, enabled (multi-user.target wants it)"
+# The facts playbook, and its variable for the hosts it reads (its play's pattern; default all)
+FACTS_PLAYBOOK = "facts.yml"
+FACTS_HOSTS_VAR = "fabric_hosts"
 
 
 def extend_result(done: sshdirect.Result) -> ansible.TaskResult:
@@ -103,6 +114,18 @@ def prerun_record_path(run_id: str) -> str:
     return f"{REVERT_STATE_DIR}/{run_id}.prerun.json"
 
 
+@dataclass(frozen=True)
+class _PlannedMeasure:
+    """A batch ready to run, with the pair rounds planned after it: its spec, the batch, the rounds,
+    the playbooks of the run (the batch's, then the rounds' in turn) and the run's timeout."""
+
+    spec: MeasureSpec
+    batch: PlannedBatch
+    rounds: Sequence[pairs.PlannedRound]
+    parts: list[ansible.Part]
+    timeout_s: int
+
+
 @dataclass
 class AnsibleBackend:
     """Every host operation of a tuning run, as playbook runs through the one adapter."""
@@ -131,9 +154,13 @@ class AnsibleBackend:
     # Pair rounds measured in the same Ansible run as the last batch (``measure``'s ``pairs_after``),
     # in order: each is what the next ``pairs`` call returns (or raises), while nothing changed.
     prefetched: list[rdma_cm.PairRound | Exception] = field(default_factory=list, repr=False)
-    # The batch measured in the same Ansible run as the last apply (``apply``'s ``measure_after``):
-    # its repetitions, and the batch (or why it failed) that the next ``measure`` call returns.
-    prefetched_batch: tuple[int, Batch | Exception] | None = field(default=None, repr=False)
+    # The batch measured in the same Ansible run as the last apply (``apply``'s ``measure_after``)
+    # or facts read (``facts``'s): its repetitions, the pair rounds measured after it, and the batch
+    # (or why it failed) that the next ``measure`` call of both returns.
+    prefetched_batch: tuple[int, int, Batch | Exception] | None = field(default=None, repr=False)
+    # The facts read in the same Ansible run as the last apply (``apply``'s ``facts_after``): the
+    # facts of every host (or why they could not be read) that the next ``facts`` call returns.
+    prefetched_facts: dict[str, dict[str, Any]] | Exception | None = field(default=None, repr=False)
 
     @property
     def inventory(self) -> Path:
@@ -161,23 +188,55 @@ class AnsibleBackend:
         """The host pattern every run of this backend is held to (its ``hosts``; None: all)."""
         return self._limit(None)
 
-    def facts(self, *, hosts: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
+    def facts(
+        self, *, hosts: Sequence[str] | None = None, measure_after: int = 0, pairs_after: int = 0
+    ) -> dict[str, dict[str, Any]]:
         """Each host's fabric facts (desired-state shape plus hardware); ``hosts``: only theirs
         (None: every host of this backend).
 
         With ``views_with_facts`` (the tuning loop's), the first read of every host of a rack to
         pair also reads the hosts' views (rails, devices, addresses: what the pair rounds need, and
         no move changes) in the same Ansible run; where they cannot be read, the first pair round
-        reads them again and says why."""
+        reads them again and says why.
+
+        ``measure_after``, ``pairs_after``: the caller's next call is ``measure`` of those: the
+        batch and its rounds run in the same Ansible run, right after the read, and that call
+        returns them. Facts read with the last apply (its ``facts_after``) are returned as read."""
         limit = self._limit(hosts)
+        taken, self.prefetched_facts = self.prefetched_facts, None
+        if taken is not None and limit is None:
+            if isinstance(taken, Exception):
+                raise taken
+            return taken
+        if measure_after > 0:
+            return self._facts_then_measure(limit, measure_after, pairs_after)
         if self.views_with_facts and limit is None and not self.views and len(self.info.hosts) >= 2:
             found, checks = ansible.run_playbooks(
-                [ansible.Part("facts.yml"), ansible.Part(CHECKS_PLAYBOOK)], self.inventory)
+                [ansible.Part(FACTS_PLAYBOOK), ansible.Part(CHECKS_PLAYBOOK)], self.inventory)
             facts = self._facts_of(found)
             with contextlib.suppress(PlaybookFailed, BenchmarkError):
                 self.views = views_of(checks)
             return facts
-        return self._facts_of(ansible.run_playbook("facts.yml", self.inventory, limit=limit))
+        return self._facts_of(ansible.run_playbook(FACTS_PLAYBOOK, self.inventory, limit=limit))
+
+    def _facts_then_measure(
+        self, limit: str | None, repetitions: int, pairs_after: int
+    ) -> dict[str, dict[str, Any]]:
+        """The facts read (of the hosts of ``limit``) and the batch after it in one Ansible run; the
+        batch and its rounds (or why they failed) are kept for the next ``measure`` call."""
+        read = ansible.Part(FACTS_PLAYBOOK, {FACTS_HOSTS_VAR: limit} if limit is not None else {})
+        self.prefetched_batch = None
+        planned = self._plan_measure(repetitions, pairs_after)
+        outcomes = ansible.run_playbooks([read, *planned.parts], self.inventory,
+                                         timeout_s=ansible.RUN_TIMEOUT_S + planned.timeout_s)
+        facts = self._facts_of(outcomes[0])  # raises where the read failed: the batch is not taken
+        try:
+            batch = self._batch_of(planned, outcomes[1:], pairs_after)
+        except FabtuneError as err:  # what the measure call would have raised, it raises
+            self.prefetched_batch = (repetitions, pairs_after, err)
+        else:
+            self.prefetched_batch = (repetitions, pairs_after, batch)
+        return facts
 
     @staticmethod
     def _facts_of(outcome: ansible.RunOutcome) -> dict[str, dict[str, Any]]:
@@ -217,6 +276,7 @@ class AnsibleBackend:
         exact: bool = False,
         roles: Sequence[str] | None = None,
         measure_after: int = 0,
+        facts_after: bool = False,
     ) -> ansible.RunOutcome:
         """Apply per-host desired states; with ``run_id``, each host first arms a revert to ``snapshots``.
 
@@ -225,7 +285,9 @@ class AnsibleBackend:
         ``measure_after``: the caller's next call is ``measure`` of that many repetitions: where the
         apply changes every host, the batch runs in the same Ansible run, right after the apply
         (bench_measure.yml runs on no host unless every host came through the apply), and that
-        call returns it."""
+        call returns it. ``facts_after``: the caller's next call is ``facts`` of every host: where
+        the apply and the read run on every host, the read runs in the same Ansible run (on the
+        hosts the apply left in it), and that call returns it where the apply succeeded."""
         extravars: dict[str, Any] = {
             "fabric_desired_by_host": trees_of(desired),
             "fabric_enforce_couplings": not exact,
@@ -249,10 +311,12 @@ class AnsibleBackend:
         # The roles' tasks carry their role's name as a tag: with --tags, Ansible leaves the other
         # roles' tasks out when it loads the play, instead of skipping each on every host
         tags = list(roles) if roles else []
-        self.prefetched_batch = None
+        self.prefetched_batch, self.prefetched_facts = None, None
         start = time.monotonic()
         if measure_after > 0 and limit is None:
             outcome = self._apply_then_measure(extravars, tags, measure_after, start)
+        elif facts_after and limit is None and self.limit is None:
+            outcome = self._apply_then_read(extravars, tags, start)
         else:
             try:
                 outcome = ansible.run_playbook("apply.yml", self.inventory, extravars=extravars, limit=limit,
@@ -272,20 +336,46 @@ class AnsibleBackend:
         planned = plan_batch(spec, repetitions)  # the apply changed the ports: counters read before
         # the batch's tasks carry no role's tag: imported with "always", the run's --tags keep them
         parts = [ansible.Part("apply.yml"), ansible.Part(MEASURE_PLAYBOOK, planned.variables, ("always",))]
+        applied, measured = self._apply_with(parts, extravars, tags, start, planned.timeout_s)
+        if applied.ok:
+            try:
+                batch = batch_of(spec, planned, measured)
+            except FabtuneError as err:  # what the measure call would have raised, it raises
+                self.prefetched_batch = (repetitions, 0, err)
+            else:
+                self.prefetched_batch = (repetitions, 0, batch)
+                self.counters = batch.after or None
+        return applied
+
+    def _apply_then_read(
+        self, extravars: Mapping[str, Any], tags: Sequence[str], start: float
+    ) -> ansible.RunOutcome:
+        """The apply and the facts read after it in one Ansible run; the facts (or why they could
+        not be read) are kept for the next ``facts`` call where the apply succeeded."""
+        # the facts role's tasks carry no role's tag of the apply: imported with "always"
+        parts = [ansible.Part("apply.yml"), ansible.Part(FACTS_PLAYBOOK, {}, ("always",))]
+        applied, read = self._apply_with(parts, extravars, tags, start, 0)
+        if applied.ok:
+            try:
+                self.prefetched_facts = self._facts_of(read)
+            except PlaybookFailed as err:  # what the facts call would have raised, it raises
+                self.prefetched_facts = err
+        return applied
+
+    def _apply_with(
+        self, parts: Sequence[ansible.Part], extravars: Mapping[str, Any], tags: Sequence[str], start: float,
+        after_s: int,
+    ) -> tuple[ansible.RunOutcome, ansible.RunOutcome]:
+        """The apply (the first part) and what follows it (the second) in one Ansible run; the
+        apply's time is the run's less the second part's (from its first play on)."""
         try:
-            applied, measured = ansible.run_playbooks(parts, self.inventory, extravars=extravars, tags=tags,
-                                                      timeout_s=ansible.RUN_TIMEOUT_S + planned.timeout_s)
+            applied, after = ansible.run_playbooks(parts, self.inventory, extravars=extravars, tags=tags,
+                                                   timeout_s=ansible.RUN_TIMEOUT_S + after_s)
         except BaseException:
             self.longest_apply_s = max(self.longest_apply_s, time.monotonic() - start)
             raise
-        # the apply's time is the run's less the batch's (from its first play on)
-        self.longest_apply_s = max(self.longest_apply_s, time.monotonic() - start - measured.seconds)
-        if applied.ok:
-            try:
-                self.prefetched_batch = (repetitions, batch_of(spec, planned, measured))
-            except FabtuneError as err:  # what the measure call would have raised, it raises
-                self.prefetched_batch = (repetitions, err)
-        return applied
+        self.longest_apply_s = max(self.longest_apply_s, time.monotonic() - start - after.seconds)
+        return applied, after
 
     def apply_allowance_s(self) -> int:
         """Seconds an armed apply may take on top of the deadline before a host reverts mid-apply."""
@@ -442,33 +532,45 @@ class AnsibleBackend:
         return them. A batch with a failed launch discards them (they run again when asked).
         """
         taken, self.prefetched_batch = self.prefetched_batch, None
-        if taken is not None and taken[0] == repetitions and not pairs_after:
-            if isinstance(taken[1], Exception):
-                raise taken[1]
-            self.counters = taken[1].after or None
-            return taken[1]
+        if taken is not None and taken[:2] == (repetitions, pairs_after):
+            if isinstance(taken[2], Exception):
+                raise taken[2]
+            return taken[2]
+        planned = self._plan_measure(repetitions, pairs_after)
+        if not planned.rounds:
+            batch = measure(planned.spec, repetitions, planned.batch.before)
+            self.counters = batch.after or None
+            return batch
+        outcomes = ansible.run_playbooks(planned.parts, self.inventory, timeout_s=planned.timeout_s)
+        return self._batch_of(planned, outcomes, pairs_after)
+
+    def _plan_measure(self, repetitions: int, pairs_after: int) -> _PlannedMeasure:
+        """A batch and, where the hosts' views are known, ``pairs_after`` pair rounds after it."""
         spec = self._spec()
         before, self.counters, self.prefetched = self.counters, None, []
         rounds = rdma_cm.plan(self.views, self.info.bench_timeout_s) if pairs_after > 0 and self.views else []
-        if not rounds:
-            batch = measure(spec, repetitions, before)
-            self.counters = batch.after or None
-            return batch
         planned = plan_batch(spec, repetitions, before)
         parts = [ansible.Part(MEASURE_PLAYBOOK, planned.variables)]
         held = rdmacounters.will_read(planned.reads)  # the batch's read after
-        for _ in range(pairs_after):
+        for _ in range(pairs_after if rounds else 0):
             parts += rdma_cm.parts(rounds, held)
             held = rdmacounters.will_read(rounds[-1].reads)
-        timeout_s = planned.timeout_s + pairs_after * sum(r.timeout_s for r in rounds)
-        outcomes = ansible.run_playbooks(parts, self.inventory, timeout_s=timeout_s)
-        batch = batch_of(spec, planned, outcomes[0])
+        timeout_s = planned.timeout_s + (pairs_after * sum(r.timeout_s for r in rounds) if rounds else 0)
+        return _PlannedMeasure(spec, planned, rounds, parts, timeout_s)
+
+    def _batch_of(
+        self, planned: _PlannedMeasure, outcomes: Sequence[ansible.RunOutcome], pairs_after: int
+    ) -> Batch:
+        """The batch of a planned measurement from its parts' outcomes; its rounds, each in turn,
+        are kept for the ``pairs`` calls (or why one failed, which that call raises)."""
+        batch = batch_of(planned.spec, planned.batch, outcomes[0])
         if batch.failures:
             return batch  # the counters after the rounds are not known to the batch: none held
         self.counters = batch.after or None
-        for index in range(pairs_after):
+        rounds = planned.rounds
+        for index in range(pairs_after if rounds else 0):
             span = slice(1 + index * len(rounds), 1 + (index + 1) * len(rounds))
-            mine = list(zip(parts[span], outcomes[span], strict=True))
+            mine = list(zip(planned.parts[span], outcomes[span], strict=True))
             try:
                 found, self.counters = rdma_cm.assemble(self.views, rounds, mine, self.counters)
             except FabtuneError as err:  # what the pairs call would have raised, it raises

@@ -136,7 +136,9 @@ class BenchmarkFailed(BenchmarkError):
 class Backend(Protocol):
     """Host I/O of a run (AnsibleBackend in production and on the testbed)."""
 
-    def facts(self, *, hosts: Sequence[str] | None = None) -> dict[str, dict[str, Any]]: ...
+    def facts(
+        self, *, hosts: Sequence[str] | None = None, measure_after: int = 0, pairs_after: int = 0
+    ) -> dict[str, dict[str, Any]]: ...
 
     def learn(self, facts: Mapping[str, Mapping[str, Any]]) -> None: ...
 
@@ -149,6 +151,7 @@ class Backend(Protocol):
         exact: bool = False,
         roles: Sequence[str] | None = None,
         measure_after: int = 0,
+        facts_after: bool = False,
     ) -> ansible.RunOutcome: ...
 
     def confirm(self, run_id: str, *, hosts: Sequence[str] | None = None) -> ansible.RunOutcome: ...
@@ -804,19 +807,25 @@ class Tuner:
     def _keep(
         self, seq: int, record: MoveRecord, judged: Judgement, desired: Mapping[str, HostState]
     ) -> MoveRecord:
-        self._confirm_kept(seq, record, judged.reason)
-        self._refresh_reference(judged)
+        missing, top_up = self._top_up(judged)
+        self._confirm_kept(seq, record, judged.reason, measure_after=missing, pairs_after=top_up)
+        self._refresh_reference(judged, missing, top_up)
         return record
 
-    def _confirm_kept(self, seq: int, record: MoveRecord, reason: str) -> None:
-        """Keep a move: cancel its hosts' reverts, read the state back, journal and say why."""
+    def _confirm_kept(
+        self, seq: int, record: MoveRecord, reason: str, *, measure_after: int = 0, pairs_after: int = 0
+    ) -> None:
+        """Keep a move: cancel its hosts' reverts, read the state back, journal and say why.
+        ``measure_after``, ``pairs_after``: the measurement that follows (the backend may run it
+        with the read)."""
         confirmed = self.backend.confirm(self.run_id, hosts=record.hosts)
         fired = reverted_hosts(confirmed)
         if fired:
             self._revert_fired(seq, record, fired, rebooted_hosts(confirmed))
         confirmed.raise_for_failure("confirming the move")
         self.moving = False
-        read = self.backend.facts(hosts=record.hosts)  # read back where the move changed, normal form
+        # read back where the move changed, normal form
+        read = self.backend.facts(hosts=record.hosts, measure_after=measure_after, pairs_after=pairs_after)
         self.facts = {**self.facts, **read}
         self.current = {**self.current, **{h: snapshot_of(f) for h, f in read.items()}}
         record.outcome, record.reason = "kept", reason
@@ -860,13 +869,20 @@ class Tuner:
             raise BenchmarkFailed(again.failures, f"after rolling back {record.name} (verified): ") from again
         return undone
 
-    def _refresh_reference(self, judged: Judgement) -> None:
-        """The kept state becomes every guard's reference: its samples (measured up to
-        ``baseline_runs``) and its pause rate, so a later move is judged on what it changes itself."""
+    def _top_up(self, judged: Judgement) -> tuple[int, int]:
+        """The repetitions the kept state's reference lacks (up to ``baseline_runs``), and the pair
+        rounds measured right after them (the pair reference's, up to two rounds); (0, 0): none."""
+        missing = max(0, self.options.baseline_runs - len(judged.samples))
+        if not missing:
+            return 0, 0
+        return missing, max(0, REFERENCE_ROUNDS - len(judged.pair_rounds)) if judged.pair_rounds else 0
+
+    def _refresh_reference(self, judged: Judgement, missing: int, top_up: int) -> None:
+        """The kept state becomes every guard's reference: its samples (``missing`` more measured,
+        then ``top_up`` pair rounds) and its pause rate, so a later move is judged on what it
+        changes itself."""
         samples, pauses = list(judged.samples), judged.pause_frames
-        missing = self.options.baseline_runs - len(samples)
         if missing > 0:  # the pair reference's top-up follows, in the same run where it can
-            top_up = max(0, REFERENCE_ROUNDS - len(judged.pair_rounds)) if judged.pair_rounds else 0
             more = self._measure(missing, pairs_after=top_up)
             samples += more.samples
             pauses += more.pause_frames
@@ -1089,7 +1105,7 @@ def restore_and_verify(
     restore = snapshots if hosts is None else {h: snapshots[h] for h in hosts}
     reachable = {h: s for h, s in restore.items() if h not in lost}
     if reachable:
-        outcome = backend.apply(reachable, exact=True, roles=roles)
+        outcome = backend.apply(reachable, exact=True, roles=roles, facts_after=True)
         if not outcome.ok:
             _restore_reachable(backend, reachable, outcome, roles)
         outcome.raise_for_failure("rollback")

@@ -99,7 +99,8 @@ class ModelRack:
 
     # -- the Backend protocol --------------------------------------------------------------------
 
-    def facts(self, *, hosts: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
+    def facts(self, *, hosts: Sequence[str] | None = None, measure_after: int = 0,
+              pairs_after: int = 0) -> dict[str, dict[str, Any]]:
         return {h: {**copy.deepcopy(s), "hardware": self._facts(h)} for h, s in self.state.items()
                 if hosts is None or h in hosts}
 
@@ -118,7 +119,8 @@ class ModelRack:
 
     def apply(self, desired: Mapping[str, HostState], *, run_id: str | None = None,
               snapshots: Mapping[str, HostState] | None = None, exact: bool = False,
-              roles: Sequence[str] | None = None, measure_after: int = 0) -> RunOutcome:
+              roles: Sequence[str] | None = None, measure_after: int = 0,
+              facts_after: bool = False) -> RunOutcome:
         self.touched.append(("rollback" if exact else "apply", sorted(desired)))
         for host, tree in desired.items():
             self.state[host] = applied_tree(self.state[host], tree.tree(), exact)

@@ -47,7 +47,8 @@ class FakeBackend:
         self.info = info
         self.gpus = 8
 
-    def facts(self, *, hosts: Sequence[str] | None = None) -> dict[str, Any]:
+    def facts(self, *, hosts: Sequence[str] | None = None, measure_after: int = 0,
+              pairs_after: int = 0) -> dict[str, Any]:
         FakeBackend.calls.append("facts")
         return FACTS
 

@@ -150,6 +150,14 @@ def test_the_backend_chains_reads_until_an_apply_or_a_failure(monkeypatch: pytes
     assert fake.before[-1] is None  # a failed batch leaves no read to stand for the next
 
 
+def _facts_tasks(part: Part, run: int) -> tuple[TaskResult, ...]:
+    """facts.yml's results on the hosts its play names (``fabric_hosts``, default every host)."""
+    hosts = str(part.variables.get(backend_mod.FACTS_HOSTS_VAR, ",".join(HOSTS))).split(",")
+    result = {"ansible_facts": {"fabric_facts": {"nics": {}, "run": run}}}
+    task, action = "Gather the fabric state", "fabtune.fabric.fabric_facts"
+    return tuple(TaskResult(h, task, action, "runner_on_ok", False, result) for h in hosts)
+
+
 class _Parts:
     """ansible.run_playbooks as a rack: each part's counters read after; the nccl part's results are
     read by a stand-in ``batch_of`` (the parse is measure's, tested on its own)."""
@@ -161,6 +169,10 @@ class _Parts:
         self.calls.append(list(parts))
         found = []
         for index, part in enumerate(parts):
+            if part.playbook == backend_mod.FACTS_PLAYBOOK:
+                found.append(RunOutcome("successful", 0, {}, _facts_tasks(part, len(self.calls)),
+                                        Path("/nonexistent"), seconds=1.0))
+                continue
             after = measure.READ_AFTER if part.playbook == measure.PLAYBOOK else pairs.AFTER_TASK
             tasks = tuple(_reads_task(h, after, 10 * index, index) for h in HOSTS)
             found.append(RunOutcome("successful", 0, {}, tasks, Path("/nonexistent"), seconds=2.5))
@@ -256,3 +268,69 @@ def test_a_batch_after_a_failed_apply_is_not_kept(monkeypatch: pytest.MonkeyPatc
     assert backend.prefetched_batch is None
     backend.measure(2)
     assert single == [measure.PLAYBOOK]
+
+
+def test_a_keeps_read_back_runs_with_the_top_up_after_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    backend, played = _paired_backend(monkeypatch)
+    facts = backend.facts(hosts=["h01"], measure_after=3, pairs_after=1)
+    assert facts == {"h01": {"nics": {}, "run": 1}}
+    (parts,) = played.calls
+    assert [p.playbook for p in parts] == [backend_mod.FACTS_PLAYBOOK, measure.PLAYBOOK, pairs.ROUND_PLAYBOOK]
+    assert parts[0].variables == {backend_mod.FACTS_HOSTS_VAR: "h01"}  # the read where the move changed
+    batch = backend.measure(3, pairs_after=1)
+    assert len(played.calls) == 1, "the batch ran again"
+    assert batch.rounds_s == 2.5 and backend.pairs() is not None and len(played.calls) == 1
+    # asked for other repetitions, the backend measures them: what it measured ahead is not theirs
+    backend.facts(measure_after=3, pairs_after=1)
+    backend.measure(2, pairs_after=1)
+    assert len(played.calls) == 3 and played.calls[2][0].playbook == measure.PLAYBOOK
+
+
+def test_a_read_that_failed_keeps_no_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+    backend, played = _paired_backend(monkeypatch)
+
+    def lost_h02(parts: list[Part], inventory: Path, **kwargs: Any) -> list[RunOutcome]:
+        played.calls.append(parts)
+        return [RunOutcome("failed", 4, {"dark": {"h02": 1}}, (), Path("/nonexistent"))] * len(parts)
+
+    monkeypatch.setattr(ansible, "run_playbooks", lost_h02)
+    with pytest.raises(PlaybookFailed):
+        backend.facts(measure_after=3)
+    assert backend.prefetched_batch is None and backend.counters is None
+
+
+def test_a_restore_reads_every_host_back_in_its_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    backend, played = _paired_backend(monkeypatch)
+    single: list[str] = []
+
+    def run_playbook(playbook: str, *_a: Any, **_k: Any) -> RunOutcome:
+        single.append(playbook)
+        return RunOutcome("successful", 0, {}, _facts_tasks(Part(playbook), 0), Path("/nonexistent"))
+
+    monkeypatch.setattr(ansible, "run_playbook", run_playbook)
+    everywhere = {h: HostState.from_tree({}) for h in HOSTS}
+    backend.apply(everywhere, exact=True, roles=["roce_qos"], facts_after=True)
+    (parts,) = played.calls
+    assert [p.playbook for p in parts] == ["apply.yml", backend_mod.FACTS_PLAYBOOK]
+    assert parts[1].tags == ("always",)  # the run's --tags roce_qos would leave the read out
+    assert backend.facts() == {h: {"nics": {}, "run": 1} for h in HOSTS}
+    assert single == [], "the read ran again"
+    assert backend.facts()[HOSTS[0]]["run"] == 0 and single == [backend_mod.FACTS_PLAYBOOK]  # read once
+    # a restore of some hosts only runs alone: the read is of every host
+    backend.apply({"h01": HostState.from_tree({})}, exact=True, facts_after=True)
+    assert single[-1] == "apply.yml" and len(played.calls) == 1
+
+
+def test_a_read_after_a_failed_restore_is_not_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    backend, played = _paired_backend(monkeypatch)
+
+    def failed_apply(parts: list[Part], inventory: Path, **kwargs: Any) -> list[RunOutcome]:
+        played.calls.append(parts)
+        failed = RunOutcome("failed", 2, {"failures": {"h02": 1}}, (), Path("/nonexistent"))
+        read = RunOutcome("successful", 0, {}, _facts_tasks(Part("facts.yml", {"fabric_hosts": "h01"}), 1),
+                          Path("/nonexistent"))
+        return [failed, read]
+
+    monkeypatch.setattr(ansible, "run_playbooks", failed_apply)
+    assert not backend.apply({h: HostState.from_tree({}) for h in HOSTS}, exact=True, facts_after=True).ok
+    assert backend.prefetched_facts is None

@@ -222,7 +222,8 @@ class Unreachable:
     def apply(self, *_: Any, **__: Any) -> RunOutcome:
         return self._dark()
 
-    def facts(self, *, hosts: Sequence[str] | None = None) -> dict[str, Any]:
+    def facts(self, *, hosts: Sequence[str] | None = None, measure_after: int = 0,
+              pairs_after: int = 0) -> dict[str, Any]:
         self._dark().raise_for_failure("reading facts")
         return {}
 

@@ -90,7 +90,8 @@ class LldpRack(FakeRack):
         super().__init__(hosts=tuple(peers), **kwargs)
         self.peers = peers
 
-    def facts(self, *, hosts: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
+    def facts(self, *, hosts: Sequence[str] | None = None, measure_after: int = 0,
+              pairs_after: int = 0) -> dict[str, dict[str, Any]]:
         facts = super().facts(hosts=hosts)
         for host, peer in self.peers.items():
             facts[host]["hardware"] = {**facts[host]["hardware"], "lldp": {"eth2": peer}}

@@ -70,7 +70,8 @@ class FigureRack(Rack):
         super().__init__()
         self.hardware = {"ports": PORTS, "topology": None}
 
-    def facts(self, *, hosts: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
+    def facts(self, *, hosts: Sequence[str] | None = None, measure_after: int = 0,
+              pairs_after: int = 0) -> dict[str, dict[str, Any]]:
         found = super().facts(hosts=hosts)
         for fact in found.values():
             for nic in fact["nics"].values():

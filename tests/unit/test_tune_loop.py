@@ -67,7 +67,8 @@ class FakeRack:
         self.diagnosed: list[str] = []
         self.pair_rounds = 0
 
-    def facts(self, *, hosts: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
+    def facts(self, *, hosts: Sequence[str] | None = None, measure_after: int = 0,
+              pairs_after: int = 0) -> dict[str, dict[str, Any]]:
         return {h: {**copy.deepcopy(s), "hardware": self.hardware} for h, s in self.state.items()
                 if hosts is None or h in hosts}
 
@@ -83,8 +84,10 @@ class FakeRack:
         exact: bool = False,
         roles: Sequence[str] | None = None,
         measure_after: int = 0,
+        facts_after: bool = False,
     ) -> RunOutcome:
-        self.applied.append({"exact": exact, "armed": run_id is not None, "roles": roles})
+        armed = run_id is not None
+        self.applied.append({"exact": exact, "armed": armed, "roles": roles, "read": facts_after})
         for host, tree in desired.items():
             new = tree.tree()
             if exact and self.break_rollback:
@@ -153,6 +156,8 @@ def test_keeps_what_helps_and_rolls_back_the_rest(tmp_path: Path) -> None:
     nic = rack.state["h01"]["nics"]["eth2"]
     assert (nic["pfc"], nic["mtu"], nic["roce_tos"]) == ([4], 4200, 138)
     assert [a["exact"] for a in rack.applied] == [False, True, False, False]
+    # the rollback's restore names the read that verifies it (the backend may run it with it)
+    assert [a["read"] for a in rack.applied] == [False, True, False, False]
     # Each move applies, and its rollback restores, only the roles of the knobs it changes.
     lossless = ("nccl_env", "roce_cc", "roce_qos", "roce_tos")
     assert [a["roles"] for a in rack.applied] == [lossless, lossless, lossless, ("roce_qos",)]
@@ -202,6 +207,7 @@ class LostRack(FakeRack):
         exact: bool = False,
         roles: Sequence[str] | None = None,
         measure_after: int = 0,
+        facts_after: bool = False,
     ) -> RunOutcome:
         if run_id is not None:
             self.lost = True
@@ -268,7 +274,8 @@ class RevertingRack(FakeRack):
 
     def apply(self, desired: Mapping[str, HostState], *, run_id: str | None = None,
               snapshots: Mapping[str, HostState] | None = None, exact: bool = False,
-              roles: Sequence[str] | None = None, measure_after: int = 0) -> RunOutcome:
+              roles: Sequence[str] | None = None, measure_after: int = 0,
+              facts_after: bool = False) -> RunOutcome:
         self.armed = snapshots["h02"].tree() if run_id is not None and snapshots else None
         return super().apply(desired, run_id=run_id, snapshots=snapshots, exact=exact, roles=roles)
 
@@ -326,7 +333,8 @@ class ClockRack(FakeRack):
 
     def apply(self, desired: Mapping[str, HostState], *, run_id: str | None = None,
               snapshots: Mapping[str, HostState] | None = None, exact: bool = False,
-              roles: Sequence[str] | None = None, measure_after: int = 0) -> RunOutcome:
+              roles: Sequence[str] | None = None, measure_after: int = 0,
+              facts_after: bool = False) -> RunOutcome:
         if run_id is not None and snapshots:
             self.armed = trees_of(snapshots)
             self.fires_at, self.since = self.now + self.deadline_s, self.now
@@ -456,13 +464,22 @@ def test_a_kept_move_reads_back_only_the_hosts_it_changed(tmp_path: Path) -> Non
     the whole rack's: the others' state and hardware are as the loop last read them."""
     rack = FakeRack(hosts=("h01", "h02", "h03"))
     reads: list[list[str] | None] = []
-    whole = rack.facts
+    calls: list[tuple[str, int, int]] = []  # facts and measure, with the measurement each asks for
+    whole, measured = rack.facts, rack.measure
 
-    def facts(*, hosts: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
+    def facts(
+        *, hosts: Sequence[str] | None = None, measure_after: int = 0, pairs_after: int = 0
+    ) -> dict[str, dict[str, Any]]:
         reads.append(None if hosts is None else sorted(hosts))
+        calls.append(("facts", measure_after, pairs_after))
         return whole(hosts=hosts)
 
+    def measure(repetitions: int, pairs_after: int = 0) -> Batch:
+        calls.append(("measure", repetitions, pairs_after))
+        return measured(repetitions, pairs_after)
+
     rack.facts = facts  # type: ignore[method-assign]
+    rack.measure = measure  # type: ignore[method-assign]
     t = tuner(rack, tmp_path)
     t.read_facts()
     t.baseline()
@@ -471,6 +488,9 @@ def test_a_kept_move_reads_back_only_the_hosts_it_changed(tmp_path: Path) -> Non
     record = t.try_move(move)
     assert record.outcome == "kept", record.reason
     assert reads == [None, ["h01"]]
+    # the read-back names the kept state's top-up, which the backend may run with it: the next call
+    _, asked, rounds = calls[-2]
+    assert calls[-2][0] == "facts" and asked > 0 and calls[-1] == ("measure", asked, rounds)
     assert t.current["h02"] == before["h02"] and t.current["h03"] == before["h03"]
     assert t.current["h01"] != before["h01"] and t.current["h01"].nics["eth2"]["mtu"] == 4200
     assert sorted(t.facts) == ["h01", "h02", "h03"]

@@ -32,7 +32,8 @@ class ReadOnly:
     def __init__(self, info: InventoryInfo, deadline_s: int) -> None:
         self.info = info
 
-    def facts(self, *, hosts: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
+    def facts(self, *, hosts: Sequence[str] | None = None, measure_after: int = 0,
+              pairs_after: int = 0) -> dict[str, dict[str, Any]]:
         return self.rack.facts(hosts=hosts)
 
     def __getattr__(self, name: str) -> Any:
