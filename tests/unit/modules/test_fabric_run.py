@@ -7,6 +7,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -97,6 +98,10 @@ def test_plain_argvs_are_run_with_their_positions_as_ids(module_args: Any) -> No
         ({"argvs": [["true"], []]}, "argvs[1]: needs an id and a non-empty argv list"),
         ({"argvs": [["true"]], "commands": [{"id": "x", "argv": ["true"]}]},
          "mutually exclusive: commands|argvs"),
+        ({"first": [{"argv": ["true"]}]}, "first[0]: needs an id and a non-empty argv list"),
+        ({"first": [{"id": "x", "argv": ["bin/x"]}]}, "first[0].argv[0]: 'bin/x' must be a program name"),
+        ({"first": [{"id": "x", "argv": ["true"]}], "first_deadline_s": 0},
+         "first_deadline_s: 0 must be a positive number of seconds"),
     ],
 )
 def test_bad_input_is_one_clear_error(module_args: Any, args: dict[str, Any], message: str) -> None:
@@ -234,3 +239,77 @@ def test_several_servers_are_started_and_each_listens_when_the_call_returns(modu
     for port in ports:
         socket.create_connection(("127.0.0.1", port), timeout=5).close()
     assert [r["timed_out"] for r in run.collect_all(started, 0)] == [True, True, True]
+
+
+# first, then collect, then commands: a round's clients, the wait for the host's servers (started by
+# an earlier call; their clients may be elsewhere and start later), then the counters read after.
+TIMED_SERVER = """
+import socket, sys, time
+s = socket.socket(); s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(1)
+conn, _ = s.accept(); conn.recv(16); conn.close(); print(time.time())
+"""
+NOW = [sys.executable, "-c", "import time; print(time.time())"]
+
+
+def _connect_later(port: int, delay_s: float) -> threading.Thread:
+    """A client of the server on another host: it connects ``delay_s`` from now, in the background."""
+    def connect() -> None:
+        time.sleep(delay_s)
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+            conn.sendall(b"late")
+
+    thread = threading.Thread(target=connect, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_first_runs_the_clients_then_the_collect_waits_for_the_servers_then_the_reads_run(
+    module_args: Any,
+) -> None:
+    """The host's own client ends at once; its server's client (on another host) connects 2 s
+    later: the collect waits for the server to end by itself, and the reads start after it."""
+    port = _free_port()
+    server = {"id": "srv", "argv": [sys.executable, "-c", TIMED_SERVER, str(port)], "port": port}
+    started = _main(module_args, {"start": [server]})["started"]
+    late = _connect_later(port, 2.0)
+    result = _main(module_args, {
+        "first": [{"id": "client", "argv": NOW}], "first_deadline_s": 30,
+        "collect": started, "collect_s": 30,
+        "commands": [{"id": "read", "argv": NOW}], "deadline_s": 30,
+    })
+    late.join()
+    assert not result.get("failed"), result
+    (client,), (collected,), (read,) = result["first_runs"], result["collected"], result["runs"]
+    assert (client["id"], client["rc"], client["timed_out"]) == ("client", 0, False)
+    assert (collected["id"], collected["rc"], collected["timed_out"]) == ("srv", 0, False)
+    client_end, server_end, read_start = (float(r["stdout"]) for r in (client, collected, read))
+    assert server_end - client_end >= 1.5  # the server ended well after the client, not stopped
+    assert read_start >= server_end
+    assert result["started"] == []
+
+
+def test_first_has_its_own_prefix_and_deadline(module_args: Any) -> None:
+    """``first`` runs under ``first_prefix`` until ``first_deadline_s``; ``commands`` keep theirs."""
+    begin = time.monotonic()
+    result = _main(module_args, {
+        "first": [{"id": "slow", "argv": ["sleep", "60"]}, {"id": "code", "argv": ["sh", "-c", "exit 5"]}],
+        "first_prefix": ["timeout", "--kill-after=10s", "20s"], "first_deadline_s": 1,
+        "commands": [{"id": "read", "argv": ["sh", "-c", "sleep 1.5; echo read"]}], "deadline_s": 30,
+    })
+    assert time.monotonic() - begin < 30
+    slow, code = result["first_runs"]
+    assert slow["timed_out"] and not code["timed_out"] and code["rc"] == 5
+    assert result["runs"] == [{"id": "read", "rc": 0, "stdout": "read\n", "stderr": "", "timed_out": False}]
+
+
+def test_a_call_without_first_keeps_its_order_and_reports_no_first_runs(module_args: Any) -> None:
+    """Every caller before ``first``: collect, then commands (a read after the servers ended)."""
+    port = _free_port()
+    server = {"id": "srv", "argv": [sys.executable, "-c", TIMED_SERVER, str(port)], "port": port}
+    started = _main(module_args, {"start": [server]})["started"]
+    late = _connect_later(port, 1.0)
+    result = _main(module_args, {"collect": started, "collect_s": 30,
+                                 "commands": [{"id": "read", "argv": NOW}]})
+    late.join()
+    assert result["first_runs"] == []
+    assert float(result["runs"][0]["stdout"]) >= float(result["collected"][0]["stdout"])

@@ -19,11 +19,35 @@ description:
     iproute2's C(rdma resource show cm_id) for rdma_cm); the call returns them as RV(started).
     A later call's O(collect) waits for them to end (O(collect_s)), stops what is left and returns
     what each did. One call instead of an async job per server, its polling and a wait task."
-  - "Order within one call: O(collect), then O(commands), then O(start) (read counters after the
-    servers ended; read counters before the servers start)."
+  - "O(first): commands run before anything else of the call, all at once (a round's clients), so
+    that the same call can then wait for the host's servers (O(collect)) and read the counters after
+    them (O(commands))."
+  - "Order within one call: O(first), then O(collect), then O(commands), then O(start) (run the
+    clients, wait for the servers they talk to, read counters after the servers ended; read counters
+    before the servers start)."
   - Runs nothing in check mode (like M(ansible.builtin.command)).
 version_added: "1.0.0"
 options:
+  first:
+    description:
+      - "Commands run first, before O(collect), each C({id, argv}) as in O(commands): all started
+        together, each under O(first_prefix), each waited for until O(first_deadline_s) (then
+        SIGTERM, and SIGKILL 10 s later), and reported in RV(first_runs)."
+      - "For a round's clients and servers on one host in one call: the clients run to their end,
+        then O(collect) waits for the servers (started by an earlier call) and O(commands) reads the
+        counters after both."
+    type: list
+    elements: dict
+    default: []
+  first_prefix:
+    description: Put before every O(first) argv (e.g. C([timeout, --kill-after=10s, 60s])).
+    type: list
+    elements: str
+    default: []
+  first_deadline_s:
+    description: Seconds the O(first) commands may run, all at once from their start.
+    type: int
+    default: 60
   commands:
     description: The commands, each C({id, argv}); C(argv) is a list whose first item is the program.
     type: list
@@ -128,6 +152,16 @@ EXAMPLES = r"""
     collect: "{{ servers.started }}"
     commands: [{id: "ethtool eth2", argv: [ethtool, -S, eth2]}]
 
+- name: Run this host's clients, then wait for its servers (up to 75 s), then read counters after
+  fabtune.fabric.fabric_run:
+    first:
+      - {id: "h01->h03/mlx5_0:18516", argv: [ib_write_bw, -d, mlx5_0, -p, "18516", -R, 10.0.0.3]}
+    first_prefix: [timeout, --kill-after=10s, 60s]
+    first_deadline_s: 75
+    collect: "{{ servers.started }}"
+    collect_s: 75
+    commands: [{id: "ethtool eth2", argv: [ethtool, -S, eth2]}]
+
 - name: Run two nccl-tests launches in turn, each killed at 900 s (ids "0" and "1")
   fabtune.fabric.fabric_run:
     argvs:
@@ -146,6 +180,12 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+first_runs:
+  description: One entry per O(first) command, in the order given, like RV(runs).
+  returned: always
+  type: list
+  elements: dict
+  sample: [{"id": "h01->h03/mlx5_0:18516", "rc": 0, "stdout": "...", "stderr": "", "timed_out": false}]
 runs:
   description: One entry per command, in the order given.
   returned: always
@@ -640,25 +680,10 @@ def ssh_shared(commands: Sequence[Mapping[str, Any]], wanted: bool) -> Iterator[
         _stop_masters(socket_dir)
 
 
-def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            "commands": {"type": "list", "elements": "dict", "default": []},
-            "argvs": {"type": "list", "elements": "list"},
-            "argv_prefix": {"type": "list", "elements": "str", "default": []},
-            "deadline_s": {"type": "int", "default": 60},
-            "sequential": {"type": "bool", "default": False},
-            "start": {"type": "list", "elements": "dict", "default": []},
-            "start_prefix": {"type": "list", "elements": "str", "default": []},
-            "listen_s": {"type": "int", "default": 30},
-            "collect": {"type": "list", "elements": "dict", "default": []},
-            "collect_s": {"type": "int", "default": 10},
-            "mpirun_ssh_reuse": {"type": "bool", "default": False},
-        },
-        supports_check_mode=False,
-    )
-    params = module.params
-    for name in ("deadline_s", "listen_s"):
+def _checked(module: AnsibleModule) -> dict[str, Any]:
+    """The module's parameters, every hand check passed (``argvs`` turned into ``commands``)."""
+    params: dict[str, Any] = module.params
+    for name in ("deadline_s", "listen_s", "first_deadline_s"):
         if params[name] <= 0:
             module.fail_json(msg=f"{name}: {params[name]} must be a positive number of seconds")
     if params["collect_s"] < 0:
@@ -667,9 +692,37 @@ def main() -> None:
         if params["commands"]:
             module.fail_json(msg="parameters are mutually exclusive: commands|argvs")
         params["commands"] = [{"id": str(i), "argv": argv} for i, argv in enumerate(params["argvs"])]
+    _valid_list(module, "first", params["first"])
     _valid_list(module, "commands" if params["argvs"] is None else "argvs", params["commands"])
     _valid_start(module, params["start"])
     _valid_collect(module, params["collect"])
+    return params
+
+
+def get_argument_spec() -> dict[str, Any]:
+    """The module's options (DOCUMENTATION describes each)."""
+    return {
+        "first": {"type": "list", "elements": "dict", "default": []},
+        "first_prefix": {"type": "list", "elements": "str", "default": []},
+        "first_deadline_s": {"type": "int", "default": 60},
+        "commands": {"type": "list", "elements": "dict", "default": []},
+        "argvs": {"type": "list", "elements": "list"},
+        "argv_prefix": {"type": "list", "elements": "str", "default": []},
+        "deadline_s": {"type": "int", "default": 60},
+        "sequential": {"type": "bool", "default": False},
+        "start": {"type": "list", "elements": "dict", "default": []},
+        "start_prefix": {"type": "list", "elements": "str", "default": []},
+        "listen_s": {"type": "int", "default": 30},
+        "collect": {"type": "list", "elements": "dict", "default": []},
+        "collect_s": {"type": "int", "default": 10},
+        "mpirun_ssh_reuse": {"type": "bool", "default": False},
+    }
+
+
+def main() -> None:
+    module = AnsibleModule(argument_spec=get_argument_spec(), supports_check_mode=False)
+    params = _checked(module)
+    first = run_all(params["first"], params["first_deadline_s"], params["first_prefix"])
     collected = collect_all(params["collect"], params["collect_s"])
     with ssh_shared(params["commands"], params["mpirun_ssh_reuse"]) as (commands, reuse):
         if params["sequential"]:
@@ -678,9 +731,10 @@ def main() -> None:
         else:
             runs = run_all(commands, params["deadline_s"], params["argv_prefix"])
     started, problem = start_all(params["start"], params["start_prefix"], params["listen_s"])
+    done = {"first_runs": first, "runs": runs, "collected": collected, "ssh_reuse": reuse}
     if problem is not None:
-        module.fail_json(msg=problem, runs=runs, collected=collected, started=[], ssh_reuse=reuse)
-    module.exit_json(changed=False, runs=runs, started=started, collected=collected, ssh_reuse=reuse)
+        module.fail_json(msg=problem, started=[], **done)
+    module.exit_json(changed=False, started=started, **done)
 
 
 if __name__ == "__main__":
