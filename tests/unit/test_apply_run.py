@@ -5,13 +5,14 @@ apply run. The hosts are a stand-in for the Ansible adapter that keeps each host
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from fabtune import ansible
-from fabtune.ansible import RunOutcome, TaskResult
+from fabtune.ansible import Part, RunOutcome, TaskResult
 from fabtune.apply import host_problems
 from fabtune.cli import main
 from fabtune.errors import ExitStatus
@@ -59,6 +60,11 @@ class Hosts:
         status, rc = ("failed", 4) if dark else ("successful", 0)
         return RunOutcome(status, rc, stats, tuple(tasks), Path("/x"))
 
+    def parts(self, parts: Sequence[Part], inventory: Path, **kw: Any) -> list[RunOutcome]:
+        """Several playbooks in one run, each part as a run of its own with its variables."""
+        extravars = kw.pop("extravars", None) or {}
+        return [self(p.playbook, inventory, extravars={**extravars, **p.variables}, **kw) for p in parts]
+
     def _apply(self, host: str, extravars: dict[str, Any], *, check: bool) -> TaskResult:
         by_host = extravars.get("fabric_desired_by_host")
         desired = by_host[host] if by_host else extravars["fabric_desired"]
@@ -80,6 +86,7 @@ def rack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Hosts, Path, 
     monkeypatch.setenv("FABTUNE_HOME", str(tmp_path / "home"))
     hosts = Hosts()
     monkeypatch.setattr(ansible, "run_playbook", hosts)
+    monkeypatch.setattr(ansible, "run_playbooks", hosts.parts)
     inventory = tmp_path / "inventory.yml"
     inventory.write_text(INVENTORY)
     profile = tmp_path / "mtu.yml"
@@ -183,6 +190,7 @@ def test_an_apply_that_fails_on_a_host_closes_the_run_failed_and_can_be_rolled_b
     assert hosts.state["h01"] != FACTORY
     hosts.unreachable = set()
     monkeypatch.setattr(ansible, "run_playbook", hosts)
+    monkeypatch.setattr(ansible, "run_playbooks", hosts.parts)
     assert main(["rollback", run.id]) == ExitStatus.OK
     assert hosts.state == UNTOUCHED
 

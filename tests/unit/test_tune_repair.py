@@ -100,8 +100,9 @@ def test_the_repair_goes_to_the_bad_host_alone_and_is_kept_when_the_job_then_run
     result = run.run()
     repair = result.moves[0]
     assert (repair.name, repair.group, repair.outcome, repair.hosts) == (REPAIR, "repair", "kept", ["h02"])
+    # armed like every move, one role; no read of the whole rack asked for with its apply
     assert rack.desired_hosts[0] == ["h02"] and rack.applied[0] == {
-        "exact": False, "armed": True, "roles": ("nccl_env",)}  # armed like every move, one role
+        "exact": False, "armed": True, "roles": ("nccl_env",), "read": False}
     assert rack.state["h02"]["nccl"]["NCCL_IB_GID_INDEX"] == "3"
     assert all("NCCL_IB_GID_INDEX" not in (rack.state[h]["nccl"] or {}) for h in ("h01", "h03"))
     assert repair.reason.startswith("repair: the benchmark failed before it and runs on all 3 hosts after it")
