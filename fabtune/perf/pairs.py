@@ -49,11 +49,14 @@ class PairResult:
         return f"{self.client} {self.client_device or '?'} -> {self.server} {self.device}"
 
 
-# bench_ib_write_bw.yml's tasks: the counters read before (with the servers started), the
-# ib_write_bw clients per host, the counters read after (with the servers stopped)
+# bench_ib_write_bw.yml's tasks: the counters read before (with the servers started); the
+# ib_write_bw clients, the wait for the servers and the counters read after, in one fabric_run call
+# per host (the clients' runs in its ``first_runs``, the reads in its ``runs``); where the round's
+# hosts run in waves (fewer forks than hosts), the clients in a task of their own before it
 BEFORE_TASK = "Read counters before and start the servers"
+AFTER_TASK = "Run clients, stop the servers and read counters after"
 CLIENTS_TASK = "Run clients"
-AFTER_TASK = "Stop the servers and read counters after"
+CLIENT_RUNS = ((AFTER_TASK, "first_runs"), (CLIENTS_TASK, "runs"))  # where a client's run is found
 SLOW_SHARE = 0.8  # a pair under this share of the other pairs' median is slow
 
 
@@ -297,6 +300,26 @@ def _client_result(
     return _measured(str(item.get("stdout", "")) + "\n" + str(item.get("stderr", "")))
 
 
+def _client_results(
+    outcome: ansible.RunOutcome, runs: Sequence[dict[str, Any]], deadline_s: int
+) -> dict[str, tuple[float | None, str | None]]:
+    """Each client's measurement or error by run id, from the task that ran it (``CLIENT_RUNS``); a
+    client whose task passed its own deadline with no run reported missed its deadline."""
+    by_id: dict[str, tuple[float | None, str | None]] = {}
+    spec = {run["id"]: run for run in runs}
+    late = set()
+    for task, key in CLIENT_RUNS:
+        for host, res in outcome.results(task).items():
+            if res.get("msg") == "Timeout exceeded" or res.get("timedout"):  # the task's own deadline
+                late.add(host)
+            for item in res.get(key) or []:
+                by_id[item.get("id")] = _client_result(item, spec.get(item.get("id"), {}), deadline_s)
+    for run in runs:
+        if run["client"] in late and run["id"] not in by_id:
+            by_id[run["id"]] = _client_result({"timed_out": True}, run, deadline_s)
+    return by_id
+
+
 def _results(
     outcome: ansible.RunOutcome,
     runs: Sequence[dict[str, Any]],
@@ -306,16 +329,7 @@ def _results(
     *,
     deltas: Mapping[tuple[str, str], Mapping[str, int]],
 ) -> list[PairResult]:
-    by_id = {}
-    spec = {run["id"]: run for run in runs}
-    for host, res in outcome.results(CLIENTS_TASK).items():
-        if res.get("msg") == "Timeout exceeded" or res.get("timedout"):  # the task's own deadline
-            for run in runs:
-                if run["client"] == host:
-                    by_id[run["id"]] = _client_result({"timed_out": True}, run, deadline_s)
-        for item in res.get("runs", []):
-            run = spec.get(item.get("id"), {})
-            by_id[item.get("id")] = _client_result(item, run, deadline_s)
+    by_id = _client_results(outcome, runs, deadline_s)
     results = []
     for run, pair in zip(runs, pairs, strict=True):
         gbps, error = by_id.get(run["id"], (None, "not run"))
@@ -403,7 +417,10 @@ class PlannedRound:
 
     @property
     def timeout_s(self) -> int:
-        return run_timeout_s(self.deadline, 3)
+        """The playbook run's: four launches' allowance, one after another (the servers' start,
+        the clients, the wait for the servers, the reads after; the middle two in one task where
+        the round's hosts run in one wave)."""
+        return run_timeout_s(self.deadline, 4)
 
 
 def plan_round(

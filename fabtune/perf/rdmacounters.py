@@ -16,7 +16,8 @@ from pathlib import PurePosixPath
 from typing import Any
 
 # the tasks that read the counters around a benchmark in bench_measure.yml (bench_ib_write_bw.yml:
-# fabtune.perf.pairs.BEFORE_TASK and AFTER_TASK, which also start and stop its servers)
+# fabtune.perf.pairs.BEFORE_TASK, which also starts its servers, and AFTER_TASK, which first runs
+# its clients and waits for its servers; its reads are its ``runs`` all the same)
 READ_BEFORE, READ_AFTER = "Read counters before", "Read counters after"
 
 HW_COUNTERS = ("np_cnp_sent", "rp_cnp_handled", "np_ecn_marked_roce_packets", "out_of_sequence")

@@ -116,7 +116,9 @@ def plan(views: Mapping[str, HostView], deadline_s: int | None) -> list[pairs.Pl
 
 def parts(planned: Sequence[pairs.PlannedRound], before: Reads | None) -> list[Part]:
     """The runs of ``planned`` as parts of one Ansible run: each reads no counters before where the
-    read before it (``before``, then the run before's read after) holds its ports."""
+    read before it (``before``, then the run before's read after) holds its ports. A run's read after
+    on a host follows all of that run's traffic on the host's ports (its own clients' and servers'),
+    and the next run starts once the run before ended on every host."""
     found = []
     held = before
     for run in planned:

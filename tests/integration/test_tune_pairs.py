@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
+from fabtune import ansible
+from fabtune.ansible import Part, RunOutcome
 from fabtune.inventory import read_inventory
 from fabtune.journal import Journal
+from fabtune.perf import pairs
 from fabtune.rollback import rollback
 from fabtune.testbed.spec import TestbedSpec
 from fabtune.tune import run as tune_run
@@ -74,3 +78,33 @@ def test_one_pair_measurement_covers_every_host_and_the_incast(rack: TestbedSpec
     assert {h for label in found.pairs for h in label.split(" ")[0].split("->")} == set(HOSTS)
     assert list(found.incast) == ["2:1 into h01 mlx5_0"]
     assert all(v and v > 0 for v in [*found.pairs.values(), *found.incast.values()])
+
+
+@pytest.mark.parametrize(("forks", "clients_task", "key"), [
+    (None, pairs.AFTER_TASK, "first_runs"),  # every host at once: clients, servers, reads in one task
+    ("1", pairs.CLIENTS_TASK, "runs"),  # one host at a time: the clients in a task of their own first
+])
+def test_a_round_runs_its_clients_in_one_wave_or_in_waves(
+    rack: TestbedSpec, monkeypatch: pytest.MonkeyPatch, forks: str | None, clients_task: str, key: str
+) -> None:
+    """bench_ib_write_bw.yml runs a host's clients in the task that then waits for its servers only
+    where the round's hosts all run at once: with one fork, a server-only host waiting for its
+    servers would keep the hosts of their clients from starting until the servers were stopped."""
+    if forks is not None:
+        monkeypatch.setenv("FABTUNE_FORKS", forks)
+    ran: list[tuple[Part, RunOutcome]] = []
+    real = ansible.run_playbooks
+
+    def recorded(parts: list[Part], *args: Any, **kwargs: Any) -> list[RunOutcome]:
+        outcomes = real(parts, *args, **kwargs)
+        ran.extend(zip(parts, outcomes, strict=True))
+        return outcomes
+
+    monkeypatch.setattr(ansible, "run_playbooks", recorded)
+    found = AnsibleBackend(read_inventory(inventory(rack))).pairs()
+    assert found is not None and not found.errors, found
+    assert all(v and v > 0 for v in [*found.pairs.values(), *found.incast.values()])
+    assert len(ran) >= 2  # the pair round(s) and the incast stage
+    for part, outcome in ran:
+        clients = {run["client"] for run in part.variables["fabtune_bench_runs"]}
+        assert {h for h, res in outcome.results(clients_task).items() if res.get(key)} == clients

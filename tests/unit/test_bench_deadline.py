@@ -102,6 +102,7 @@ def _task(playbook: str, name: str) -> dict[str, Any]:
         ("bench_measure.yml", "Run nccl-tests"),
         ("bench_ib_write_bw.yml", "Read counters before and start the servers"),
         ("bench_ib_write_bw.yml", "Run clients"),
+        ("bench_ib_write_bw.yml", "Run clients, stop the servers and read counters after"),
     ],
 )
 def test_every_launch_runs_under_timeout_with_a_task_deadline(playbook: str, task: str) -> None:

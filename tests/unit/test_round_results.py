@@ -1,0 +1,68 @@
+"""A round's results from bench_ib_write_bw.yml's tasks: each client's run from the task that ran it
+(the task that then waits for the servers and reads the counters after, or, where the hosts ran in
+waves, a task of its own), the counters from the reads before and after."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fabtune.ansible import RunOutcome, TaskResult
+from fabtune.perf import pairs
+from fabtune.perf.argv import PerftestOptions
+from fabtune.perf.fabric import HostView, Rail
+from fabtune.perf.schedule import Pair
+
+OUTPUT = (
+    "                    RDMA_Write BW Test\n"
+    " #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]\n"
+    " 65536      5000             97.50              97.41                 0.185802\n"
+)
+ETHTOOL = "NIC statistics:\n     rx_prio3_pause: {}\n     tx_prio3_pause: 0\n"
+
+
+def _views() -> dict[str, HostView]:
+    rail = Rail("mlx5_0", "eth2", "10.0.0.1", 4200, 400.0, "Ethernet", 3)
+    return {h: HostView(h, (rail,), {}) for h in ("h01", "h02")}
+
+
+def _task(host: str, name: str, result: dict[str, Any]) -> TaskResult:
+    return TaskResult(host, name, "fabtune.fabric.fabric_run", "runner_on_ok", False, result)
+
+
+def _reads(pause: int) -> list[dict[str, Any]]:
+    return [{"id": "ethtool eth2", "rc": 0, "stdout": ETHTOOL.format(pause)}]
+
+
+def _outcome(planned: pairs.PlannedRound, in_waves: bool) -> RunOutcome:
+    """h02's client into h01's server: the clients in the task after the start, or in the last one."""
+    (run,) = planned.runs
+    client = {"id": run["id"], "rc": 0, "stdout": OUTPUT, "stderr": "", "timed_out": False}
+    tasks = [_task(h, pairs.BEFORE_TASK, {"runs": _reads(100), "started": []}) for h in ("h01", "h02")]
+    if in_waves:
+        tasks.append(_task("h02", pairs.CLIENTS_TASK, {"runs": [client]}))
+    for host in ("h01", "h02"):
+        first = [client] if host == "h02" and not in_waves else []
+        after = {"first_runs": first, "runs": _reads(107), "collected": []}
+        tasks.append(_task(host, pairs.AFTER_TASK, after))
+    return RunOutcome("successful", 0, {}, tuple(tasks), Path("/nonexistent"))
+
+
+@pytest.mark.parametrize("in_waves", [False, True])
+def test_a_client_is_read_from_the_task_that_ran_it(in_waves: bool) -> None:
+    planned = pairs.plan_round([Pair("h01", "h02", 0, 18515)], _views(), PerftestOptions(duration_s=2))
+    (result,), after = pairs.round_results(_outcome(planned, in_waves), planned, _views(), None)
+    assert result.gbps == pytest.approx(97.41) and result.error is None
+    assert result.counters == {"h01:eth2": {"rx_prio3_pause": 7}, "h02:eth2": {"rx_prio3_pause": 7}}
+    assert after == {h: {"ethtool eth2": ETHTOOL.format(107)} for h in ("h01", "h02")}
+
+
+def test_a_client_no_task_reported_is_not_run() -> None:
+    planned = pairs.plan_round([Pair("h01", "h02", 0, 18515)], _views(), PerftestOptions(duration_s=2))
+    outcome = _outcome(planned, in_waves=True)
+    lost = RunOutcome("successful", 0, {}, tuple(t for t in outcome.tasks if t.task != pairs.CLIENTS_TASK),
+                      Path("/nonexistent"))
+    (result,), _ = pairs.round_results(lost, planned, _views(), None)
+    assert result.gbps is None and result.error == "not run"
