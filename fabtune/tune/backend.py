@@ -7,7 +7,7 @@ import contextlib
 import dataclasses
 import json
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -230,13 +230,19 @@ class AnsibleBackend:
         outcomes = ansible.run_playbooks([read, *planned.parts], self.inventory,
                                          timeout_s=ansible.RUN_TIMEOUT_S + planned.timeout_s)
         facts = self._facts_of(outcomes[0])  # raises where the read failed: the batch is not taken
+        self._keep_batch(repetitions, pairs_after, lambda: self._batch_of(planned, outcomes[1:], pairs_after))
+        return facts
+
+    def _keep_batch(self, repetitions: int, pairs_after: int, assemble: Callable[[], Batch]) -> None:
+        """Keep a batch measured ahead for the next ``measure`` call of ``repetitions`` and
+        ``pairs_after``: the batch ``assemble`` returns, or the fabtune error it raised, which that
+        call raises."""
         try:
-            batch = self._batch_of(planned, outcomes[1:], pairs_after)
-        except FabtuneError as err:  # what the measure call would have raised, it raises
+            batch = assemble()
+        except FabtuneError as err:
             self.prefetched_batch = (repetitions, pairs_after, err)
         else:
             self.prefetched_batch = (repetitions, pairs_after, batch)
-        return facts
 
     @staticmethod
     def _facts_of(outcome: ansible.RunOutcome) -> dict[str, dict[str, Any]]:
@@ -338,14 +344,14 @@ class AnsibleBackend:
         parts = [ansible.Part("apply.yml"), ansible.Part(MEASURE_PLAYBOOK, planned.variables, ("always",))]
         applied, measured = self._apply_with(parts, extravars, tags, start, planned.timeout_s)
         if applied.ok:
-            try:
-                batch = batch_of(spec, planned, measured)
-            except FabtuneError as err:  # what the measure call would have raised, it raises
-                self.prefetched_batch = (repetitions, 0, err)
-            else:
-                self.prefetched_batch = (repetitions, 0, batch)
-                self.counters = batch.after or None
+            self._keep_batch(repetitions, 0, lambda: self._measured_batch(spec, planned, measured))
         return applied
+
+    def _measured_batch(self, spec: MeasureSpec, planned: PlannedBatch, outcome: ansible.RunOutcome) -> Batch:
+        """A batch from its run's outcome; its read after stands for the next benchmark's read before."""
+        batch = batch_of(spec, planned, outcome)
+        self.counters = batch.after or None
+        return batch
 
     def _apply_then_read(
         self, extravars: Mapping[str, Any], tags: Sequence[str], start: float
@@ -536,11 +542,12 @@ class AnsibleBackend:
             if isinstance(taken[2], Exception):
                 raise taken[2]
             return taken[2]
-        planned = self._plan_measure(repetitions, pairs_after)
-        if not planned.rounds:
-            batch = measure(planned.spec, repetitions, planned.batch.before)
+        if pairs_after <= 0 or not self.views:  # a batch alone: measure plans and runs it
+            before, self.counters, self.prefetched = self.counters, None, []
+            batch = measure(self._spec(), repetitions, before)
             self.counters = batch.after or None
             return batch
+        planned = self._plan_measure(repetitions, pairs_after)
         outcomes = ansible.run_playbooks(planned.parts, self.inventory, timeout_s=planned.timeout_s)
         return self._batch_of(planned, outcomes, pairs_after)
 
