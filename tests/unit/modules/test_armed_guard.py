@@ -24,6 +24,7 @@ from tests.unit.modules.conftest import AnsibleExitJson, AnsibleFailJson, load_m
 fabric_apply = load_util("fabric_apply")
 fabric_files = load_module("fabric_files")
 fabric_persist = load_module("fabric_persist")
+fabric_record = load_util("fabric_record")
 
 
 @pytest.fixture
@@ -118,7 +119,7 @@ def test_fabric_files_writes_under_an_armed_run_and_not_after_its_revert(
 
 def test_fabric_persist_records_nothing_after_the_revert_fired(
         state_dir: Path, tmp_path: Path, module_args: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(fabric_persist, "netdev_split", lambda root: (["eth2"], []))
+    monkeypatch.setattr(fabric_record, "netdev_split", lambda root: (["eth2"], []))
     path = tmp_path / "persisted.json"
     params = {"nics": {"eth2": {"mtu": 4200}}, "path": str(path), "armed_run": "r1"}
     arm(state_dir)

@@ -19,6 +19,7 @@ from tests.unit.sim_tools.conftest import roce_node
 
 fabric_apply = load_util("fabric_apply")
 fabric_persist = load_module("fabric_persist")
+fabric_record = load_util("fabric_record")
 NIC = "ens1np0"
 PERSISTED = fabric_apply.PERSISTED
 
@@ -183,7 +184,7 @@ def test_the_revert_puts_the_persisted_file_back_as_it_was_armed() -> None:
 
 def persist(module_args: Any, monkeypatch: pytest.MonkeyPatch, path: Path, nics: dict[str, Any], *,
             knobs: list[str] | None = None, check_mode: bool = False) -> dict[str, Any]:
-    monkeypatch.setattr(fabric_persist, "netdev_split", lambda root: ([NIC], ["eth0"]))
+    monkeypatch.setattr(fabric_record, "netdev_split", lambda root: ([NIC], ["eth0"]))
     module_args({"nics": nics, "knobs": knobs, "path": str(path)}, check_mode=check_mode, diff=True)
     with pytest.raises(AnsibleExitJson) as done:
         fabric_persist.main()
@@ -217,7 +218,7 @@ def test_persist_takes_only_its_knobs_and_is_idempotent(module_args: Any, monkey
 def test_persist_refuses_an_invalid_knob_and_a_corrupt_file(module_args: Any, monkeypatch: pytest.MonkeyPatch,
                                                               tmp_path: Path) -> None:
     path = tmp_path / "persisted.json"
-    monkeypatch.setattr(fabric_persist, "netdev_split", lambda root: ([NIC], ["eth0"]))
+    monkeypatch.setattr(fabric_record, "netdev_split", lambda root: ([NIC], ["eth0"]))
     module_args({"nics": {NIC: {"pfc": [9]}}, "path": str(path)})
     with pytest.raises(AnsibleFailJson) as failed:
         fabric_persist.main()

@@ -109,3 +109,47 @@ def test_absent_removes_a_file_once_and_refuses_a_directory(module_args: Any, tm
     refused = run(module_args, {"absent": [str(tmp_path / "etc")]})
     assert refused["failed"] and "is a directory" in refused["msg"] and (tmp_path / "etc").is_dir()
     assert "argument 'absent' path" in run(module_args, {"absent": ["etc/nccl.conf"]})["msg"]
+
+
+def _systemctl(bin_dir: Path, log: Path, rc: int = 0) -> None:
+    """A ``systemctl`` on PATH that logs its arguments (the module runs it with a deadline)."""
+    bin_dir.mkdir(exist_ok=True)
+    tool = bin_dir / "systemctl"
+    tool.write_text(f"#!/bin/sh\necho \"$@\" >> {log}\nexit {rc}\n")
+    tool.chmod(0o755)
+
+
+def test_systemd_reload_runs_once_where_systemd_runs_and_something_changed(
+        module_args: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    log, running = tmp_path / "systemctl.log", tmp_path / "run-systemd-system"
+    _systemctl(tmp_path / "bin", log)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+    monkeypatch.setattr(fabric_files, "SYSTEMD_RUNNING", str(running))
+    params = dict(layout(tmp_path / "root"), systemd_reload=True)
+    # no systemd running the host: nothing to reload (as the handler's stat found)
+    first = run(module_args, params)
+    assert first["changed"] and first["systemd_reloaded"] is False and not log.exists()
+    running.mkdir()
+    (tmp_path / "root/etc/fabtune/rdma_cm.conf").write_text("changed by hand\n")
+    assert run(module_args, params, check_mode=True)["systemd_reloaded"] is False and not log.exists()
+    fixed = run(module_args, params)
+    assert fixed["changed"] and fixed["systemd_reloaded"] is True
+    assert log.read_text() == "daemon-reload\n"
+    again = run(module_args, params)  # nothing changed: no reload
+    assert again["changed"] is False and again["systemd_reloaded"] is False
+    assert log.read_text() == "daemon-reload\n"
+    unasked = run(module_args, dict(layout(tmp_path / "other")))
+    assert unasked["changed"] and unasked["systemd_reloaded"] is False
+    assert log.read_text() == "daemon-reload\n"
+
+
+def test_a_failed_reload_fails_the_task_and_says_the_files_were_written(
+        module_args: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _systemctl(tmp_path / "bin", tmp_path / "systemctl.log", rc=1)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+    (tmp_path / "run-systemd-system").mkdir()
+    monkeypatch.setattr(fabric_files, "SYSTEMD_RUNNING", str(tmp_path / "run-systemd-system"))
+    failed = run(module_args, dict(layout(tmp_path / "root"), systemd_reload=True))
+    assert failed["failed"] and failed["changed"] is True
+    assert "systemctl daemon-reload failed (rc 1)" in failed["msg"] and "files were written" in failed["msg"]
+    assert (tmp_path / "root/etc/fabtune/rdma_cm.conf").exists()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ fabric_qos_backend = load_util("fabric_qos_backend")
 fabric_qos = load_module("fabric_qos")
 fabric_facts = load_module("fabric_facts")
 fabric_validate = load_module("fabric_validate")
+fabric_record = load_util("fabric_record")
 
 
 def test_sysfs_plan_compares_stripped_text(tmp_path: Path) -> None:
@@ -100,6 +102,76 @@ def test_sysfs_nics_sets_only_the_named_knobs_of_every_port(module_args: Any,
     with pytest.raises(AnsibleExitJson) as again:
         fabric_sysfs.main()
     assert again.value.args[0]["changed"] is False
+
+
+def test_sysfs_persist_records_the_knobs_it_sets_in_the_same_run(
+        module_args: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """O(persist): the knobs set and their record for fabtune-boot in one module run; check mode
+    writes neither; a second run changes nothing; the record's changes are in ``changes``."""
+    files = {"/sys/class/net/a/mtu": "1500", "/sys/class/net/b/mtu": "1500"}
+    record = tmp_path / "persisted.json"
+    monkeypatch.setattr(fabric_apply, "read_value", files.get)
+    monkeypatch.setattr(fabric_sysfs, "read_nic_sysfs",
+                        lambda root, name: {"mtu": int(files[f"/sys/class/net/{name}/mtu"])})
+    monkeypatch.setattr(fabric_record, "netdev_split", lambda root: (["a", "b"], ["eth0"]))
+    monkeypatch.setattr(fabric_apply, "write_value", lambda p, v: pytest.fail("wrote in check mode"))
+    nics = {"a": {"mtu": 4200, "pfc": [3]}, "b": {"mtu": 4200, "pfc": [3]}}
+    args = {"nics": nics, "only": ["mtu"], "persist": ["mtu", "pfc"], "persist_path": str(record)}
+    module_args(args, check_mode=True, diff=True)
+    with pytest.raises(AnsibleExitJson) as done:
+        fabric_sysfs.main()
+    checked = done.value.args[0]
+    assert checked["changed"] and not record.exists() and files["/sys/class/net/a/mtu"] == "1500"
+    assert [c["knob"] for c in checked["changes"]] == [
+        "a.mtu", "b.mtu", "persisted:a.mtu", "persisted:a.pfc", "persisted:b.mtu", "persisted:b.pfc"]
+    assert [d.get("before_header") for d in checked["diff"]] == [None, str(record)]
+    monkeypatch.setattr(fabric_apply, "write_value", files.__setitem__)
+    module_args(args)
+    with pytest.raises(AnsibleExitJson) as done:
+        fabric_sysfs.main()
+    assert done.value.args[0]["changed"] and files["/sys/class/net/b/mtu"] == "4200"
+    assert json.loads(record.read_text())["nics"] == {"a": {"mtu": 4200, "pfc": [3]},
+                                                      "b": {"mtu": 4200, "pfc": [3]}}
+    assert done.value.args[0]["persisted"] == json.loads(record.read_text())["nics"]
+    module_args(args)
+    with pytest.raises(AnsibleExitJson) as again:
+        fabric_sysfs.main()
+    assert again.value.args[0]["changed"] is False and again.value.args[0]["changes"] == []
+    # the record alone is missing (removed by hand): only the record changes, no knob is written
+    record.unlink()
+    monkeypatch.setattr(fabric_apply, "write_value", lambda p, v: pytest.fail("no knob differs"))
+    module_args(args)
+    with pytest.raises(AnsibleExitJson) as rewritten:
+        fabric_sysfs.main()
+    assert rewritten.value.args[0]["changed"] and rewritten.value.args[0]["paths_changed"] == []
+    assert record.exists()
+
+
+def test_sysfs_persist_that_would_not_apply_at_boot_changes_nothing(module_args: Any,
+                                                                    monkeypatch: pytest.MonkeyPatch,
+                                                                    tmp_path: Path) -> None:
+    files = {"/sys/class/net/a/mtu": "1500"}
+    record = tmp_path / "persisted.json"
+    monkeypatch.setattr(fabric_apply, "read_value", files.get)
+    monkeypatch.setattr(fabric_apply, "write_value", lambda p, v: pytest.fail("wrote a knob"))
+    monkeypatch.setattr(fabric_sysfs, "read_nic_sysfs", lambda root, name: {"mtu": 1500})
+    monkeypatch.setattr(fabric_record, "netdev_split", lambda root: (["a"], ["eth0"]))
+    record.write_text("[]")  # not a record: fabtune-boot would refuse it
+    args = {"nics": {"a": {"mtu": 4200}}, "only": ["mtu"], "persist": ["mtu"], "persist_path": str(record)}
+    module_args(args)
+    with pytest.raises(AnsibleFailJson) as failed:
+        fabric_sysfs.main()
+    assert str(record) in failed.value.args[0]["msg"] and record.read_text() == "[]"
+    record.unlink()
+    module_args(dict(args, nics={"a": {"mtu": 4200, "pfc": [9]}}, persist=["mtu", "pfc"]))
+    with pytest.raises(AnsibleFailJson) as refused:
+        fabric_sysfs.main()
+    assert refused.value.args[0]["msg"].startswith("argument 'nics' cannot be persisted")
+    assert "pfc" in refused.value.args[0]["msg"] and not record.exists()
+    module_args({"knobs": {"/sys/a": "1"}, "persist": ["mtu"]})
+    with pytest.raises(AnsibleFailJson) as wrong_form:
+        fabric_sysfs.main()
+    assert "argument 'persist' needs 'nics'" in wrong_form.value.args[0]["msg"]
 
 
 def test_sysfs_nics_refuses_mixed_forms_and_bad_ports(module_args: Any) -> None:
@@ -235,6 +307,44 @@ def test_qos_applies_with_the_shared_apply_code(module_args: Any, monkeypatch: p
     assert again.value.args[0]["changed"] is False and again.value.args[0]["commands"] == []
     assert now.pop("dscp2prio")[26] == 3 and calls == reads
     assert now == {k: v for k, v in result["after"].items() if k != "dscp2prio"}
+
+
+def test_qos_persist_records_the_port_knobs_after_setting_them(
+        module_args: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """O(persist) with O(nics): every port set, then the record written, in one module run; the MTU
+    the role sets with fabric_sysfs is recorded as O(nics) gives it."""
+    calls: list[list[str]] = []
+    record = tmp_path / "persisted.json"
+    monkeypatch.setattr(fabric_qos.AnsibleModule, "run_command", _qos_host(tmp_path / "root", calls))
+    monkeypatch.setattr(fabric_qos.AnsibleModule, "get_bin_path", _usr_bin)
+    monkeypatch.setattr(fabric_record, "netdev_split", lambda root: (["ens1np0"], ["eth0"]))
+    nics = {"ens1np0": {"trust": "dscp", "dscp2prio": {"26": 3}, "pfc": [3], "mtu": 4200}}
+    args = {"nics": nics, "backend": "mlnx_qos", "persist": ["trust", "dscp2prio", "pfc", "mtu"],
+            "persist_path": str(record)}
+    module_args(args, check_mode=True, diff=True)
+    with pytest.raises(AnsibleExitJson) as checked:
+        fabric_qos.main()
+    assert checked.value.args[0]["changed"] and not record.exists()
+    assert "persisted:ens1np0.mtu" in [c["knob"] for c in checked.value.args[0]["changes"]]
+    assert checked.value.args[0]["diff"][-1]["before_header"] == str(record)
+    module_args(args)
+    with pytest.raises(AnsibleExitJson) as done:
+        fabric_qos.main()
+    result = done.value.args[0]
+    assert result["changed"] and result["commands"]
+    assert json.loads(record.read_text())["nics"] == {
+        "ens1np0": {"trust": "dscp", "dscp2prio": {"26": 3}, "pfc": [3], "mtu": 4200}}
+    module_args(args)
+    with pytest.raises(AnsibleExitJson) as again:
+        fabric_qos.main()
+    assert again.value.args[0]["changed"] is False and again.value.args[0]["changes"] == []
+    # a record that would not apply at boot fails before any port is touched
+    calls.clear()
+    bad = {"ens1np0": {"trust": "pcp", "dscp2prio": {"26": 3}}}
+    module_args(dict(args, nics=bad, persist=["trust", "dscp2prio"]))
+    with pytest.raises(AnsibleFailJson) as refused:
+        fabric_qos.main()
+    assert "argument 'nics'" in refused.value.args[0]["msg"] and calls == []
 
 
 def test_qos_fails_on_an_unreadable_state_or_a_failed_write(module_args: Any, monkeypatch: pytest.MonkeyPatch,

@@ -56,6 +56,14 @@ options:
     type: list
     elements: path
     default: []
+  systemd_reload:
+    description:
+      - Where this call changed anything and systemd runs the host (C(/run/systemd/system) exists,
+        sd_booted(3)), reload systemd's unit files (C(systemctl daemon-reload), what
+        C(systemctl enable) does after it links a unit) in the same module run, instead of a
+        handler's two more module runs. Nothing is reloaded in check mode.
+    type: bool
+    default: false
   owner:
     description: Owner of everything written.
     type: str
@@ -91,6 +99,7 @@ EXAMPLES = r"""
     links:
       - path: /etc/systemd/system/multi-user.target.wants/fabtune-boot.service
         src: /etc/systemd/system/fabtune-boot.service
+    systemd_reload: true
 """
 
 RETURN = r"""
@@ -104,6 +113,10 @@ skipped:
   returned: always
   type: list
   elements: str
+systemd_reloaded:
+  description: Whether systemd's unit files were reloaded (O(systemd_reload)).
+  returned: always
+  type: bool
 """
 
 import os
@@ -113,10 +126,16 @@ from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_apply import (
+    ApplyError,
     RevertError,
     bad_path,
+    command_runner,
     while_armed,
 )
+
+# Where a running systemd is seen (sd_booted(3): the directory exists only while systemd manages the host).
+SYSTEMD_RUNNING = "/run/systemd/system"
+RELOAD_TIMEOUT_S = 90
 
 
 def get_argument_spec() -> dict[str, Any]:
@@ -131,6 +150,7 @@ def get_argument_spec() -> dict[str, Any]:
         "links": {"type": "list", "elements": "dict", "default": [], "options": {
             "path": {"type": "path", "required": True}, "src": {"type": "path", "required": True}}},
         "absent": {"type": "list", "elements": "path", "default": []},
+        "systemd_reload": {"type": "bool", "default": False},
         "owner": {"type": "str", "default": "root"},
         "group": {"type": "str", "default": "root"},
     }
@@ -266,6 +286,19 @@ def install(module: AnsibleModule, installer: Installer) -> None:
         installer.remove(path)
 
 
+def reload_systemd(module: AnsibleModule, installer: Installer) -> bool:
+    """``systemctl daemon-reload`` where O(systemd_reload) asks, something changed and systemd runs."""
+    if not module.params["systemd_reload"] or not installer.changed or module.check_mode:
+        return False
+    if not Path(SYSTEMD_RUNNING).is_dir():
+        return False
+    try:
+        command_runner(timeout_s=RELOAD_TIMEOUT_S)(["systemctl", "daemon-reload"])
+    except ApplyError as exc:
+        module.fail_json(msg=f"{exc} (the files were written)", changed=True, changed_paths=installer.changed)
+    return True
+
+
 def main() -> None:
     module = AnsibleModule(argument_spec=get_argument_spec(), supports_check_mode=True)
     check_paths(module)
@@ -276,7 +309,8 @@ def main() -> None:
     except RevertError as exc:
         module.fail_json(msg=str(exc), reverted=exc.reverted, changed=False)
     result: dict[str, Any] = {"changed": bool(installer.changed), "changed_paths": installer.changed,
-                              "skipped": installer.skipped}
+                              "skipped": installer.skipped,
+                              "systemd_reloaded": reload_systemd(module, installer)}
     if module._diff:
         result["diff"] = installer.diffs
     module.exit_json(**result)

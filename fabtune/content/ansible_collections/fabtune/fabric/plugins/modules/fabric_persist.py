@@ -77,21 +77,15 @@ nics:
   type: dict
 """
 
-from typing import Any, Mapping
+from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_apply import (
     PERSISTED,
     RevertError,
-    merge_persisted,
-    persisted_text,
-    read_file,
-    read_persisted,
     while_armed,
-    write_file,
 )
-from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_desired import validate
-from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_host import netdev_split
+from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_record import RecordError, plan_record
 
 
 def get_argument_spec() -> dict[str, Any]:
@@ -103,50 +97,25 @@ def get_argument_spec() -> dict[str, Any]:
     }
 
 
-def knob_changes(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """``{knob, before, after}`` per netdev knob whose persisted value differs."""
-    out: list[dict[str, Any]] = []
-    for dev in sorted(set(before) | set(after)):
-        old, new = before.get(dev, {}), after.get(dev, {})
-        for key in sorted(set(old) | set(new)):
-            if old.get(key) != new.get(key):
-                out.append({"knob": f"persisted:{dev}.{key}", "before": old.get(key),
-                            "after": new.get(key)})
-    return out
-
-
 def main() -> None:
     module = AnsibleModule(argument_spec=get_argument_spec(), supports_check_mode=True)
-    path, wanted = module.params["path"], module.params["knobs"]
-    nics = {dev: {k: v for k, v in (knobs or {}).items() if wanted is None or k in wanted}
-            for dev, knobs in module.params["nics"].items()}
-    roce, other = netdev_split("/")
-    problems, normal = validate({"nics": nics}, roce, other, enforce_couplings=False)
-    if problems:
-        module.fail_json(msg="argument 'nics' cannot be persisted on this host: " + "; ".join(problems),
-                         problems=problems, path=path)
-    before, problem = read_persisted("/", path)
-    if problem:
-        module.fail_json(msg=f"{problem} (fix or remove the file; the roles write it again)", path=path)
-    after = merge_persisted(before, normal.get("nics"))
-    problems, _merged = validate({"nics": after}, roce, other, enforce_couplings=False)
-    if problems:  # what fabtune-boot would refuse at boot is refused now, with the file unchanged
-        module.fail_json(msg=f"{path} would not apply at boot with these knobs: {'; '.join(problems)}",
-                         problems=problems, path=path)
-    current, text = read_file(path), persisted_text(after)
-    changed = current != text
-    if changed and not module.check_mode:
+    path = module.params["path"]
+    try:
+        record = plan_record(module.params["nics"], module.params["knobs"], path)
+    except RecordError as exc:
+        module.fail_json(msg=exc.message(), problems=exc.problems, path=path)
+    if record.changed and not module.check_mode:
         try:
             with while_armed(module.params["armed_run"]):
-                write_file(path, text, 0o644)
+                record.write()
         except RevertError as exc:
             module.fail_json(msg=str(exc), reverted=exc.reverted, path=path)
         except OSError as exc:
             module.fail_json(msg=f"cannot write {path}: {exc}", path=path)
-    result: dict[str, Any] = {"changed": changed, "path": path, "nics": after,
-                              "changes": knob_changes(before, after)}
+    result: dict[str, Any] = {"changed": record.changed, "path": path, "nics": record.nics,
+                              "changes": record.changes}
     if module._diff:
-        result["diff"] = {"before": current or "", "after": text, "before_header": path, "after_header": path}
+        result["diff"] = record.diff()
     module.exit_json(**result)
 
 

@@ -63,6 +63,22 @@ options:
     description: ETS bandwidth share (percent) of each traffic class (8 values, ets ones sum to 100).
     type: list
     elements: int
+  persist:
+    description:
+      - The knobs of O(nics) (or of O(interface), from the knob options) to record also in
+        O(persist_path), the file C(fabtune-boot.service) re-applies at boot, in the same module run
+        that sets them (what M(fabtune.fabric.fabric_persist) does on its own). A knob this module
+        does not set (C(mtu), set by M(fabtune.fabric.fabric_sysfs)) is recorded as O(nics) gives it.
+        Nothing is recorded when empty.
+      - The record is checked before any port is changed (a knob that would not apply at boot fails
+        the module with nothing changed) and written after every port is set.
+    type: list
+    elements: str
+    default: []
+  persist_path:
+    description: The file of persisted knobs (with O(persist)).
+    type: path
+    default: /etc/fabtune/persisted.json
 extends_documentation_fragment:
   - fabtune.fabric.armed_run
 attributes:
@@ -108,7 +124,9 @@ after:
   returned: success
   type: dict
 changes:
-  description: One entry per changed knob (every port's, with O(nics); on a failure, those made before it).
+  description:
+    - One entry per changed knob (every port's, with O(nics); on a failure, those made before it).
+    - With O(persist), also one per recorded knob whose value changes (C(persisted:IF.KNOB)).
   returned: success
   type: list
   elements: dict
@@ -122,18 +140,28 @@ backend:
   description: The backend used.
   returned: success
   type: str
+persisted:
+  description: The persisted knobs after the task (what the next boot applies), with O(persist).
+  returned: when O(persist) is not empty
+  type: dict
 """
 
 from typing import Any, Mapping, Sequence
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_apply import (
+    PERSISTED,
     RevertError,
     qos_apply,
     while_armed,
 )
 from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_desired import check_nic
 from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_qos_backend import QosError
+from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_record import (
+    Record,
+    RecordError,
+    plan_record,
+)
 
 QOS_KEYS = ("trust", "dscp2prio", "pfc", "prio_tc", "tsa", "tcbw")
 
@@ -150,6 +178,8 @@ def get_argument_spec() -> dict[str, Any]:
         "prio_tc": {"type": "list", "elements": "int"},
         "tsa": {"type": "list", "elements": "str"},
         "tcbw": {"type": "list", "elements": "int"},
+        "persist": {"type": "list", "elements": "str", "default": []},
+        "persist_path": {"type": "path", "default": PERSISTED},
     }
 
 
@@ -279,6 +309,32 @@ def _text(state: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def planned_record(module: AnsibleModule, desired: Mapping[str, Mapping[str, Any]]) -> Record | None:
+    """The record O(persist) asks for (planned, nothing written), or None; fails the module when the
+    knobs could not be recorded."""
+    params = module.params
+    if not params["persist"]:
+        return None
+    nics = params["nics"] if params["nics"] is not None else dict(desired)
+    try:
+        return plan_record(nics, params["persist"], params["persist_path"])
+    except RecordError as exc:
+        module.fail_json(msg=exc.message("nics" if params["nics"] is not None else "interface"),
+                         problems=exc.problems, path=params["persist_path"])
+    raise AssertionError("unreachable: fail_json exits the module")
+
+
+def with_record(result: dict[str, Any], record: Record, diff: bool) -> dict[str, Any]:
+    """The module's result with the record's: its changes, its persisted knobs and its diff."""
+    out = dict(result, changed=result["changed"] or record.changed, persisted=record.nics,
+               changes=result["changes"] + record.changes)
+    if diff:
+        diffs = out.get("diff") or []
+        diffs = list(diffs) if isinstance(diffs, list) else [diffs]
+        out["diff"] = diffs + ([record.diff()] if record.changed else [])
+    return out
+
+
 def main() -> None:
     module = AnsibleModule(argument_spec=get_argument_spec(), supports_check_mode=True,
                            required_one_of=[("interface", "nics")],
@@ -287,6 +343,7 @@ def main() -> None:
         desired = desired_by_port(module.params)
     except ValueError as exc:
         module.fail_json(msg=str(exc))
+    record = planned_record(module, desired)
     manager = QosManager(module)
     try:
         with while_armed("" if module.check_mode else module.params["armed_run"]):
@@ -294,9 +351,14 @@ def main() -> None:
                 result = manager.apply(module.params["interface"], desired[module.params["interface"]])
             else:
                 result = manager.apply_ports(desired)
+            if record is not None and not module.check_mode:
+                record.write()
     except RevertError as exc:
         module.fail_json(msg=str(exc), reverted=exc.reverted, changed=False)
-    module.exit_json(**result)
+    except OSError as exc:
+        module.fail_json(msg=f"cannot write {module.params['persist_path']}: {exc}",
+                         changed=bool(manager.done), changes=manager.done)
+    module.exit_json(**(with_record(result, record, module._diff) if record is not None else result))
 
 
 if __name__ == "__main__":

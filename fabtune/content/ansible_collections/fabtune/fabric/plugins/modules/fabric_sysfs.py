@@ -45,6 +45,20 @@ options:
         C(.../ecn/roce_{np,rp}/enable/P)), C(cnp_dscp), C(cnp_prio) (C(.../ecn/roce_np/cnp_802p_prio)),
         C(roce_tos) and C(roce_mode) (rdma_cm configfs of the netdev's RDMA port); other keys are ignored.
     type: dict
+  persist:
+    description:
+      - The knobs of O(nics) (or O(interface)'s O(nic)) to record also in O(persist_path), the file
+        C(fabtune-boot.service) re-applies at boot, in the same module run that sets them (what
+        M(fabtune.fabric.fabric_persist) does on its own). Nothing is recorded when empty.
+      - The record is checked before any knob is set (a knob that would not apply at boot fails the
+        module with nothing changed) and written after they are set.
+    type: list
+    elements: str
+    default: []
+  persist_path:
+    description: The file of persisted knobs (with O(persist)).
+    type: path
+    default: /etc/fabtune/persisted.json
 extends_documentation_fragment:
   - fabtune.fabric.armed_run
 attributes:
@@ -76,6 +90,12 @@ EXAMPLES = r"""
       enp25s0np0: {mtu: 4200, roce_tos: 106}
       enp26s0np0: {mtu: 4200, roce_tos: 106}
     only: [mtu]
+
+- name: Set ECN and CNP on every RoCE port and record them for fabtune-boot, in one module run
+  fabtune.fabric.fabric_sysfs:
+    nics: "{{ validated.nics }}"
+    only: [ecn, cnp_dscp, cnp_prio]
+    persist: [ecn, cnp_dscp, cnp_prio]
 """
 
 RETURN = r"""
@@ -92,8 +112,14 @@ paths_changed:
   returned: success
   type: list
   elements: str
+persisted:
+  description: The persisted knobs after the task (what the next boot applies), with O(persist).
+  returned: when O(persist) is not empty
+  type: dict
 changes:
-  description: One entry per changed knob (with O(nic) or O(nics), per desired-state knob, e.g. C(IF.ecn)).
+  description:
+    - One entry per changed knob (with O(nic) or O(nics), per desired-state knob, e.g. C(IF.ecn)).
+    - With O(persist), also one per recorded knob whose value changes (C(persisted:IF.KNOB)).
   returned: success
   type: list
   elements: dict
@@ -105,7 +131,9 @@ from typing import Any, Mapping
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_apply import (
+    PERSISTED,
     ApplyError,
+    Changes,
     RevertError,
     nic_knobs,
     plan,
@@ -113,6 +141,11 @@ from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_apply import
     write_changes,
 )
 from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_host import read_nic_sysfs
+from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_record import (
+    Record,
+    RecordError,
+    plan_record,
+)
 
 
 def get_argument_spec() -> dict[str, Any]:
@@ -123,6 +156,8 @@ def get_argument_spec() -> dict[str, Any]:
         "nic": {"type": "dict"},
         "nics": {"type": "dict"},
         "only": {"type": "list", "elements": "str", "choices": list(NIC_KEYS)},
+        "persist": {"type": "list", "elements": "str", "default": []},
+        "persist_path": {"type": "path", "default": PERSISTED},
     }
 
 
@@ -187,6 +222,42 @@ def bad_paths(knobs: Mapping[str, object]) -> list[str]:
     return [p for p in knobs if not p.startswith("/sys/") or ".." in p.split("/")]
 
 
+def planned_record(module: AnsibleModule) -> Record | None:
+    """The record O(persist) asks for (planned, nothing written), or None; fails the module when the
+    knobs could not be recorded."""
+    params = module.params
+    if not params["persist"]:
+        return None
+    if params["knobs"] is not None:
+        module.fail_json(msg="argument 'persist' needs 'nics' or 'interface' with 'nic' (not 'knobs')")
+    nics = params["nics"] if params["nics"] is not None else {params["interface"]: params["nic"] or {}}
+    try:
+        return plan_record(nics, params["persist"], params["persist_path"])
+    except RecordError as exc:
+        module.fail_json(msg=exc.message("nics" if params["nics"] is not None else "nic"),
+                         problems=exc.problems, path=params["persist_path"])
+    raise AssertionError("unreachable: fail_json exits the module")
+
+
+def write_all(module: AnsibleModule, changes: Changes, record: Record | None,
+              before: Mapping[str, Any]) -> None:
+    """The knob writes, then the record, while the run is armed (nothing in check mode)."""
+    if module.check_mode or not (changes or (record and record.changed)):
+        return
+    try:
+        with while_armed(module.params["armed_run"]):
+            write_changes(changes)  # the same code the host-side revert runs (module_utils fabric_apply)
+            if record is not None:
+                record.write()
+    except RevertError as exc:
+        module.fail_json(msg=str(exc), reverted=exc.reverted, before=before)
+    except ApplyError as exc:
+        module.fail_json(msg=str(exc), before=before)
+    except OSError as exc:
+        module.fail_json(msg=f"cannot write {module.params['persist_path']}: {exc}", before=before,
+                         changed=bool(changes))
+
+
 def main() -> None:
     module = AnsibleModule(argument_spec=get_argument_spec(), supports_check_mode=True,
                            required_one_of=[("knobs", "interface", "nics")],
@@ -210,16 +281,10 @@ def main() -> None:
     bad = bad_paths(knobs)
     if bad:
         module.fail_json(msg=f"argument 'knobs' must name paths under /sys/, not {', '.join(sorted(bad))}")
+    record = planned_record(module)
     before_state = {name: read_nic_sysfs("/", name) for name in ports}
     before, changes = plan(knobs)
-    if changes and not module.check_mode:
-        try:
-            with while_armed(module.params["armed_run"]):
-                write_changes(changes)  # the same code the host-side revert runs (module_utils fabric_apply)
-        except RevertError as exc:
-            module.fail_json(msg=str(exc), reverted=exc.reverted, before=before)
-        except ApplyError as exc:
-            module.fail_json(msg=str(exc), before=before)
+    write_all(module, changes, record, before)
     after: dict[str, str | None] = dict(before)
     after.update({p: new for p, (_old, new) in changes.items()})
     if module.params["knobs"] is None:
@@ -229,11 +294,18 @@ def main() -> None:
         knob_changes = [{"knob": p, "before": old, "after": new} for p, (old, new) in sorted(changes.items())]
     result: dict[str, Any] = {"changed": bool(changes), "before": before, "after": after,
                               "changes": knob_changes, "paths_changed": sorted(changes)}
-    if module._diff:
-        result["diff"] = {
-            "before": "".join(f"{p} = {before[p]}\n" for p in sorted(changes)),
-            "after": "".join(f"{p} = {changes[p][1]}\n" for p in sorted(changes)),
-        }
+    diff = {
+        "before": "".join(f"{p} = {before[p]}\n" for p in sorted(changes)),
+        "after": "".join(f"{p} = {changes[p][1]}\n" for p in sorted(changes)),
+    }
+    if record is not None:
+        result.update(changed=bool(changes) or record.changed, persisted=record.nics,
+                      changes=knob_changes + record.changes)
+        diffs: list[dict[str, str]] = [diff] if changes else []
+        if module._diff:
+            result["diff"] = diffs + ([record.diff()] if record.changed else [])
+    elif module._diff:
+        result["diff"] = diff
     module.exit_json(**result)
 
 
