@@ -26,11 +26,8 @@ from fabtune.tune.loop import Event
 
 PLAYBOOK = "uninstall.yml"
 ARMED_TASK = "Find the commit-confirmed runs armed on this host"
-REMOVE_TASKS = (
-    "Stop and disable fabtune's units",
-    "Remove what fabtune installed",
-    "Remove fabtune's shared directories left empty",
-)
+# One fabric_remove call per host: its result lists the units stopped and the paths removed.
+REMOVE_TASK = "Remove what fabtune installed"
 # The pre-run, reverted and failed records beside the armed ones (fabric_apply.record_path).
 NOT_ARMED = (".prerun.json", ".reverted.json", ".revert-failed.json")
 
@@ -64,18 +61,15 @@ def armed_runs(outcome: ansible.RunOutcome) -> dict[str, list[str]]:
 
 
 def removed_paths(outcome: ansible.RunOutcome) -> dict[str, list[str]]:
-    """Per host, each unit stopped and path removed (or, in check mode, that would be)."""
+    """Per host, each unit stopped and path removed (or, in check mode, that would be), from the
+    role's ``fabric_remove`` task; a host where it failed midway lists what went before."""
     out: dict[str, list[str]] = {}
     for task in outcome.tasks:
-        if task.event != "runner_on_ok" or task.task not in REMOVE_TASKS:
+        if task.task != REMOVE_TASK or task.event not in ("runner_on_ok", "runner_on_failed"):
             continue
-        for item in task.result.get("results") or []:
-            if not isinstance(item, Mapping) or not item.get("changed"):
-                continue
-            what = item.get("item")
-            if isinstance(what, Mapping):
-                what = what.get("unit") or what.get("path") or (what.get("item") or {}).get("path")
-            out.setdefault(task.host, []).append(str(what))
+        gone = [str(x) for key in ("stopped", "removed") for x in task.result.get(key) or []]
+        if gone:
+            out[task.host] = gone
     return out
 
 

@@ -31,6 +31,7 @@ PRIVILEGED_MODULES = {
     "fabtune.fabric.fabric_persist": "writes /etc/fabtune/persisted.json",
     "fabtune.fabric.fabric_files": "installs files, units and links under /etc and /usr/local",
     "fabtune.fabric.fabric_sm_conf": "creates and edits /etc/opensm/opensm.conf (root-owned 0644)",
+    "fabtune.fabric.fabric_remove": "removes fabtune's files under /etc, /usr/local, /var; systemctl stop",
 }
 # Modules that only read or steer the play.
 UNPRIVILEGED_MODULES = {

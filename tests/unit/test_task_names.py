@@ -25,7 +25,7 @@ READ = {
     "bench_nccl.yml": [nccl.LAUNCH_TASK],
     "host_tools.yml": [hostpackages.DISTRIBUTION_TASK, hostpackages.FIND_TASK],
     "fabric_checks.yml": [fabric.READ_TASK, fabric.SMINFO_TASK],
-    uninstall.PLAYBOOK: [uninstall.ARMED_TASK],
+    uninstall.PLAYBOOK: [uninstall.ARMED_TASK, uninstall.REMOVE_TASK],
 }
 
 

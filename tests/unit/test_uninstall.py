@@ -108,17 +108,21 @@ def test_armed_runs_block_unless_it_is_the_run_restored() -> None:
 
 
 def test_removed_paths_per_host() -> None:
+    """The units stopped, then the paths removed, from the one fabric_remove call per host; a host
+    where it failed midway lists what went before the failure."""
+    failed = TaskResult("h02", "Remove what fabtune installed", "fabtune.fabric.fabric_remove",
+                        "runner_on_failed", True, {"stopped": [], "removed": ["/etc/fabtune/persisted.json"],
+                                                   "msg": "cannot remove /etc/fabtune"})
     outcome = _outcome(
-        _task("h01", "Remove what fabtune installed", {"results": [
-            {"item": "/usr/local/sbin/fabtune-revert", "changed": True},
-            {"item": "/etc/nccl.conf", "changed": False}]}),
-        _task("h01", "Stop and disable fabtune's units", {"results": [
-            {"item": {"path": "/etc/systemd/system/x.service", "unit": "x.service"}, "changed": True}]}),
-        _task("h02", "Remove fabtune's shared directories left empty", {"results": [
-            {"item": {"item": {"path": "/etc/fabtune"}}, "changed": True}]}),
+        _task("h01", "Find the commit-confirmed runs armed on this host", {"files": [], "removed": ["/x"]}),
+        _task("h01", "Remove what fabtune installed", {
+            "stopped": ["x.service"], "removed": ["/usr/local/sbin/fabtune-revert", "/etc/fabtune"],
+            "kept": [{"path": "/etc/nccl.conf", "why": "a knob file fabtune did not write"}]}),
+        _task("h03", "Remove what fabtune installed", {"stopped": [], "removed": []}),
+        failed,
     )
-    assert removed_paths(outcome) == {"h01": ["/usr/local/sbin/fabtune-revert", "x.service"],
-                                      "h02": ["/etc/fabtune"]}
+    assert removed_paths(outcome) == {"h01": ["x.service", "/usr/local/sbin/fabtune-revert", "/etc/fabtune"],
+                                      "h02": ["/etc/fabtune/persisted.json"]}
 
 
 # --- the one list of what fabtune installs ------------------------------------------------------
