@@ -41,7 +41,7 @@ def layout(root: Path) -> dict[str, Any]:
 
 def test_writes_everything_in_one_call_then_changes_nothing(module_args: Any, tmp_path: Path) -> None:
     first = run(module_args, layout(tmp_path))
-    assert first["changed"] and first["skipped"] == [str(tmp_path / "udev/rules.d/90-x.rules")]
+    assert first["changed"] and first["skipped_paths"] == [str(tmp_path / "udev/rules.d/90-x.rules")]
     assert (tmp_path / "etc/fabtune/rdma_cm.conf").read_text() == "mlx5_0 1 106 2\n"
     assert stat.S_IMODE((tmp_path / "usr/sbin/fabtune-x").stat().st_mode) == 0o755
     assert stat.S_IMODE((tmp_path / "etc/fabtune/rdma_cm.conf").stat().st_mode) == 0o644

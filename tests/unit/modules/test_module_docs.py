@@ -45,3 +45,28 @@ def test_the_module_documents_itself_in_yaml(path: Path) -> None:
     assert isinstance(yaml.safe_load(found["EXAMPLES"]), list)
     returned = yaml.safe_load(found["RETURN"])
     assert returned is None or isinstance(returned, dict)
+
+
+# Keys of a module's result that Ansible itself reads to class the whole task (TaskResult:
+# is_skipped, is_failed, is_unreachable): a module that returned, say, a list of the files it left
+# out as ``skipped`` had its task shown and counted as skipped although it changed the host.
+RESERVED = ("skipped", "failed", "unreachable", "skip_reason")
+
+
+def _result_keys(path: Path) -> set[str]:
+    """String keys of every dict display and every keyword of a call in the module's source."""
+    keys: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Dict):
+            keys |= {k.value for k in node.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)}
+        elif isinstance(node, ast.Call):
+            keys |= {kw.arg for kw in node.keywords if kw.arg}
+    return keys
+
+
+@pytest.mark.parametrize("path", sorted(MODULES.glob("*.py")), ids=lambda p: p.stem)
+def test_no_module_returns_a_key_ansible_reads_as_the_task_outcome(path: Path) -> None:
+    returned = yaml.safe_load(blocks(path)["RETURN"]) or {}
+    assert not set(returned) & set(RESERVED), f"{path.name} documents {set(returned) & set(RESERVED)}"
+    used = _result_keys(path) & set(RESERVED) - {"failed"}  # fail_json sets failed itself
+    assert not used, f"{path.name} returns {used}"

@@ -108,8 +108,10 @@ changed_paths:
   returned: always
   type: list
   elements: str
-skipped:
-  description: Files left out because their directory does not exist (O(files[].if_dir_exists)).
+skipped_paths:
+  description:
+    - Files left out because their directory does not exist (O(files[].if_dir_exists)).
+    - Not named C(skipped), the key by which Ansible marks a whole task skipped.
   returned: always
   type: list
   elements: str
@@ -309,7 +311,7 @@ def main() -> None:
     except RevertError as exc:
         module.fail_json(msg=str(exc), reverted=exc.reverted, changed=False)
     result: dict[str, Any] = {"changed": bool(installer.changed), "changed_paths": installer.changed,
-                              "skipped": installer.skipped,
+                              "skipped_paths": installer.skipped,
                               "systemd_reloaded": reload_systemd(module, installer)}
     if module._diff:
         result["diff"] = installer.diffs
