@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_apply import (
+    PERSISTED,
     merge_persisted,
     persisted_text,
     read_file,
@@ -23,6 +24,15 @@ from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_apply import
 )
 from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_desired import validate
 from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_host import netdev_split
+
+
+def persist_args() -> dict[str, dict[str, Any]]:
+    """The argument spec of the options of the modules that record what they set (their doc
+    fragment is ``fabtune.fabric.persist``)."""
+    return {
+        "persist": {"type": "list", "elements": "str", "default": []},
+        "persist_path": {"type": "path", "default": PERSISTED},
+    }
 
 
 class RecordError(Exception):

@@ -63,24 +63,9 @@ options:
     description: ETS bandwidth share (percent) of each traffic class (8 values, ets ones sum to 100).
     type: list
     elements: int
-  persist:
-    description:
-      - The knobs of O(nics) (or of O(interface), from the knob options) to record also in
-        O(persist_path), the file C(fabtune-boot.service) re-applies at boot, in the same module run
-        that sets them (what M(fabtune.fabric.fabric_persist) does on its own). A knob this module
-        does not set (C(mtu), set by M(fabtune.fabric.fabric_sysfs)) is recorded as O(nics) gives it.
-        Nothing is recorded when empty.
-      - The record is checked before any port is changed (a knob that would not apply at boot fails
-        the module with nothing changed) and written after every port is set.
-    type: list
-    elements: str
-    default: []
-  persist_path:
-    description: The file of persisted knobs (with O(persist)).
-    type: path
-    default: /etc/fabtune/persisted.json
 extends_documentation_fragment:
   - fabtune.fabric.armed_run
+  - fabtune.fabric.persist
 attributes:
   check_mode:
     support: full
@@ -150,7 +135,6 @@ from typing import Any, Mapping, Sequence
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_apply import (
-    PERSISTED,
     RevertError,
     qos_apply,
     while_armed,
@@ -160,6 +144,7 @@ from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_qos_backend 
 from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_record import (
     Record,
     RecordError,
+    persist_args,
     plan_record,
 )
 
@@ -178,8 +163,7 @@ def get_argument_spec() -> dict[str, Any]:
         "prio_tc": {"type": "list", "elements": "int"},
         "tsa": {"type": "list", "elements": "str"},
         "tcbw": {"type": "list", "elements": "int"},
-        "persist": {"type": "list", "elements": "str", "default": []},
-        "persist_path": {"type": "path", "default": PERSISTED},
+        **persist_args(),
     }
 
 

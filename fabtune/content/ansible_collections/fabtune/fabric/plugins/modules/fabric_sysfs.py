@@ -45,22 +45,9 @@ options:
         C(.../ecn/roce_{np,rp}/enable/P)), C(cnp_dscp), C(cnp_prio) (C(.../ecn/roce_np/cnp_802p_prio)),
         C(roce_tos) and C(roce_mode) (rdma_cm configfs of the netdev's RDMA port); other keys are ignored.
     type: dict
-  persist:
-    description:
-      - The knobs of O(nics) (or O(interface)'s O(nic)) to record also in O(persist_path), the file
-        C(fabtune-boot.service) re-applies at boot, in the same module run that sets them (what
-        M(fabtune.fabric.fabric_persist) does on its own). Nothing is recorded when empty.
-      - The record is checked before any knob is set (a knob that would not apply at boot fails the
-        module with nothing changed) and written after they are set.
-    type: list
-    elements: str
-    default: []
-  persist_path:
-    description: The file of persisted knobs (with O(persist)).
-    type: path
-    default: /etc/fabtune/persisted.json
 extends_documentation_fragment:
   - fabtune.fabric.armed_run
+  - fabtune.fabric.persist
 attributes:
   check_mode:
     support: full
@@ -131,7 +118,6 @@ from typing import Any, Mapping
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_apply import (
-    PERSISTED,
     ApplyError,
     Changes,
     RevertError,
@@ -144,6 +130,7 @@ from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_host import 
 from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_record import (
     Record,
     RecordError,
+    persist_args,
     plan_record,
 )
 
@@ -156,8 +143,7 @@ def get_argument_spec() -> dict[str, Any]:
         "nic": {"type": "dict"},
         "nics": {"type": "dict"},
         "only": {"type": "list", "elements": "str", "choices": list(NIC_KEYS)},
-        "persist": {"type": "list", "elements": "str", "default": []},
-        "persist_path": {"type": "path", "default": PERSISTED},
+        **persist_args(),
     }
 
 
