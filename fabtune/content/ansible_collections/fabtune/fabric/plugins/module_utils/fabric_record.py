@@ -106,3 +106,27 @@ def plan_record(nics: Mapping[str, Any], knobs: Sequence[str] | None, path: str)
     if problems:  # what fabtune-boot would refuse at boot is refused now, with the file unchanged
         raise RecordError(f"{path} would not apply at boot with these knobs: {'; '.join(problems)}", problems)
     return Record(path, read_file(path), persisted_text(after), after, knob_changes(before, after))
+
+
+def planned(module: Any, nics: Mapping[str, Any], argument: str) -> Record | None:
+    """The record a module's O(persist) asks for, of ``nics`` (the module's ``argument``), planned and
+    nothing written; None when O(persist) is empty. Fails the module when it cannot be recorded."""
+    params = module.params
+    if not params["persist"]:
+        return None
+    try:
+        return plan_record(nics, params["persist"], params["persist_path"])
+    except RecordError as exc:
+        module.fail_json(msg=exc.message(argument), problems=exc.problems, path=params["persist_path"])
+    raise AssertionError("unreachable: fail_json exits the module")
+
+
+def with_record(result: dict[str, Any], record: Record, diff: bool) -> dict[str, Any]:
+    """A module's result with its record's: the changes, the persisted knobs and the diff."""
+    out = dict(result, changed=result["changed"] or record.changed, persisted=record.nics,
+               changes=result["changes"] + record.changes)
+    if diff:
+        diffs = out.get("diff") or []
+        diffs = list(diffs) if isinstance(diffs, list) else [diffs]
+        out["diff"] = diffs + ([record.diff()] if record.changed else [])
+    return out

@@ -142,10 +142,9 @@ from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_apply import
 from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_desired import check_nic
 from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_qos_backend import QosError
 from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_record import (
-    Record,
-    RecordError,
     persist_args,
-    plan_record,
+    planned,
+    with_record,
 )
 
 QOS_KEYS = ("trust", "dscp2prio", "pfc", "prio_tc", "tsa", "tcbw")
@@ -293,32 +292,6 @@ def _text(state: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def planned_record(module: AnsibleModule, desired: Mapping[str, Mapping[str, Any]]) -> Record | None:
-    """The record O(persist) asks for (planned, nothing written), or None; fails the module when the
-    knobs could not be recorded."""
-    params = module.params
-    if not params["persist"]:
-        return None
-    nics = params["nics"] if params["nics"] is not None else dict(desired)
-    try:
-        return plan_record(nics, params["persist"], params["persist_path"])
-    except RecordError as exc:
-        module.fail_json(msg=exc.message("nics" if params["nics"] is not None else "interface"),
-                         problems=exc.problems, path=params["persist_path"])
-    raise AssertionError("unreachable: fail_json exits the module")
-
-
-def with_record(result: dict[str, Any], record: Record, diff: bool) -> dict[str, Any]:
-    """The module's result with the record's: its changes, its persisted knobs and its diff."""
-    out = dict(result, changed=result["changed"] or record.changed, persisted=record.nics,
-               changes=result["changes"] + record.changes)
-    if diff:
-        diffs = out.get("diff") or []
-        diffs = list(diffs) if isinstance(diffs, list) else [diffs]
-        out["diff"] = diffs + ([record.diff()] if record.changed else [])
-    return out
-
-
 def main() -> None:
     module = AnsibleModule(argument_spec=get_argument_spec(), supports_check_mode=True,
                            required_one_of=[("interface", "nics")],
@@ -327,7 +300,8 @@ def main() -> None:
         desired = desired_by_port(module.params)
     except ValueError as exc:
         module.fail_json(msg=str(exc))
-    record = planned_record(module, desired)
+    record = planned(module, module.params["nics"] if module.params["nics"] is not None else desired,
+                     "nics" if module.params["nics"] is not None else "interface")
     manager = QosManager(module)
     try:
         with while_armed("" if module.check_mode else module.params["armed_run"]):

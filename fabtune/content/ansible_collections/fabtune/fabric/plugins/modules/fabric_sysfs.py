@@ -129,9 +129,9 @@ from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_apply import
 from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_host import read_nic_sysfs
 from ansible_collections.fabtune.fabric.plugins.module_utils.fabric_record import (
     Record,
-    RecordError,
     persist_args,
-    plan_record,
+    planned,
+    with_record,
 )
 
 
@@ -209,20 +209,13 @@ def bad_paths(knobs: Mapping[str, object]) -> list[str]:
 
 
 def planned_record(module: AnsibleModule) -> Record | None:
-    """The record O(persist) asks for (planned, nothing written), or None; fails the module when the
-    knobs could not be recorded."""
+    """The record O(persist) asks for, of O(nics) or of O(interface)'s O(nic) (not of O(knobs))."""
     params = module.params
-    if not params["persist"]:
-        return None
-    if params["knobs"] is not None:
+    if params["persist"] and params["knobs"] is not None:
         module.fail_json(msg="argument 'persist' needs 'nics' or 'interface' with 'nic' (not 'knobs')")
-    nics = params["nics"] if params["nics"] is not None else {params["interface"]: params["nic"] or {}}
-    try:
-        return plan_record(nics, params["persist"], params["persist_path"])
-    except RecordError as exc:
-        module.fail_json(msg=exc.message("nics" if params["nics"] is not None else "nic"),
-                         problems=exc.problems, path=params["persist_path"])
-    raise AssertionError("unreachable: fail_json exits the module")
+    if params["nics"] is not None:
+        return planned(module, params["nics"], "nics")
+    return planned(module, {params["interface"]: params["nic"] or {}}, "nic")
 
 
 def write_all(module: AnsibleModule, changes: Changes, record: Record | None,
@@ -280,18 +273,13 @@ def main() -> None:
         knob_changes = [{"knob": p, "before": old, "after": new} for p, (old, new) in sorted(changes.items())]
     result: dict[str, Any] = {"changed": bool(changes), "before": before, "after": after,
                               "changes": knob_changes, "paths_changed": sorted(changes)}
-    diff = {
-        "before": "".join(f"{p} = {before[p]}\n" for p in sorted(changes)),
-        "after": "".join(f"{p} = {changes[p][1]}\n" for p in sorted(changes)),
-    }
+    if module._diff:
+        result["diff"] = {
+            "before": "".join(f"{p} = {before[p]}\n" for p in sorted(changes)),
+            "after": "".join(f"{p} = {changes[p][1]}\n" for p in sorted(changes)),
+        }
     if record is not None:
-        result.update(changed=bool(changes) or record.changed, persisted=record.nics,
-                      changes=knob_changes + record.changes)
-        diffs: list[dict[str, str]] = [diff] if changes else []
-        if module._diff:
-            result["diff"] = diffs + ([record.diff()] if record.changed else [])
-    elif module._diff:
-        result["diff"] = diff
+        result = with_record(result, record, module._diff)
     module.exit_json(**result)
 
 
