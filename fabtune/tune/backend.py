@@ -54,7 +54,8 @@ APPLY_ALLOWANCE_S = 60
 # fabric_boot_installed_hosts): the code is the same for every move.
 REVERT_INSTALL_TASK = "Install fabtune-revert and the code it shares with the fabric modules"
 BOOT_INSTALL_TASK = "Install fabtune-boot and its unit, enabled (multi-user.target wants it)"
-# The facts playbook, and its variable for the hosts it reads (its play's pattern; default all)
+# The facts playbook, and its variable for the hosts it reads (its play's pattern; default all),
+# which apply.yml's plays on the hosts take too
 FACTS_PLAYBOOK = "facts.yml"
 FACTS_HOSTS_VAR = "fabric_hosts"
 
@@ -288,12 +289,13 @@ class AnsibleBackend:
 
         Only the hosts of ``desired`` are touched (a move limited to the hosts that need it).
         ``roles``: only these roles run (the knobs of the others are already as desired).
-        ``measure_after``: the caller's next call is ``measure`` of that many repetitions: where the
-        apply changes every host, the batch runs in the same Ansible run, right after the apply
-        (bench_measure.yml runs on no host unless every host came through the apply), and that
-        call returns it. ``facts_after``: the caller's next call is ``facts`` of every host: where
-        the apply and the read run on every host, the read runs in the same Ansible run (on the
-        hosts the apply left in it), and that call returns it where the apply succeeded."""
+        ``measure_after``: the caller's next call is ``measure`` of that many repetitions: the
+        batch runs in the same Ansible run, right after the apply (bench_measure.yml runs on no host
+        unless every host came through the apply), and that call returns it; on some hosts only,
+        where ``_measures_after`` says it can. ``facts_after``: the caller's next call is
+        ``facts`` of every host: where the apply and the read run on every host, the read runs in
+        the same Ansible run (on the hosts the apply left in it), and that call returns it where
+        the apply succeeded."""
         extravars: dict[str, Any] = {
             "fabric_desired_by_host": trees_of(desired),
             "fabric_enforce_couplings": not exact,
@@ -319,8 +321,8 @@ class AnsibleBackend:
         tags = list(roles) if roles else []
         self.prefetched_batch, self.prefetched_facts = None, None
         start = time.monotonic()
-        if measure_after > 0 and limit is None:
-            outcome = self._apply_then_measure(extravars, tags, measure_after, start)
+        if measure_after > 0 and self._measures_after(limit, roles):
+            outcome = self._apply_then_measure(extravars, tags, measure_after, start, limit)
         elif facts_after and limit is None and self.limit is None:
             outcome = self._apply_then_read(extravars, tags, start)
         else:
@@ -333,15 +335,32 @@ class AnsibleBackend:
         self.boot_installed |= installed_on(outcome, BOOT_INSTALL_TASK)
         return outcome
 
+    def _measures_after(self, limit: str | None, roles: Sequence[str] | None) -> bool:
+        """Whether a move's apply on the hosts of ``limit`` (None: every host) can run its first
+        batch, which runs on every host, in the same Ansible run.
+
+        On every host, always. On some hosts only, where this backend runs on every host and the
+        move names its roles, the subnet manager's not among them: the apply's plays are then held
+        to the move's hosts by ``fabric_hosts`` instead of ``--limit``, and the subnet manager's
+        play (on its own group, which ``fabric_hosts`` does not narrow) runs no role."""
+        if limit is None:
+            return True
+        return self.limit is None and roles is not None and "ib_sm" not in roles
+
     def _apply_then_measure(
-        self, extravars: Mapping[str, Any], tags: Sequence[str], repetitions: int, start: float
+        self, extravars: Mapping[str, Any], tags: Sequence[str], repetitions: int, start: float,
+        limit: str | None = None,
     ) -> ansible.RunOutcome:
-        """The apply and the batch after it in one Ansible run; the batch (or why it failed) is kept
-        for the next ``measure`` call where the apply succeeded everywhere."""
+        """The apply (on the hosts of ``limit``; None: every host) and the batch after it (on every
+        host) in one Ansible run; the batch (or why it failed) is kept for the next ``measure`` call
+        where the apply succeeded everywhere. A host the apply failed on is in no later play: the
+        batch's first play then fails the run before any launch (bench_measure.yml)."""
         spec = self._spec()
         planned = plan_batch(spec, repetitions)  # the apply changed the ports: counters read before
+        held = {FACTS_HOSTS_VAR: limit} if limit is not None else {}
         # the batch's tasks carry no role's tag: imported with "always", the run's --tags keep them
-        parts = [ansible.Part("apply.yml"), ansible.Part(MEASURE_PLAYBOOK, planned.variables, ("always",))]
+        parts = [ansible.Part("apply.yml", held),
+                 ansible.Part(MEASURE_PLAYBOOK, planned.variables, ("always",))]
         applied, measured = self._apply_with(parts, extravars, tags, start, planned.timeout_s)
         if applied.ok:
             self._keep_batch(repetitions, 0, lambda: self._measured_batch(spec, planned, measured))

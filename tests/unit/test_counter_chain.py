@@ -244,9 +244,23 @@ def test_a_moves_first_batch_runs_with_its_apply(monkeypatch: pytest.MonkeyPatch
     assert first.after and backend.counters == first.after
     backend.measure(2)
     assert single == [measure.PLAYBOOK]  # the next batch is a run of its own
-    # a move on some hosts only: the batch runs on every host, so not in the apply's run
+    # a move on some hosts only, of NIC roles: the apply's plays held to its hosts by fabric_hosts
+    # (not --limit: the batch runs on every host), the batch after it in the same run
+    backend.apply({"h01": HostState.from_tree({})}, roles=["roce_qos"], measure_after=2)
+    assert len(played.calls) == 2 and single == [measure.PLAYBOOK]
+    held, batch = played.calls[1]
+    assert held.variables == {backend_mod.FACTS_HOSTS_VAR: "h01"}
+    assert "fabric_hosts" not in batch.variables
+    backend.measure(2)
+    assert single == [measure.PLAYBOOK], "the batch ran again"
+    # without the move's roles (the subnet manager's play would run on its whole group), or on a
+    # backend held to some hosts (a rollback's): two runs, the apply under --limit
     backend.apply({"h01": HostState.from_tree({})}, measure_after=2)
-    assert single[-1] == "apply.yml" and len(played.calls) == 1
+    backend.apply({"h01": HostState.from_tree({})}, roles=["ib_sm"], measure_after=2)
+    assert single[-2:] == ["apply.yml", "apply.yml"] and len(played.calls) == 2
+    backend.hosts = ["h01"]
+    backend.apply({"h01": HostState.from_tree({})}, roles=["roce_qos"], measure_after=2)
+    assert single[-1] == "apply.yml" and len(played.calls) == 2
     backend.measure(2)
     assert single[-1] == measure.PLAYBOOK
 
