@@ -25,5 +25,6 @@ fi
 .venv/bin/lint-imports  # the import contract in pyproject.toml: the product does not import the emulator
 .venv/bin/ansible-lint --profile production "$COLLECTION/roles" "$COLLECTION/playbooks"
 # Three workers (integration and fault tests mostly wait on SSH, Ansible and timers; a fourth made
-# applies outlast 60 s revert deadlines), one test file each.
-.venv/bin/pytest -q -n 3 --dist loadfile --durations=40 "$@"
+# applies outlast 60 s revert deadlines), one test file each, handed out in the order
+# tests/conftest.py sorts them (the whole tunes first), not by their number of tests.
+.venv/bin/pytest -q -n 3 --dist loadfile --no-loadscope-reorder --durations=40 "$@"

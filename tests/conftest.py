@@ -35,12 +35,18 @@ def testbed_unavailable() -> str | None:
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Files whose tests carry the longest deadlines (``pytest.mark.timeout``: whole tunes on the
-    testbed) first, the rest in their order: ``--dist loadfile`` hands files to workers in this order,
-    so the longest start first and the many short ones fill the gaps at the end (no worker still
-    running a 10-minute file after the others ran out of work)."""
-    longest: dict[Path, float] = {}
+    testbed) first, then the other testbed files, then the rest, each in their order: ``--dist
+    loadfile`` with ``--no-loadscope-reorder`` (scripts/test.sh) hands files to workers in this
+    order, so the longest start first and the many short ones fill the gaps at the end (no worker
+    still running a 10-minute file after the others ran out of work). Without that flag,
+    pytest-xdist (3.5 on) hands out the files with the most tests first, which puts the whole tunes,
+    one test per file, last."""
+    longest: dict[Path, tuple[float, bool]] = {}
     for item in items:
         marker = item.get_closest_marker("timeout")
         deadline = float(marker.args[0]) if marker is not None and marker.args else 0.0
-        longest[item.path] = max(longest.get(item.path, 0.0), deadline)
-    items.sort(key=lambda item: -longest[item.path])  # stable: the order within a file is kept
+        testbed = item.get_closest_marker("testbed") is not None
+        before = longest.get(item.path, (0.0, False))
+        longest[item.path] = (max(before[0], deadline), before[1] or testbed)
+    # stable: the order within a file is kept
+    items.sort(key=lambda item: (-longest[item.path][0], not longest[item.path][1]))
