@@ -241,6 +241,37 @@ def test_several_servers_are_started_and_each_listens_when_the_call_returns(modu
     assert [r["timed_out"] for r in run.collect_all(started, 0)] == [True, True, True]
 
 
+# A server that will not stop on SIGTERM (it says when the signal came, and goes on): only SIGKILL
+# ends it.
+STUBBORN = """
+import signal, socket, sys, time
+def said(signum, frame):
+    print("term", time.time(), flush=True)
+signal.signal(signal.SIGTERM, said)
+s = socket.socket(); s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(1)
+while True:
+    time.sleep(0.05)
+"""
+
+
+def test_servers_left_behind_are_stopped_together_not_one_after_another(
+    module_args: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each gets SIGTERM at once and SIGKILL one grace period later: with 8 NICs a host has 8
+    servers, and one at a time a stop that SIGTERM does not end took 8 grace periods."""
+    monkeypatch.setattr(run, "KILL_AFTER_S", 1.0)
+    ports = [_free_port() for _ in range(3)]
+    started = _main(module_args, {"start": [
+        {"id": f"srv:{p}", "argv": [sys.executable, "-c", STUBBORN, str(p)], "port": p} for p in ports
+    ]})["started"]
+    said = run.collect_all(started, 0)
+    assert [(r["timed_out"], r["rc"]) for r in said] == [(True, -signal.SIGKILL)] * 3, said
+    terms = [float(r["stdout"].split()[1]) for r in said]
+    # one after another, each SIGTERM would come a grace period (1 s here) after the one before
+    assert max(terms) - min(terms) < 0.5, terms
+    assert not any(run._alive(entry) for entry in started)
+
+
 # first, then collect, then commands: a round's clients, the wait for the host's servers (started by
 # an earlier call; their clients may be elsewhere and start later), then the counters read after.
 TIMED_SERVER = """

@@ -80,7 +80,8 @@ options:
     default: 30
   collect:
     description: "RV(started) of an earlier call on this host: each is waited for up to O(collect_s)
-      seconds, then stopped (SIGTERM to its session, SIGKILL 10 s later), and reported in RV(collected)."
+      seconds, then those still running stopped together (SIGTERM to each session, SIGKILL 10 s later),
+      and reported in RV(collected)."
     type: list
     elements: dict
     default: []
@@ -440,19 +441,33 @@ def _alive(entry: Mapping[str, Any]) -> bool:
     return _since(int(entry["pid"])) == str(entry.get("since", ""))
 
 
-def _stop_started(entry: Mapping[str, Any]) -> int | None:
-    """SIGTERM to the command's session, SIGKILL KILL_AFTER_S later; its exit status once known.
-    A command already gone is not signalled (its pid may be another process's now)."""
-    workdir = Path(str(entry["dir"]))
+def _stop_together(entries: Sequence[Mapping[str, Any]]) -> list[int | None]:
+    """SIGTERM to every command's session at once, SIGKILL KILL_AFTER_S later to those of the ones
+    still running; each one's exit status once known (None: never known). A command already gone is
+    not signalled (its pid may be another process's now): its status has a second to be written.
+    However many are left, the stop takes at most twice KILL_AFTER_S, not that per command."""
+    codes: list[int | None] = [None] * len(entries)
+    gone: set[int] = set()
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        if not _alive(entry):
-            return _wait_ended(workdir, 1.0)  # reaped, its status about to be written (or never)
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(int(entry["pid"]), sig)
-        rc = _wait_ended(workdir, KILL_AFTER_S)
-        if rc is not None:
-            return rc
-    return None
+        deadlines: dict[int, float] = {}
+        for index, entry in enumerate(entries):
+            if codes[index] is not None or index in gone:
+                continue
+            if not _alive(entry):
+                gone.add(index)
+                deadlines[index] = time.monotonic() + 1.0  # reaped, its status about to be written
+                continue
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(int(entry["pid"]), sig)
+            deadlines[index] = time.monotonic() + KILL_AFTER_S
+        while deadlines:
+            for index in list(deadlines):
+                codes[index] = _ended(Path(str(entries[index]["dir"])))
+                if codes[index] is not None or time.monotonic() >= deadlines[index]:
+                    del deadlines[index]
+            if deadlines:
+                time.sleep(POLL_S)
+    return codes
 
 
 def _wait_ended(workdir: Path, seconds: float) -> int | None:
@@ -465,17 +480,18 @@ def _wait_ended(workdir: Path, seconds: float) -> int | None:
 
 
 def collect_all(entries: Sequence[Mapping[str, Any]], wait_s: float) -> list[dict[str, Any]]:
-    """Wait for each started command to end (``wait_s`` in all), stop the rest, report and clean up."""
+    """Wait for the started commands to end (``wait_s`` in all), stop every one still running at
+    once (``_stop_together``), report and clean up."""
     end = time.monotonic() + wait_s
+    ended = [_wait_ended(Path(str(entry["dir"])), max(0.0, end - time.monotonic())) for entry in entries]
+    late = [index for index, rc in enumerate(ended) if rc is None]
+    stopped = dict(zip(late, _stop_together([entries[index] for index in late])))
     found = []
-    for entry in entries:
+    for index, entry in enumerate(entries):
         workdir = Path(str(entry["dir"]))
-        rc = _wait_ended(workdir, max(0.0, end - time.monotonic()))
-        timed_out = rc is None
-        if rc is None:
-            rc = _stop_started(entry)
+        rc = stopped[index] if index in stopped else ended[index]
         found.append({"id": entry["id"], "rc": -9 if rc is None else rc, "stdout": _tail(workdir / OUT_FILE),
-                      "stderr": _tail(workdir / ERR_FILE), "timed_out": timed_out})
+                      "stderr": _tail(workdir / ERR_FILE), "timed_out": index in stopped})
         shutil.rmtree(workdir, ignore_errors=True)
     return found
 
