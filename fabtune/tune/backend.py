@@ -54,10 +54,10 @@ APPLY_ALLOWANCE_S = 60
 # fabric_boot_installed_hosts): the code is the same for every move.
 REVERT_INSTALL_TASK = "Install fabtune-revert and the code it shares with the fabric modules"
 BOOT_INSTALL_TASK = "Install fabtune-boot and its unit, enabled (multi-user.target wants it)"
-# The facts playbook, and its variable for the hosts it reads (its play's pattern; default all),
-# which apply.yml's plays on the hosts take too
+# The facts playbook; the variable that holds facts.yml's play, and apply.yml's plays on the
+# hosts, to some hosts (their pattern; default all)
 FACTS_PLAYBOOK = "facts.yml"
-FACTS_HOSTS_VAR = "fabric_hosts"
+HOSTS_VAR = "fabric_hosts"
 
 
 def extend_result(done: sshdirect.Result) -> ansible.TaskResult:
@@ -225,7 +225,7 @@ class AnsibleBackend:
     ) -> dict[str, dict[str, Any]]:
         """The facts read (of the hosts of ``limit``) and the batch after it in one Ansible run; the
         batch and its rounds (or why they failed) are kept for the next ``measure`` call."""
-        read = ansible.Part(FACTS_PLAYBOOK, {FACTS_HOSTS_VAR: limit} if limit is not None else {})
+        read = ansible.Part(FACTS_PLAYBOOK, {HOSTS_VAR: limit} if limit is not None else {})
         self.prefetched_batch = None
         planned = self._plan_measure(repetitions, pairs_after)
         outcomes = ansible.run_playbooks([read, *planned.parts], self.inventory,
@@ -357,7 +357,7 @@ class AnsibleBackend:
         batch's first play then fails the run before any launch (bench_measure.yml)."""
         spec = self._spec()
         planned = plan_batch(spec, repetitions)  # the apply changed the ports: counters read before
-        held = {FACTS_HOSTS_VAR: limit} if limit is not None else {}
+        held = {HOSTS_VAR: limit} if limit is not None else {}
         # the batch's tasks carry no role's tag: imported with "always", the run's --tags keep them
         parts = [ansible.Part("apply.yml", held),
                  ansible.Part(MEASURE_PLAYBOOK, planned.variables, ("always",))]

@@ -152,7 +152,7 @@ def test_the_backend_chains_reads_until_an_apply_or_a_failure(monkeypatch: pytes
 
 def _facts_tasks(part: Part, run: int) -> tuple[TaskResult, ...]:
     """facts.yml's results on the hosts its play names (``fabric_hosts``, default every host)."""
-    hosts = str(part.variables.get(backend_mod.FACTS_HOSTS_VAR, ",".join(HOSTS))).split(",")
+    hosts = str(part.variables.get(backend_mod.HOSTS_VAR, ",".join(HOSTS))).split(",")
     result = {"ansible_facts": {"fabric_facts": {"nics": {}, "run": run}}}
     task, action = "Gather the fabric state", "fabtune.fabric.fabric_facts"
     return tuple(TaskResult(h, task, action, "runner_on_ok", False, result) for h in hosts)
@@ -249,7 +249,7 @@ def test_a_moves_first_batch_runs_with_its_apply(monkeypatch: pytest.MonkeyPatch
     backend.apply({"h01": HostState.from_tree({})}, roles=["roce_qos"], measure_after=2)
     assert len(played.calls) == 2 and single == [measure.PLAYBOOK]
     held, batch = played.calls[1]
-    assert held.variables == {backend_mod.FACTS_HOSTS_VAR: "h01"}
+    assert held.variables == {backend_mod.HOSTS_VAR: "h01"}
     assert "fabric_hosts" not in batch.variables
     backend.measure(2)
     assert single == [measure.PLAYBOOK], "the batch ran again"
@@ -290,7 +290,7 @@ def test_a_keeps_read_back_runs_with_the_top_up_after_it(monkeypatch: pytest.Mon
     assert facts == {"h01": {"nics": {}, "run": 1}}
     (parts,) = played.calls
     assert [p.playbook for p in parts] == [backend_mod.FACTS_PLAYBOOK, measure.PLAYBOOK, pairs.ROUND_PLAYBOOK]
-    assert parts[0].variables == {backend_mod.FACTS_HOSTS_VAR: "h01"}  # the read where the move changed
+    assert parts[0].variables == {backend_mod.HOSTS_VAR: "h01"}  # the read where the move changed
     batch = backend.measure(3, pairs_after=1)
     assert len(played.calls) == 1, "the batch ran again"
     assert batch.rounds_s == 2.5 and backend.pairs() is not None and len(played.calls) == 1
