@@ -261,6 +261,25 @@ def _own_boot_units(upper: Path) -> None:
     os.setxattr(wants, "trusted.overlay.opaque", b"y")
 
 
+# root's shell start-up files as a fresh Debian host has them: base-files' postinst installs
+# /usr/share/base-files/dot.profile and dot.bashrc as /root/.profile and /root/.bashrc. Without
+# them the host would run this machine's own (a developer's pyenv or cargo set-up: about 0.13 CPU-s
+# and 50 processes for every SSH command Ansible or mpirun runs on the host as root, and a line
+# printed there would break Ansible's SSH transfers).
+BASE_FILES = Path("/usr/share/base-files")
+ROOT_SHELL_FILES = {"root/.profile": "dot.profile", "root/.bashrc": "dot.bashrc"}
+ROOT_SHELL_FALLBACK = "# {name}: a testbed host's root, as a fresh Debian install (no base-files here)\n"
+
+
+def _root_shell_files(upper: Path, base_files: Path = BASE_FILES) -> None:
+    """Give root the start-up files of a fresh Debian host, not this machine's (the overlay's
+    lower layer): base-files' own where this machine has them, else empty ones."""
+    for dest, name in ROOT_SHELL_FILES.items():
+        source = base_files / name
+        text = source.read_text() if source.is_file() else ROOT_SHELL_FALLBACK.format(name=name)
+        _write(upper / dest, text)
+
+
 # openlldp's lldpad.service, enabled (it starts at boot), without its Requires=lldpad.socket: the
 # emulated systemd has no socket activation, and the daemon binds its socket itself.
 LLDPAD_UNIT = "usr/lib/systemd/system/lldpad.service"
@@ -300,6 +319,7 @@ def populate_host(spec: TestbedSpec, host: HostSpec, tb_dir: Path, keys: Keys) -
     _write(upper / "etc/hosts", _etc_hosts(spec))
     _write(upper / "etc/ssh/sshd_config", SSHD_CONFIG)
     _root_ssh(upper, spec, keys)
+    _root_shell_files(upper)
     _own_boot_units(upper)
     if spec.nonroot_login:
         _login_user(spec, host_dir, upper, keys)

@@ -11,6 +11,7 @@ import yaml
 from fabtune import ansible
 from fabtune.testbed import build, layout
 from fabtune.testbed.access import ssh_argv
+from fabtune.testbed.files import BASE_FILES, ROOT_SHELL_FILES
 from fabtune.testbed.spec import TestbedSpec
 
 pytestmark = pytest.mark.testbed
@@ -86,3 +87,20 @@ def test_status_reports_every_host_up(roce3: TestbedSpec) -> None:
     assert [(s.name, s.netns, s.running, s.ssh) for s in build.status(roce3.name)] == [
         (h.name, True, True, True) for h in roce3.hosts
     ]
+
+
+def test_root_starts_with_a_fresh_debian_hosts_shell_files_not_this_machines(roce3: TestbedSpec) -> None:
+    # base-files' postinst installs /usr/share/base-files/dot.{profile,bashrc} as root's; the
+    # machine's own (the overlay's lower layer: a developer's pyenv set-up) must not reach a host
+    expected = [
+        (BASE_FILES / name).read_text() if (BASE_FILES / name).is_file() else None
+        for name in ROOT_SHELL_FILES.values()
+    ]
+    for host in roce3.hosts:
+        for dest, want in zip(ROOT_SHELL_FILES, expected, strict=True):
+            out = on_host(roce3, host.name, "cat", "/" + dest)
+            assert out.returncode == 0, out.stderr
+            if want is not None:
+                assert out.stdout == want
+            else:
+                assert out.stdout.startswith("#") and out.stdout.count("\n") == 1
