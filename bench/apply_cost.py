@@ -23,13 +23,14 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from gitrev import extract
 
 from fabtune import ansible
 from fabtune.inventory import read_inventory
@@ -40,7 +41,6 @@ from fabtune.testbed.spec import build_spec
 from fabtune.tune.backend import AnsibleBackend
 from fabtune.tune.state import snapshot_of
 
-REPO = Path(__file__).resolve().parents[1]
 CONTENT = "fabtune/content"
 SPEC = {"name": "bapc", "subnet_base": "10.226", "seed": 5, "hosts": 2, "nics_per_host": 2,
         "gpus_per_host": 2, "initial": {"trust": "pcp", "pfc": [0] * 8, "roce_tos": 0, "mtu": 1500},
@@ -74,12 +74,7 @@ def collection_at(rev: str | None) -> Iterator[None]:
         return
     saved = (ansible.COLLECTIONS, ansible.PLAYBOOKS)
     with tempfile.TemporaryDirectory(prefix="fabtune-apply-cost-") as tmp:
-        data = subprocess.run(["git", "-C", str(REPO), "archive", rev, CONTENT], check=True,
-                              capture_output=True, timeout=60).stdout
-        # GNU tar keeps every member inside tmp (no absolute names, no ".."), on any Python
-        # (tarfile's "data" filter is 3.11.4 on; Debian 12's Python is 3.11.2)
-        subprocess.run(["tar", "-x", "-C", str(tmp)], input=data, check=True, capture_output=True,
-                       timeout=60)
+        extract(rev, CONTENT, Path(tmp), 60)
         root = Path(tmp) / CONTENT
         ansible.COLLECTIONS = root
         ansible.PLAYBOOKS = root / "ansible_collections/fabtune/fabric/playbooks"

@@ -31,6 +31,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from gitrev import extract
+
 REPO = Path(__file__).resolve().parents[1]
 TOOLS = ("nccl_tests", "perftest", "mlnx_qos", "ethtool")
 DEADLINE_S = 120
@@ -42,14 +44,7 @@ def tree_of(rev: str | None, where: Path) -> Path:
         shutil.copytree(REPO / "fabtune", where / "fabtune",
                         ignore=shutil.ignore_patterns("__pycache__"))
         return where
-    data = subprocess.run(["git", "-C", str(REPO), "archive", rev, "fabtune"], check=True,
-                          capture_output=True, timeout=DEADLINE_S).stdout
-    # GNU tar keeps every member inside where (no absolute names, no ".."), on any Python
-    # (tarfile's "data" filter is 3.11.4 on; Debian 12's Python is 3.11.2)
-    where.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["tar", "-x", "-C", str(where)], input=data, check=True, capture_output=True,
-                   timeout=DEADLINE_S)
-    return where
+    return extract(rev, "fabtune", where, DEADLINE_S)
 
 
 def cpu_of(argv: list[str], tree: Path) -> float:

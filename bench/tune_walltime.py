@@ -22,6 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from gitrev import extract
+
 from fabtune.testbed import build, layout
 from fabtune.testbed.spec import build_spec
 
@@ -34,14 +36,7 @@ RUN_DEADLINE_S = 3600
 
 def checkout_of(rev: str, where: Path) -> Path:
     """The tree of git revision ``rev`` (the package and its collection) under ``where``."""
-    data = subprocess.run(["git", "-C", str(REPO), "archive", rev, "fabtune"], check=True,
-                          capture_output=True, timeout=120).stdout
-    # GNU tar keeps every member inside where (no absolute names, no ".."), on any Python
-    # (tarfile's "data" filter is 3.11.4 on; Debian 12's Python is 3.11.2)
-    where.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["tar", "-x", "-C", str(where)], input=data, check=True, capture_output=True,
-                   timeout=120)
-    return where
+    return extract(rev, "fabtune", where)
 
 
 def one_tune(tree: Path | None, home: Path, log: Path) -> tuple[float, int, str]:
