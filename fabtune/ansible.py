@@ -48,6 +48,8 @@ PLAYBOOKS = collection.PLAYBOOKS
 ROLES = collection.ROLES
 PROFILES = collection.PROFILES
 MODULE_UTILS = collection.MODULE_UTILS
+# fabtune's ansible.cfg (only settings with no environment variable), for runs whose caller has none.
+DEFAULT_CONFIG = CONTENT_ROOT / "ansible.cfg"
 # Ansible's own default collection paths, kept after this repository's (as ansible.cfg does).
 DEFAULT_COLLECTIONS_PATH = ("~/.ansible/collections", "/usr/share/ansible/collections")
 KEPT_EVENTS = frozenset({
@@ -278,6 +280,20 @@ def accelerator_vars() -> dict[str, int]:
             "mitogen_ssh_keepalive_count": KEEPALIVE_COUNT}
 
 
+def config_env() -> dict[str, str]:
+    """``ANSIBLE_CONFIG`` at fabtune's own ansible.cfg (:data:`DEFAULT_CONFIG`) where Ansible would
+    find no configuration file of the caller's; nothing where it would.
+
+    Ansible reads one file, the first of ``ANSIBLE_CONFIG``, ``./ansible.cfg`` (unless the working
+    directory is world-writable), ``~/.ansible.cfg`` and ``/etc/ansible/ansible.cfg``, and
+    ansible-runner starts ansible-playbook in this process's working directory: the question is
+    asked here, by Ansible's own lookup, for every run. A caller's file is used whole, never merged.
+    """
+    from ansible.config.manager import find_ini_config_file  # loaded only where a run starts
+
+    return {} if find_ini_config_file() else {"ANSIBLE_CONFIG": str(DEFAULT_CONFIG)}
+
+
 def _envvars() -> dict[str, str]:
     return {
         "ANSIBLE_SSH_ARGS": SSH_ARGS,
@@ -292,6 +308,7 @@ def _envvars() -> dict[str, str]:
         "PATH": _path(),
         **STRICT_INVENTORY_ENV,
         **accelerator_env(),
+        **config_env(),
     }
 
 

@@ -88,12 +88,17 @@ def _spec(venv: Path, where: Path, name: str, subnet: str, base: str = "demo.yml
 
 
 def test_the_wheel_carries_the_collection_profiles_and_specs(venv: Path, elsewhere: Path) -> None:
+    home = elsewhere / "home-bare"  # no ~/.ansible.cfg
+    home.mkdir(exist_ok=True)
     out = _ok(_run([str(venv / "bin/python"), "-c", (
         "import fabtune, fabtune.ansible as a; from fabtune.testbed.demo import DEMO_SPEC;"
-        "print(fabtune.__file__); print(a.COLLECTION); print(DEMO_SPEC)"
-    )], elsewhere)).split()
-    package, collection, demo_spec = (Path(p) for p in out)
+        "print(fabtune.__file__); print(a.COLLECTION); print(DEMO_SPEC);"
+        "print(a.config_env().get('ANSIBLE_CONFIG', '-'))"
+    )], elsewhere, HOME=str(home))).split()
+    package, collection, demo_spec, config = (Path(p) for p in out)
     assert package.is_relative_to(venv), package
+    # run from a directory with no ansible.cfg: fabtune's own, carried by the wheel
+    assert config == package.parent / "content/ansible.cfg" and config.is_file(), config
     for sub in ("galaxy.yml", "playbooks/apply.yml", "roles/roce_qos/tasks/main.yml",
                 "plugins/modules/fabric_qos.py", "profiles/roce.yml"):
         assert (collection / sub).is_file(), sub
