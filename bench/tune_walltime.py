@@ -8,13 +8,15 @@ first on PYTHONPATH), once as this checkout's. The two alternate within each rou
 load falls on both alike; building and removing the rack is not timed.
 
 Usage (root): .venv/bin/python bench/tune_walltime.py [--baseline REV] [--rounds N]
-Prints a Markdown table (seconds) for docs/benchmarks.md.
+Prints each run's decisions (its ``decision:`` lines: kept or rolled back, and the move), whether
+every run of both sides decided the same, and a Markdown table (seconds) for docs/benchmarks.md.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -37,6 +39,14 @@ RUN_DEADLINE_S = 3600
 def checkout_of(rev: str, where: Path) -> Path:
     """The tree of git revision ``rev`` (the package and its collection) under ``where``."""
     return extract(rev, "fabtune", where)
+
+
+DECISION = re.compile(r"decision: (kept|rolled back) (.+?): ")
+
+
+def decisions(log: Path) -> tuple[str, ...]:
+    """The run's decisions in order, as ``kept NAME`` or ``rolled back NAME`` (the CLI's progress lines)."""
+    return tuple(f"{m[1]} {m[2]}" for m in DECISION.finditer(log.read_text()))
 
 
 def one_tune(tree: Path | None, home: Path, log: Path) -> tuple[float, int, str]:
@@ -67,6 +77,7 @@ def main() -> None:
     args = parser.parse_args()
     home = Path(os.environ.setdefault("FABTUNE_HOME", tempfile.mkdtemp(prefix="fabtune-bench-")))
     times: dict[str, list[float]] = {"baseline": [], "current": []}
+    decided: set[tuple[str, ...]] = set()
     with tempfile.TemporaryDirectory(prefix="fabtune-tune-walltime-") as tmp:
         old = checkout_of(args.baseline, Path(tmp) / "tree")
         for n in range(args.rounds):
@@ -75,9 +86,12 @@ def main() -> None:
                 # Each version keeps its own journal: an earlier schema is not this one's.
                 took, rc, last = one_tune(tree, home / which, log)
                 print(f"# round {n} {which}: {took:.0f} s, exit {rc}: {last}", flush=True)
+                decided.add(decisions(log))
+                print(f"#   decisions: {'; '.join(decisions(log)) or 'none'}", flush=True)
                 if rc != 0:
                     print(log.read_text()[-3000:], file=sys.stderr)
                 times[which].append(took)
+    print(f"# every run decided the same: {'yes' if len(decided) == 1 else 'no'}")
     old_s, new_s = statistics.median(times["baseline"]), statistics.median(times["current"])
     print(f"| tune run, 2-host factory-defaults rack (median of {args.rounds}) | {args.baseline} "
           "| current | ratio |")
