@@ -86,8 +86,9 @@ def main() -> None:
                 # Each version keeps its own journal: an earlier schema is not this one's.
                 took, rc, last = one_tune(tree, home / which, log)
                 print(f"# round {n} {which}: {took:.0f} s, exit {rc}: {last}", flush=True)
-                decided.add(decisions(log))
-                print(f"#   decisions: {'; '.join(decisions(log)) or 'none'}", flush=True)
+                run_decisions = decisions(log)
+                decided.add(run_decisions)
+                print(f"#   decisions: {'; '.join(run_decisions) or 'none'}", flush=True)
                 if rc != 0:
                     print(log.read_text()[-3000:], file=sys.stderr)
                 times[which].append(took)
