@@ -76,6 +76,12 @@ def _print_pairs(results: list[pairs.PairResult], console: Console) -> None:
     console.print(table)
 
 
+def _note_late(results: list[pairs.PairResult], opts: PerftestOptions, output: ResultOutput) -> None:
+    note = pairs.late_clients(results, opts.duration_s)
+    if note is not None:
+        output.echo(f"warning: {note}")
+
+
 @bench.command("pairs")
 @INVENTORY_OPTION
 @result_output(legacy=True)
@@ -110,6 +116,8 @@ def pairs_cmd(
         )
     flat = [r for rnd in done for r in rnd]
     _print_pairs(flat, output.console())
+    for rnd in done:
+        _note_late(rnd, opts, output)
     slow = pairs.slow_pairs(flat)
     ports = pairs.slow_ports(flat, slow)
     for port in ports:  # a port that explains its slow pairs, each listed under it
@@ -148,6 +156,7 @@ def incast_cmd(
     deadline = read_inventory(inventory).bench_timeout_s
     results = pairs.run_round(inventory, stage, views, opts, deadline_s=deadline)
     _print_pairs(results, output.console())
+    _note_late(results, opts, output)
     output.write({"kind": "incast", "fan_in": len(stage), "results": results})
 
 

@@ -36,6 +36,7 @@ class PairResult:
     error: str | None = None
     counters: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     client_device: str = ""  # the client's NIC on the rail (``device`` is the server's)
+    late_s: float = 0.0  # how long after the round's common start its client started (fabric_run)
 
     @property
     def share_of_ceiling(self) -> float | None:
@@ -85,6 +86,18 @@ class SlowPair:
             text += (f"; its link's ceiling is {self.ceiling_gbps:.1f} Gb/s against "
                      f"{self.median_ceiling_gbps:.1f}: a port below the rack's speed")
         return text + (f" ({self.error})" if self.error else "")
+
+
+def late_clients(results: Sequence[PairResult], duration_s: int) -> str | None:
+    """Why a round's numbers may read better than its fabric: clients that started a quarter of
+    their run or more after the round's common start overlapped the other flows for only part of
+    it (their hosts got the start from Ansible after the instant had passed)."""
+    late = {r.client: r.late_s for r in results if r.late_s >= duration_s / 4}
+    if not late:
+        return None
+    hosts = ", ".join(f"{h} {s:.1f} s" for h, s in sorted(late.items()))
+    return (f"clients started after the round's common start ({hosts}, of a {duration_s} s run): their "
+            "flows overlapped the others for part of the run only; raise fabtune_bench_start_lead_s")
 
 
 def slow_among(
@@ -330,6 +343,7 @@ def _results(
     deltas: Mapping[tuple[str, str], Mapping[str, int]],
 ) -> list[PairResult]:
     by_id = _client_results(outcome, runs, deadline_s)
+    late = {host: float(res.get("first_late_s") or 0.0) for host, res in outcome.results(AFTER_TASK).items()}
     results = []
     for run, pair in zip(runs, pairs, strict=True):
         gbps, error = by_id.get(run["id"], (None, "not run"))
@@ -343,6 +357,7 @@ def _results(
                 pair.server, pair.client, pair.rail, rail.device, gbps,
                 # the slower end bounds the pair (a port trained below the rack's speed)
                 min(rail_ceiling(rail), rail_ceiling(mine)), error, counters, mine.device,
+                late.get(pair.client, 0.0),
             )
         )
     return results

@@ -53,6 +53,11 @@ CORPUS = [
     "--iters=4",
     "-D 0",
     "-a -D 5",
+    "-D 2 -f 1",  # DURATION > 2*MARGIN
+    "-D 4 -f 1",
+    "-f 3",  # checked against DEF_DURATION (5) without -D
+    "-f 2",
+    "-f -1",
     "-t 0",
     "--tx-depth=0",
     "--gid-index=-1",

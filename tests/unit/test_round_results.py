@@ -66,3 +66,23 @@ def test_a_client_no_task_reported_is_not_run() -> None:
                       Path("/nonexistent"))
     (result,), _ = pairs.round_results(lost, planned, _views(), None)
     assert result.gbps is None and result.error == "not run"
+
+
+def test_a_client_that_started_late_is_said() -> None:
+    """A host that got the clients' task after the round's common start reports how late
+    (fabric_run's first_late_s); a quarter of the run or more is worth a warning."""
+    planned = pairs.plan_round([Pair("h01", "h02", 0, 18515)], _views(), PerftestOptions(duration_s=2))
+    outcome = _outcome(planned, in_waves=False)
+    late = tuple(
+        _task(t.host, t.task, {**t.result, "first_late_s": 0.8})
+        if t.task == pairs.AFTER_TASK and t.host == "h02" else t
+        for t in outcome.tasks
+    )
+    (result,), _ = pairs.round_results(RunOutcome("successful", 0, {}, late, Path("/nonexistent")), planned,
+                                       _views(), None)
+    assert result.late_s == pytest.approx(0.8)
+    note = pairs.late_clients([result], 2)
+    assert note is not None and "h02 0.8 s" in note and "fabtune_bench_start_lead_s" in note
+    assert pairs.late_clients([result], 5) is None
+    (on_time,), _ = pairs.round_results(outcome, planned, _views(), None)
+    assert on_time.late_s == 0.0 and pairs.late_clients([on_time], 2) is None

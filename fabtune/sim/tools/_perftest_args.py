@@ -61,7 +61,9 @@ RANGES: dict[str, tuple[int, int | None, str]] = {
     "tx-depth": (1, 15000, " Tx depth should be between 1 and 15000"),
     "gid-index": (0, 64, " Gid index should be between 0 and 64"),
     "tos": (0, 255, " TOS should be between 0 and 255"),
+    "margin": (0, None, " Margin must be non-negative"),
 }
+DEF_DURATION = 5  # perftest's DEF_DURATION: the duration a run without -D still validates -f against
 
 
 class ParseExit(Exception):
@@ -85,6 +87,7 @@ class PerftestArgs:
     all_sizes: bool = False
     iters: int = 5000
     duration: int | None = None
+    margin: int | None = None
     qps: int = 1
     bidirectional: bool = False
     mtu: int | None = None
@@ -220,7 +223,7 @@ def _apply(args: dict[str, object], name: str, value: str | None) -> None:
              "out_json": "out_json"}
     ints = {"ib-port": "ib_port", "gid-index": "gid_index", "size": "size", "iters": "iters",
             "qp": "qps", "mtu": "mtu", "port": "port", "tos": "tos", "tclass": "tclass", "sl": "sl",
-            "use_cuda": "use_cuda", "tx-depth": "tx_depth"}
+            "use_cuda": "use_cuda", "tx-depth": "tx_depth", "margin": "margin"}
     if name in flags:
         args[flags[name]] = True
     elif name in ints and value is not None:
@@ -247,6 +250,23 @@ def _validate(parsed: PerftestArgs) -> None:
         out("-" * 87)
         err("Duration mode currently doesn't support running on all sizes.")
         raise ParseExit(1)
+    if not _duration_s(parsed) > 2 * margin_s(parsed):
+        out("-" * 87)
+        err("please check that DURATION > 2*MARGIN")
+        raise ParseExit(1)
+
+
+def _duration_s(parsed: PerftestArgs) -> int:
+    return DEF_DURATION if parsed.duration is None else parsed.duration
+
+
+def margin_s(parsed: PerftestArgs) -> int:
+    """perftest's margin: ``-f``, else a quarter of ``-D`` (whole seconds), else -1 (no -D, no -f).
+
+    A ``-D`` run samples between its two margins and stops at ``-D`` (``catch_alarm``)."""
+    if parsed.margin is not None:
+        return parsed.margin
+    return -1 if parsed.duration is None else parsed.duration // 4
 
 
 def parse(prog: str, argv: list[str]) -> PerftestArgs:

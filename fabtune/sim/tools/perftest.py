@@ -9,12 +9,16 @@ through rdma_cm as in perftest: the server opens no TCP socket but a listening c
 (device, LID, GID, QPNs, PSNs) and their host's model config as JSON lines: the out-of-band
 exchange. Both print the header block and address lines.
 
-The client then registers its flow in the shared fabric directory, waits ``SETTLE_S`` so flows
-started together (a pair round, an incast) see each other, runs the fabric model's ``p2p`` over
-every flow active at that moment, keeps the flow registered for ``HOLD_S`` more (so flows that
-started a little later still see it), then prints the table and sends the result (and the
-server NIC's counter deltas) to the server, which prints the same table. The emulator does not run
-for the ``-D`` duration; the duration only scales the counter deltas and the iteration count.
+The client then registers its flow in the shared fabric directory for as long as the real run
+lasts, runs the fabric model's ``p2p`` halfway through over every flow active at that moment (so
+flows started together, a pair round or an incast, see each other), then prints the table and sends
+the result (and the server NIC's counter deltas) to the server, which prints the same table. With
+``-D N`` the run lasts N seconds, as perftest's: ``catch_alarm`` moves from the warm-up margin
+(``-f``, else N/4 whole seconds) to the sampled window and stops sampling one margin before N, so
+the middle of the sampled window is N/2 whichever the margin. Without ``-D`` (an iteration count),
+the real run lasts as long as its data takes; the emulator holds such a flow ``SETTLE_S`` plus
+``HOLD_S``, its own choice of window, not a real tool's timing. The duration also scales the
+counter deltas and the iteration count.
 
 Model failures map to perftest's: a GID index outside the port's table fails the QP transition
 (``Failed to modify QP <qpn> to RTR``, `` Unable to Connect the HCA's through the link``); a GID
@@ -49,10 +53,10 @@ from fabtune.sim.tools import _perftest_out as fmt
 from fabtune.sim.tools._common import err, out, state_or_host
 from fabtune.sim.tools._perftest_args import ParseExit, PerftestArgs, parse
 
-# Flows launched together (a pair round, an incast stage) start up to about a second apart when a
-# launcher fans them out over SSH on a loaded controller: a flow waits SETTLE_S before it looks for
-# the others and stays registered HOLD_S longer, so two flows see each other when their starts are
-# less than min(SETTLE_S, HOLD_S) apart.
+# A run without -D (iterations): it waits SETTLE_S before it looks for the other flows and stays
+# registered HOLD_S longer, so two flows see each other when their starts are less than
+# min(SETTLE_S, HOLD_S) apart. A -D N run looks at N/2 and ends at N: flows that start less than
+# N/2 apart see each other (fabtune's rounds start their clients together: bench_ib_write_bw.yml).
 SETTLE_S = 1.5
 HOLD_S = 1.5
 OOB_TIMEOUT_S = 60.0  # a silent peer ends the run with perftest's exchange error, never a traceback
@@ -171,6 +175,13 @@ def _print_setup(ctx: Ctx, local: fmt.Side, remote: fmt.Side, with_header: bool 
 # --------------------------------------------------------------------------- the model
 
 
+def run_window(args: PerftestArgs) -> tuple[float, float]:
+    """A run's seconds before the model looks at the other flows, and after: halves of ``-D``."""
+    if args.duration is None:
+        return SETTLE_S, HOLD_S
+    return args.duration / 2, args.duration / 2
+
+
 def _flow_record(ctx: Ctx, peer_hello: dict[str, Any], start: float) -> dict[str, Any]:
     """The flow as published in ``flows/`` (client and server ends, data direction)."""
     a = ctx.args
@@ -180,7 +191,7 @@ def _flow_record(ctx: Ctx, peer_hello: dict[str, Any], start: float) -> dict[str
     src, dst = (peer, me) if a.prog == "ib_read_bw" else (me, peer)
     return {
         "key": f"{ctx.hostname}-{os.getpid()}-{a.port}", "start": start,
-        "until": start + SETTLE_S + HOLD_S, "prog": a.prog, "client": ctx.hostname,
+        "until": start + sum(run_window(a)), "prog": a.prog, "client": ctx.hostname,
         "server": peer_side.host, "src": src, "dst": dst, "size": a.size, "qps": a.qps,
         "tclass": a.tos if a.rdma_cm else a.tclass, "rdma_cm": a.rdma_cm,
         "gid_index": a.gid_index, "use_cuda": a.use_cuda is not None,
@@ -514,7 +525,7 @@ def _measure(ctx: Ctx, peer: dict[str, Any]) -> Outcome:
     record = _flow_record(ctx, peer, start)
     path = _fabric.register_flow(record, str(record["key"]), ctx.fabric_dir)
     try:
-        time.sleep(max(0.0, start + SETTLE_S - time.time()))
+        time.sleep(max(0.0, start + run_window(ctx.args)[0] - time.time()))
         records = _fabric.active_flows(fabric_dir=ctx.fabric_dir)
         outcome = run_model(ctx, record, records, _fabric.next_run_index(ctx.fabric_dir))
         time.sleep(max(0.0, float(record["until"]) - time.time()))

@@ -102,6 +102,8 @@ def test_plain_argvs_are_run_with_their_positions_as_ids(module_args: Any) -> No
         ({"first": [{"id": "x", "argv": ["bin/x"]}]}, "first[0].argv[0]: 'bin/x' must be a program name"),
         ({"first": [{"id": "x", "argv": ["true"]}], "first_deadline_s": 0},
          "first_deadline_s: 0 must be a positive number of seconds"),
+        ({"first": [{"id": "x", "argv": ["true"]}], "first_wait_max_s": -1},
+         "first_wait_max_s: -1 must be 0 or more seconds"),
     ],
 )
 def test_bad_input_is_one_clear_error(module_args: Any, args: dict[str, Any], message: str) -> None:
@@ -344,3 +346,24 @@ def test_a_call_without_first_keeps_its_order_and_reports_no_first_runs(module_a
     late.join()
     assert result["first_runs"] == []
     assert float(result["runs"][0]["stdout"]) >= float(result["collected"][0]["stdout"])
+
+
+def test_first_starts_at_the_given_instant_and_says_how_late_it_was(module_args: Any) -> None:
+    """``first_at``: every host of a round starts its clients at one instant; one that got the call
+    after it starts at once and says how late."""
+    at = time.time() + 1.5
+    result = _main(module_args, {"first": [{"id": "client", "argv": NOW}], "first_at": at})
+    (client,) = result["first_runs"]
+    assert float(client["stdout"]) >= at and result["first_late_s"] == 0.0
+    past = time.time() - 3.0
+    result = _main(module_args, {"first": [{"id": "client", "argv": NOW}], "first_at": past})
+    assert result["first_late_s"] >= 3.0
+
+
+def test_first_at_never_waits_past_its_maximum(module_args: Any) -> None:
+    """A host whose clock is far behind the controller's waits ``first_wait_max_s``, never hangs."""
+    begin = time.monotonic()
+    result = _main(module_args, {"first": [{"id": "client", "argv": ["true"]}],
+                                 "first_at": time.time() + 600, "first_wait_max_s": 1})
+    assert 1.0 <= time.monotonic() - begin < 60
+    assert result["first_runs"][0]["rc"] == 0 and result["first_late_s"] == 0.0

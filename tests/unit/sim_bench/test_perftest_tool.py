@@ -13,7 +13,7 @@ from fabtune.perf.parsers import perftest as parser
 from fabtune.sim.node import NodeState
 from fabtune.sim.tools import TOOLS, perftest
 from fabtune.sim.tools import _perftest_out as fmt
-from fabtune.sim.tools._perftest_args import ParseExit, parse
+from fabtune.sim.tools._perftest_args import ParseExit, margin_s, parse
 from tests.conftest import fixture_text
 
 RUNNER = (
@@ -56,6 +56,10 @@ def test_defaults_and_gnu_permutation() -> None:
     (["-q", "0"], " num of Qps should be between 1 and 16384\n Parser function exited with Error", ""),
     (["-a", "-D", "3"], "Duration mode currently doesn't support running on all sizes.", "-" * 87),
     (["-T", "5", "h1"], "", " TOS only valid for rdma_cm based QP and RawEth QP "),
+    # perftest_parameters.c: the margin is checked against -D, else against DEF_DURATION (5 s)
+    (["-D", "2", "-f", "1"], "please check that DURATION > 2*MARGIN", "-" * 87),
+    (["-f", "3"], "please check that DURATION > 2*MARGIN", "-" * 87),
+    (["-f", "-1"], " Margin must be non-negative\n Parser function exited with Error", ""),
 ])
 def test_rejects_like_perftest(argv: list[str], stderr: str, stdout: str,
                                capsys: pytest.CaptureFixture[str]) -> None:
@@ -64,6 +68,31 @@ def test_rejects_like_perftest(argv: list[str], stderr: str, stdout: str,
     assert done.value.code == 1
     got = capsys.readouterr()
     assert stderr in got.err and stdout in got.out
+
+
+def test_margin_defaults_to_a_quarter_of_the_duration() -> None:
+    # perftest_parameters.c: margin = duration / 4 (int) when -f is not given, in duration mode only
+    assert [margin_s(parse("ib_write_bw", ["-D", d])) for d in ("2", "5", "8")] == [0, 1, 2]
+    assert margin_s(parse("ib_write_bw", ["-D", "8", "-f", "3"])) == 3
+    assert margin_s(parse("ib_write_bw", [])) == -1
+    assert parse("ib_write_bw", ["-f", "2"]).margin == 2
+
+
+def test_a_duration_run_lasts_its_duration(rack: Path) -> None:
+    """perftest's catch_alarm: a -D N run samples between its margins and stops at N seconds."""
+    assert perftest.run_window(parse("ib_write_bw", ["-D", "2"])) == (1.0, 1.0)
+    assert perftest.run_window(parse("ib_write_bw", ["-D", "5", "-f", "2"])) == (2.5, 2.5)
+    assert perftest.run_window(parse("ib_write_bw", [])) == (perftest.SETTLE_S, perftest.HOLD_S)
+    server = tool(rack, "h02", "ib_write_bw", "-p", "19413", "-D", "1", "--report_gbits")
+    wait_banner(server)
+    start = time.monotonic()
+    client = tool(rack, "h01", "ib_write_bw", "-p", "19413", "-D", "1", "--report_gbits", "127.0.0.1")
+    out, err = client.communicate(timeout=30)
+    took = time.monotonic() - start
+    server.communicate(timeout=30)
+    assert client.returncode == 0, err
+    assert took >= 1.0  # never shorter than -D; an upper bound would time the machine, not the tool
+    assert parser.parse(out).bw_rows
 
 
 def test_help_and_version_exit_1(capsys: pytest.CaptureFixture[str]) -> None:

@@ -48,6 +48,20 @@ options:
     description: Seconds the O(first) commands may run, all at once from their start.
     type: int
     default: 60
+  first_at:
+    description:
+      - "When to start the O(first) commands: seconds since the epoch on this host's clock. The
+        controller gives every host of a round the same instant, so clients dispatched to their
+        hosts one after another still start together (a C(-D 2) perftest client started a second
+        after the others overlaps them for half its run). A host that gets the call after the
+        instant starts at once and says how late in RV(first_late_s)."
+      - "Never waits more than O(first_wait_max_s): a host whose clock runs behind the
+        controller's starts that much later, never hangs."
+    type: float
+  first_wait_max_s:
+    description: The longest wait for O(first_at), in seconds.
+    type: int
+    default: 10
   commands:
     description: The commands, each C({id, argv}); C(argv) is a list whose first item is the program.
     type: list
@@ -187,6 +201,11 @@ first_runs:
   type: list
   elements: dict
   sample: [{"id": "h01->h03/mlx5_0:18516", "rc": 0, "stdout": "...", "stderr": "", "timed_out": false}]
+first_late_s:
+  description: Seconds after O(first_at) that the O(first) commands started (0.0 on time, or without it).
+  returned: always
+  type: float
+  sample: 0.0
 runs:
   description: One entry per command, in the order given.
   returned: always
@@ -696,12 +715,25 @@ def ssh_shared(commands: Sequence[Mapping[str, Any]], wanted: bool) -> Iterator[
         _stop_masters(socket_dir)
 
 
+def wait_until(at: float | None, wait_max_s: float) -> float:
+    """Sleep until epoch second ``at`` on this host's clock (at most ``wait_max_s``); how late it was."""
+    if at is None:
+        return 0.0
+    left = at - time.time()
+    if left > 0:
+        time.sleep(min(left, wait_max_s))
+        return 0.0
+    return -left
+
+
 def _checked(module: AnsibleModule) -> dict[str, Any]:
     """The module's parameters, every hand check passed (``argvs`` turned into ``commands``)."""
     params: dict[str, Any] = module.params
     for name in ("deadline_s", "listen_s", "first_deadline_s"):
         if params[name] <= 0:
             module.fail_json(msg=f"{name}: {params[name]} must be a positive number of seconds")
+    if params["first_wait_max_s"] < 0:
+        module.fail_json(msg=f"first_wait_max_s: {params['first_wait_max_s']} must be 0 or more seconds")
     if params["collect_s"] < 0:
         module.fail_json(msg=f"collect_s: {params['collect_s']} must be 0 or more seconds")
     if params["argvs"] is not None:
@@ -721,6 +753,8 @@ def get_argument_spec() -> dict[str, Any]:
         "first": {"type": "list", "elements": "dict", "default": []},
         "first_prefix": {"type": "list", "elements": "str", "default": []},
         "first_deadline_s": {"type": "int", "default": 60},
+        "first_at": {"type": "float"},
+        "first_wait_max_s": {"type": "int", "default": 10},
         "commands": {"type": "list", "elements": "dict", "default": []},
         "argvs": {"type": "list", "elements": "list"},
         "argv_prefix": {"type": "list", "elements": "str", "default": []},
@@ -738,6 +772,7 @@ def get_argument_spec() -> dict[str, Any]:
 def main() -> None:
     module = AnsibleModule(argument_spec=get_argument_spec(), supports_check_mode=False)
     params = _checked(module)
+    late_s = wait_until(params["first_at"], params["first_wait_max_s"]) if params["first"] else 0.0
     first = run_all(params["first"], params["first_deadline_s"], params["first_prefix"])
     collected = collect_all(params["collect"], params["collect_s"])
     with ssh_shared(params["commands"], params["mpirun_ssh_reuse"]) as (commands, reuse):
@@ -747,7 +782,8 @@ def main() -> None:
         else:
             runs = run_all(commands, params["deadline_s"], params["argv_prefix"])
     started, problem = start_all(params["start"], params["start_prefix"], params["listen_s"])
-    done = {"first_runs": first, "runs": runs, "collected": collected, "ssh_reuse": reuse}
+    done = {"first_runs": first, "first_late_s": round(late_s, 3), "runs": runs, "collected": collected,
+            "ssh_reuse": reuse}
     if problem is not None:
         module.fail_json(msg=problem, started=[], **done)
     module.exit_json(changed=False, started=started, **done)
