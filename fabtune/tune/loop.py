@@ -30,12 +30,13 @@ from fabtune.journal import Journal
 from fabtune.knobs import LADDERS, Candidate, Change, LosslessClass, roles_of
 from fabtune.perf.checks import CheckResult
 from fabtune.perf.diagnose import Diagnosis
-from fabtune.perf.pairs import PairResult
+from fabtune.perf.pairs import PairResult, late_clients
 from fabtune.state import HostState, trees_of
 from fabtune.tune.hosts import changed_nics, host_groups, plan_rack
 from fabtune.tune.lossless import LosslessChoice
 from fabtune.tune.lossless import choose as choose_lossless
 from fabtune.tune.measure import Batch, FailedRun, Sample, merge_counters
+from fabtune.tune.pairs import OPTIONS as PAIR_OPTIONS
 from fabtune.tune.pairs import PairDecision, PairRound, best_of, compare, confirm, slow_pairs, slow_ports
 from fabtune.tune.payloads import (
     BaselineFailedPayload,
@@ -729,6 +730,7 @@ class Tuner:
         if found is not None:  # a round measured with the batch before it took no time here
             self.pair_rounds += 1
             self.pair_s = max(self.pair_s, self.clock() - start, found.seconds)
+            self._warn_late(found)
         return found
 
     def _judge_pairs(
@@ -758,6 +760,13 @@ class Tuner:
                 rounds = (found, again)
         self.emit("measure", decided.reason, {"pairs": decided.as_dict()})
         return decided, rounds
+
+    def _warn_late(self, measured: PairRound) -> None:
+        """Say where a round's clients started after its common start (the round may read better
+        than the fabric: their flows overlapped the others for part of the run only)."""
+        note = late_clients(measured.results, PAIR_OPTIONS.duration_s)
+        if note is not None:
+            self.emit("warning", f"ib_write_bw round: {note}", {"source": "pairs"})
 
     def _collapsed(self, aa: Decision) -> bool:
         """The guard metric lost more than ``guard_loss``, with confidence (not a mere dip)."""

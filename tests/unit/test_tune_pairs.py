@@ -401,3 +401,22 @@ def test_a_gain_seen_on_both_rounds_stands_when_the_second_breaks_a_pair_once() 
     assert f"pair {OTHER} x0.78" in held.reason and "on that round only" in held.reason
     gone = PairRound({PAIR: 360.0, OTHER: 280.0}, {INCAST: 250.0})  # the gain was not seen again
     assert confirm(first, before, gone, 0.10, 0.10).verdict == "same"
+
+
+class LateClients(PairRack):
+    """h04's clients reach their host after the round's common start (Ansible handed it the task
+    last on a loaded controller): every round says how late."""
+
+    def pairs(self) -> PairRound | None:
+        found = super().pairs()
+        assert found is not None
+        late = PairResult("h03", "h04", 0, "mlx5_0", found.pairs[OTHER], 400.0, late_s=0.9)
+        return dataclasses.replace(found, results=(late,))
+
+
+def test_a_round_whose_clients_started_late_is_warned_about(tmp_path: Path) -> None:
+    _, (_, events) = run(LateClients(), tmp_path, ("mtu", "qps", "gdr"))
+    warned = [e for e in events if e.startswith("warning: ib_write_bw round: clients started after")]
+    assert warned and all("h04 0.9 s, of a 2 s run" in e for e in warned), events
+    _, (_, quiet) = run(PairRack(), tmp_path / "on-time", ("mtu", "qps", "gdr"))
+    assert not [e for e in quiet if e.startswith("warning: ib_write_bw round")]
