@@ -40,8 +40,9 @@ Ansible time (measured per-host costs, scaled by waves of ``--forks`` hosts):
   ceil(N / forks) waves; the controller is assumed not to be the bottleneck at 50 forks;
 * not measured, assumed: an ib_write_bw measurement of the loop (``Tuner``'s pair round: the
   covering pair round and the incast stage) is two Ansible runs, each a confirm's cost plus
-  ``PAIR_RUN_S`` (the 2 s ``-D`` run, server start and rdma_cm connection); its bandwidths are
-  not modelled (no decision changes);
+  ``PAIR_RUN_S`` (the 2 s ``-D`` run, server start and rdma_cm connection) plus, where the
+  round's hosts run in one wave, the whole wait for the clients' common start (``start_lead_s``);
+  its bandwidths are not modelled (no decision changes);
 * not measured, assumed: a rollback's exact apply costs an armed apply; extending the revert
   deadline, reading facts, and reading the pause counters around a batch of measurements each
   cost a confirm.
@@ -97,6 +98,13 @@ FACTORY: dict[str, Any] = {
 }  # fmt: skip
 MEASURED_S = {"apply": 5.8, "confirm": 1.6}  # one wave: the 2-host testbed, 8 NICs per host (apply_cost.py)
 PAIR_RUN_S = 4.0  # an assumption: ib_write_bw -D 2, plus server start and rdma_cm connection
+
+
+def start_lead_s(hosts: int, forks: int) -> float:
+    """bench_ib_write_bw.yml's wait for the clients' common start (fabtune_bench_start_lead_s's
+    default: 1 s plus 50 ms a host, at most 5 s), where the round's hosts run in one wave; counted
+    whole, as if Ansible's dispatch of the task took none of it (an upper bound)."""
+    return min(1.0 + 0.05 * hosts, 5.0) if hosts <= forks else 0.0
 STATES = ("factory-defaults", "already-tuned")
 
 
@@ -254,7 +262,7 @@ def ansible_s(costs: Costs, hosts: int, forks: int) -> float:
         "armed apply": MEASURED_S["apply"], "rollback apply": MEASURED_S["apply"],
         "confirm": MEASURED_S["confirm"], "extend": MEASURED_S["confirm"], "facts": MEASURED_S["confirm"],
         "counter reads": MEASURED_S["confirm"],
-        "pair round": 2 * (MEASURED_S["confirm"] + PAIR_RUN_S),
+        "pair round": 2 * (MEASURED_S["confirm"] + PAIR_RUN_S + start_lead_s(hosts, forks)),
     }  # fmt: skip
     return sum(per_call[kind] * n for kind, n in costs.calls.items()) * waves(hosts, forks)
 
