@@ -298,9 +298,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--forks", type=int, default=50)
     parser.add_argument("--launch-s", type=float, default=10.0)
     parser.add_argument("--launch-per-node-s", type=float, default=0.01)
-    parser.add_argument("--workdir", type=Path, help="where the runs' journals go (default: a new temp dir)")
+    parser.add_argument("--workdir", type=Path,
+                        help="where the runs' journals go (default: a temporary directory, removed after)")
     args = parser.parse_args(argv)
-    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="fabtune-projection-"))
+    if args.workdir is not None:
+        report(args, args.workdir)
+        return
+    with tempfile.TemporaryDirectory(prefix="fabtune-projection-") as tmp:
+        report(args, Path(tmp))
+
+
+def report(args: argparse.Namespace, workdir: Path) -> None:
+    """Project every node count and rack state with the runs' journals under ``workdir``; print."""
     print(f"seed {args.seed}, forks {args.forks}, launch start-up {args.launch_s:g} s "
           f"+ {args.launch_per_node_s:g} s per node, -b/-e all_reduce {LOOP['all_reduce'].max_bytes}, "
           f"alltoall {LOOP['alltoall'].max_bytes}, -n {ITERS} "

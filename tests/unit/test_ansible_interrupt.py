@@ -27,6 +27,14 @@ class Stopped(Exception):
     """What the CLI's SIGTERM handler raises (fabtune.errors.Terminated), here a local stand-in."""
 
 
+@pytest.fixture(autouse=True)
+def _module_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The local module's AnsiballZ payload directory goes under the test's own directory: these
+    runs are killed mid-module, before the module removes it."""
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+
+
 def _book(tmp_path: Path, seconds: str) -> tuple[Path, Path]:
     inventory = tmp_path / "inventory.yml"
     inventory.write_text(
