@@ -97,7 +97,8 @@ def late_clients(results: Sequence[PairResult], duration_s: int) -> str | None:
         return None
     hosts = ", ".join(f"{h} {s:.1f} s" for h, s in sorted(late.items()))
     return (f"clients started after the round's common start ({hosts}, of a {duration_s} s run): their "
-            "flows overlapped the others for part of the run only; raise fabtune_bench_start_lead_s")
+            "flows overlapped the others for part of the run only; raise fabtune_bench_start_lead_s, "
+            "or check that the controller's clock agrees with the hosts' (NTP)")
 
 
 def slow_among(
