@@ -56,7 +56,8 @@ from fabtune.sim.tools._perftest_args import ParseExit, PerftestArgs, parse
 # A run without -D (iterations): it waits SETTLE_S before it looks for the other flows and stays
 # registered HOLD_S longer, so two flows see each other when their starts are less than
 # min(SETTLE_S, HOLD_S) apart. A -D N run looks at N/2 and ends at N: flows that start less than
-# N/2 apart see each other, as real ones that overlap for more than half their run.
+# N/2 apart see each other for the whole run (an approximation: a real run that overlaps another
+# for part of its window averages the shared and the unshared rate).
 SETTLE_S = 1.5
 HOLD_S = 1.5
 OOB_TIMEOUT_S = 60.0  # a silent peer ends the run with perftest's exchange error, never a traceback
