@@ -77,7 +77,7 @@ def _print_pairs(results: list[pairs.PairResult], console: Console) -> None:
 
 
 def _note_late(results: list[pairs.PairResult], opts: PerftestOptions, output: ResultOutput) -> None:
-    note = pairs.late_clients(results, opts.duration_s)
+    note = pairs.late_clients(pairs.late_hosts(results), opts.duration_s)
     if note is not None:
         output.echo(f"warning: {note}")
 

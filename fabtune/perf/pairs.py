@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import statistics
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -88,14 +88,22 @@ class SlowPair:
         return text + (f" ({self.error})" if self.error else "")
 
 
-def late_clients(results: Sequence[PairResult], duration_s: int) -> str | None:
-    """Why a round's numbers may read better than its fabric: clients that started a quarter of
-    their run or more after the round's common start overlapped the other flows for only part of
-    it (their hosts got the start from Ansible after the instant had passed)."""
-    late = {r.client: r.late_s for r in results if r.late_s >= duration_s / 4}
-    if not late:
+def late_hosts(results: Iterable[PairResult]) -> dict[str, float]:
+    """Each client host's lateness after its round's common start (the most of its runs)."""
+    late: dict[str, float] = {}
+    for r in results:
+        late[r.client] = max(late.get(r.client, 0.0), r.late_s)
+    return late
+
+
+def late_clients(late: Mapping[str, float], duration_s: int) -> str | None:
+    """Why a round's numbers may read better than its fabric: hosts (``late``: seconds after the
+    round's common start, ``late_hosts``) whose clients started a quarter of their run or more late
+    overlapped the other flows for only part of it (Ansible reached them after the instant)."""
+    found = {h: s for h, s in late.items() if s >= duration_s / 4}
+    if not found:
         return None
-    hosts = ", ".join(f"{h} {s:.1f} s" for h, s in sorted(late.items()))
+    hosts = ", ".join(f"{h} {s:.1f} s" for h, s in sorted(found.items()))
     return (f"clients started after the round's common start ({hosts}, of a {duration_s} s run): their "
             "flows overlapped the others for part of the run only; raise fabtune_bench_start_lead_s, "
             "or check that the controller's clock agrees with the hosts' (NTP)")

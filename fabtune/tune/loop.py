@@ -764,7 +764,7 @@ class Tuner:
     def _warn_late(self, measured: PairRound) -> None:
         """Say where a round's clients started after its common start (the round may read better
         than the fabric: their flows overlapped the others for part of the run only)."""
-        note = late_clients(measured.results, PAIR_OPTIONS.duration_s)
+        note = late_clients(measured.late, PAIR_OPTIONS.duration_s)
         if note is not None:
             self.emit("warning", f"ib_write_bw round: {note}", {"source": "pairs"})
 

@@ -50,6 +50,8 @@ class PairRound:
     errors: Mapping[str, str] = field(default_factory=dict)
     results: tuple[PairResult, ...] = ()
     seconds: float = field(default=0.0, compare=False)  # its runs' time, start-up not counted
+    # each client host's seconds after its run's common start, the incast stage's included
+    late: Mapping[str, float] = field(default_factory=dict, compare=False)
 
     def median(self) -> float:
         """The median pair's Gb/s (a failed pair counts 0)."""
@@ -166,7 +168,8 @@ def assemble(
                 if r.error:
                     errors[f"{label}: {p.client}"] = r.error
     seconds = sum(outcome.seconds for _, outcome in ran)
-    return PairRound(found, incast, errors, tuple(measured), seconds), last or {}
+    late = pairs.late_hosts(r for results in done for r in results)  # the incast stage's clients too
+    return PairRound(found, incast, errors, tuple(measured), seconds, late), last or {}
 
 
 def measure(

@@ -81,8 +81,8 @@ def test_a_client_that_started_late_is_said() -> None:
     (result,), _ = pairs.round_results(RunOutcome("successful", 0, {}, late, Path("/nonexistent")), planned,
                                        _views(), None)
     assert result.late_s == pytest.approx(0.8)
-    note = pairs.late_clients([result], 2)
+    note = pairs.late_clients(pairs.late_hosts([result]), 2)
     assert note is not None and "h02 0.8 s" in note and "fabtune_bench_start_lead_s" in note
-    assert pairs.late_clients([result], 5) is None
+    assert pairs.late_clients(pairs.late_hosts([result]), 5) is None
     (on_time,), _ = pairs.round_results(outcome, planned, _views(), None)
-    assert on_time.late_s == 0.0 and pairs.late_clients([on_time], 2) is None
+    assert on_time.late_s == 0.0 and pairs.late_clients(pairs.late_hosts([on_time]), 2) is None
