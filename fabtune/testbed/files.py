@@ -122,7 +122,9 @@ def _install_tools(upper: Path, tools: dict[str, str]) -> None:
     for name, dest in TOOL_PATHS.items():
         if tools.get(TOOL_PACKAGES.get(name, ""), "") == "none":
             continue
-        launcher = f"#!{sys.executable}\nfrom fabtune.sim.tools import run\nrun({name!r})\n"
+        # the time first: what the tool's own imports take is the emulator's, not the real tool's
+        launcher = (f"#!{sys.executable}\nimport time\nLAUNCHED = time.time()\n"
+                    f"from fabtune.sim.tools import run\nrun({name!r}, LAUNCHED)\n")
         _write(upper / dest.lstrip("/"), launcher, 0o755)
 
 

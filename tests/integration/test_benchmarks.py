@@ -79,9 +79,19 @@ def servers(spec: TestbedSpec, host: str, ports: list[int],
                 proc.wait()
 
 
+# Runs argv[2:] at the epoch time argv[1] (the testbed's hosts share the machine's clock).
+AT = ("import os, sys, time; time.sleep(max(0.0, float(sys.argv[1]) - time.time())); "
+      "os.execvp(sys.argv[2], sys.argv[2:])")
+START_LEAD_S = 3.0  # ssh to every host within it, even on a loaded machine
+
+
 def incast(spec: TestbedSpec, ports: list[int], *argv: str) -> list[perftest.PerftestResult]:
-    """Three clients (h01..h03) started together against servers on h04."""
-    argvs = [ssh_argv(spec.name, f"h0{i + 1}", ["ib_write_bw", "-p", str(p), *argv, "h04"])
+    """Three clients (h01..h03) started at one instant against servers on h04: reached over ssh one
+    after another, each waits for that instant (as ``fabtune bench incast``'s clients do), since a
+    client started late runs alone for part of its window, as a real one would."""
+    at = f"{time.time() + START_LEAD_S:.3f}"
+    argvs = [ssh_argv(spec.name, f"h0{i + 1}",
+                      ["python3", "-c", AT, at, "ib_write_bw", "-p", str(p), *argv, "h04"])
              for i, p in enumerate(ports)]
     clients = [subprocess.Popen(a, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for a in argvs]
     results = []

@@ -7,8 +7,12 @@ tool acts on the host it runs in (``NodeState.inside_host()``); tests pass a ``N
 Launcher contract: the testbed installs ``/usr/.../<name>`` files containing::
 
     #!<venv python>
+    import time
+    LAUNCHED = time.time()
     from fabtune.sim.tools import run
-    run("<name>")
+    run("<name>", LAUNCHED)
+
+``LAUNCHED`` is when the tool's Python code began, before its imports: ``launched_at``.
 """
 
 from __future__ import annotations
@@ -65,13 +69,24 @@ class _Tools(Mapping[str, Callable[[list[str]], int]]):
 
 TOOLS: Mapping[str, Callable[[list[str]], int]] = _Tools()
 
+_LAUNCHED: dict[str, float] = {}
 
-def run(name: str) -> NoReturn:
+
+def launched_at() -> float | None:
+    """When the launcher began this tool (wall clock), before the tool's imports; None when the
+    tool was called from Python, not through a launcher."""
+    return _LAUNCHED.get("at")
+
+
+def run(name: str, launched: float | None = None) -> NoReturn:
     """Run tool ``name`` on ``sys.argv[1:]`` against this host's state and exit with its status.
 
     Args:
         name: An installed command name (a key of ``TOOLS``).
+        launched: When the launcher began (``time.time()`` before any import): ``launched_at``.
     """
+    if launched is not None:
+        _LAUNCHED["at"] = launched
     try:
         code = TOOLS[name](sys.argv[1:])
         sys.stdout.flush()

@@ -3,9 +3,10 @@
 ``/var/lib/fabtune-fabric`` is one directory per testbed, bound into every host:
 
 * ``flows/<host>-<pid>-<port>.json``: one file per running ``ib_write_bw`` client (atomic write),
-  with its start time and ``until`` (when it stops counting as active), both ends' host and NIC
-  state, QPs, size, ToS/traffic class, GID index and rdma_cm. A flow whose ``until`` has passed
-  (or whose writer crashed) is ignored and pruned.
+  with its start time and ``until`` (when its traffic stops), both ends' host and NIC state, QPs,
+  size, ToS/traffic class, GID index and rdma_cm. A finished flow's file stays ``STALE_S`` past its
+  ``until`` (a later flow whose sampled window it overlapped reads it), then the next reader prunes
+  it.
 * ``run-counter``: the run index for the model's noise, incremented under ``flock``.
 * ``jobs/<jobid>/``: one directory per ``mpirun`` job of the nccl-tests tools.
 """
@@ -60,9 +61,10 @@ def register_flow(record: dict[str, Any], key: str, fabric_dir: Path = FABRIC_DI
     return path
 
 
-def active_flows(now: float | None = None, fabric_dir: Path = FABRIC_DIR) -> list[dict[str, Any]]:
-    """Every flow active at ``now`` (started, not yet ``until``), oldest first; prunes stale ones."""
-    moment = time.time() if now is None else now
+def flows_during(begin: float, end: float, fabric_dir: Path = FABRIC_DIR) -> list[dict[str, Any]]:
+    """Every flow that runs at some time between ``begin`` and ``end`` (it starts before ``end``
+    and lasts past ``begin``), oldest first; prunes stale ones."""
+    moment = time.time()
     out: list[dict[str, Any]] = []
     for path in sorted((fabric_dir / "flows").glob("*.json")):
         try:
@@ -73,7 +75,7 @@ def active_flows(now: float | None = None, fabric_dir: Path = FABRIC_DIR) -> lis
             with contextlib.suppress(OSError):  # another user's stale flow (sticky directory)
                 path.unlink()
             continue
-        if float(record["start"]) <= moment <= float(record["until"]):
+        if float(record["start"]) <= end and float(record["until"]) >= begin:
             out.append(record)
     return sorted(out, key=lambda r: (float(r["start"]), str(r["key"])))
 

@@ -10,15 +10,19 @@ through rdma_cm as in perftest: the server opens no TCP socket but a listening c
 exchange. Both print the header block and address lines.
 
 The client then registers its flow in the shared fabric directory for as long as the real run
-lasts, runs the fabric model's ``p2p`` halfway through over every flow active at that moment (so
-flows started together, a pair round or an incast, see each other), then prints the table and sends
-the result (and the server NIC's counter deltas) to the server, which prints the same table. With
-``-D N`` the run lasts N seconds, as perftest's: ``catch_alarm`` moves from the warm-up margin
-(``-f``, else N/4 whole seconds) to the sampled window and stops sampling one margin before N, so
-the middle of the sampled window is N/2 whichever the margin. Without ``-D`` (an iteration count),
-the real run lasts as long as its data takes; the emulator holds such a flow ``SETTLE_S`` plus
-``HOLD_S``, its own choice of window, not a real tool's timing. The duration also scales the
-counter deltas and the iteration count.
+lasts, from when a real client would have started it (the emulator's own Python start-up left out:
+``startup_s``) and, at the end of its sampled window, runs the fabric model's ``p2p`` over every flow that
+ran during that window, piece by piece (``segments``): perftest's bandwidth is the bytes moved in
+the sampled window over its length, so a flow that shares a link with another for part of the
+window reads the time-weighted mean of the shared and the unshared rate, and flows started together
+(a pair round, an incast) share for the whole window. It then prints the table and sends the result
+(and the server NIC's counter deltas) to the server, which prints the same table. With ``-D N`` the
+run lasts N seconds, as perftest's: ``catch_alarm`` moves from the warm-up margin (``-f``, else
+N/4 whole seconds) to the sampled window and stops sampling one margin before N; traffic flows for
+the whole N seconds, margins included, so other flows see it then too. Without ``-D`` (an
+iteration count) the real run lasts as long as its data takes; the emulator samples such a flow
+for ``NO_DURATION_S``, its own choice of window, not a real tool's timing. The duration also
+scales the counter deltas and the iteration count.
 
 Model failures map to perftest's: a GID index outside the port's table fails the QP transition
 (``Failed to modify QP <qpn> to RTR``, `` Unable to Connect the HCA's through the link``); a GID
@@ -31,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import json
 import os
 import random
@@ -41,7 +46,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from fabtune.sim import observe
+from fabtune.sim import observe, tools
 from fabtune.sim.model import Flow, HostConfig, NicConfig, P2PRun, active_mtu, p2p
 from fabtune.sim.model.p2p import flow_port
 from fabtune.sim.model.qos import nic_prio
@@ -51,17 +56,15 @@ from fabtune.sim.node import FABRIC_DIR, NicDescription, NodeState
 from fabtune.sim.tools import _counters, _fabric, _rdma_cm
 from fabtune.sim.tools import _perftest_out as fmt
 from fabtune.sim.tools._common import err, out, state_or_host
-from fabtune.sim.tools._perftest_args import ParseExit, PerftestArgs, parse
+from fabtune.sim.tools._perftest_args import ParseExit, PerftestArgs, margin_s, parse
 
-# A run without -D (iterations): it waits SETTLE_S before it looks for the other flows and stays
-# registered HOLD_S longer, so two flows see each other when their starts are less than
-# min(SETTLE_S, HOLD_S) apart. A -D N run looks at N/2 and ends at N: flows that start less than
-# N/2 apart see each other for the whole run (an approximation: a real run that overlaps another
-# for part of its window averages the shared and the unshared rate).
-SETTLE_S = 1.5
-HOLD_S = 1.5
+# A run without -D (an iteration count): sampled for this long from its start, then it ends (the
+# emulator's own window; a real one lasts as long as its data takes).
+NO_DURATION_S = 3.0
 OOB_TIMEOUT_S = 60.0  # a silent peer ends the run with perftest's exchange error, never a traceback
 CONNECT_RETRY_S = 3.0
+STARTUP_MAX_S = 10.0  # at most this much start-up is left out of a flow's start
+INTERPRETER_MAX_S = 1.0  # the interpreter's own start, fork to the launcher's first line, is shorter
 ALL_SIZES = tuple(2**k for k in range(1, 24))
 
 
@@ -75,6 +78,7 @@ class Ctx:
     nic_index: int
     host: HostConfig
     fabric_dir: Path
+    startup_s: float = 0.0  # the emulator's own start-up (``startup_s``): a flow's start leaves it out
 
     @property
     def nic_config(self) -> NicConfig:
@@ -176,11 +180,51 @@ def _print_setup(ctx: Ctx, local: fmt.Side, remote: fmt.Side, with_header: bool 
 # --------------------------------------------------------------------------- the model
 
 
-def run_window(args: PerftestArgs) -> tuple[float, float]:
-    """A run's seconds before the model looks at the other flows, and after: halves of ``-D``."""
+def sampled_window(args: PerftestArgs) -> tuple[float, float, float]:
+    """Seconds from a run's start to its sampled window's start and end, and to the run's end.
+
+    ``-D N``: perftest's ``catch_alarm`` samples between a margin (``-f``, else N/4 whole seconds)
+    and N minus that margin, and stops at N. Without ``-D``: the emulator's ``NO_DURATION_S``."""
     if args.duration is None:
-        return SETTLE_S, HOLD_S
-    return args.duration / 2, args.duration / 2
+        return 0.0, NO_DURATION_S, NO_DURATION_S
+    margin = float(max(margin_s(args), 0))
+    return margin, args.duration - margin, float(args.duration)
+
+
+@dataclasses.dataclass(frozen=True)
+class Segment:
+    """A piece of a flow's sampled window: its share of the window, and the flows that run
+    throughout it (the flow itself included), in the fabric directory's order."""
+
+    share: float
+    records: tuple[dict[str, Any], ...]
+
+
+def segments(
+    record: dict[str, Any], records: list[dict[str, Any]], window: tuple[float, float]
+) -> list[Segment]:
+    """``record``'s sampled ``window`` (absolute times) cut where another flow starts or stops;
+    pieces with the same flows running are merged. perftest reports the bytes of the sampled window
+    over its length, so each piece counts by its share of the window."""
+    t0, t1 = window
+    mine = str(record["key"])
+    if all(str(r["key"]) != mine for r in records):
+        records = [*records, record]
+    cuts = {t0, t1}
+    for r in records:
+        cuts.update(t for t in (float(r["start"]), float(r["until"])) if t0 < t < t1)
+    edges = sorted(cuts)
+    pieces = list(itertools.pairwise(edges)) if t1 > t0 else [(t0, t0)]
+    shares: dict[tuple[str, ...], float] = {}
+    running: dict[tuple[str, ...], tuple[dict[str, Any], ...]] = {}
+    for a, b in pieces:
+        mid = (a + b) / 2
+        during = tuple(r for r in records
+                       if str(r["key"]) == mine or float(r["start"]) <= mid <= float(r["until"]))
+        keys = tuple(str(r["key"]) for r in during)
+        shares[keys] = shares.get(keys, 0.0) + ((b - a) / (t1 - t0) if t1 > t0 else 1.0)
+        running[keys] = during
+    return [Segment(share, running[keys]) for keys, share in shares.items()]
 
 
 def _flow_record(ctx: Ctx, peer_hello: dict[str, Any], start: float) -> dict[str, Any]:
@@ -192,7 +236,7 @@ def _flow_record(ctx: Ctx, peer_hello: dict[str, Any], start: float) -> dict[str
     src, dst = (peer, me) if a.prog == "ib_read_bw" else (me, peer)
     return {
         "key": f"{ctx.hostname}-{os.getpid()}-{a.port}", "start": start,
-        "until": start + sum(run_window(a)), "prog": a.prog, "client": ctx.hostname,
+        "until": start + sampled_window(a)[2], "prog": a.prog, "client": ctx.hostname,
         "server": peer_side.host, "src": src, "dst": dst, "size": a.size, "qps": a.qps,
         "tclass": a.tos if a.rdma_cm else a.tclass, "rdma_cm": a.rdma_cm,
         "gid_index": a.gid_index, "use_cuda": a.use_cuda is not None,
@@ -253,29 +297,40 @@ def _seconds(rows: list[fmt.Row], duration: int | None) -> float:
     return sum(r.iters * r.size * 8 / (r.gbps * 1e9) for r in rows if r.gbps > 0)
 
 
-def run_model(ctx: Ctx, record: dict[str, Any], records: list[dict[str, Any]], run_index: int) -> Outcome:
-    """Run ``p2p`` over every active flow at each size of this run; this flow's rows and deltas."""
+def _sized(tagged: list[tuple[str, Flow]], key: str, size: int) -> tuple[list[Flow], list[int]]:
+    """The model flows with this run's at ``size``, and the indices of this run's (two when
+    bidirectional)."""
+    mine = [i for i, (k, _) in enumerate(tagged) if k == key]
+    sized = [dataclasses.replace(f, msg_size=size) if i in mine else f for i, (_, f) in enumerate(tagged)]
+    return sized, mine
+
+
+def run_model(ctx: Ctx, record: dict[str, Any], records: list[dict[str, Any]], run_index: int,
+              window: tuple[float, float]) -> Outcome:
+    """Run ``p2p`` at each size of this run over each piece of its sampled ``window`` (``segments``:
+    the flows running then); the time-weighted rows and this run's counter deltas."""
     view = observe.fabric_view(ctx.fabric_dir)
-    if not any(r["key"] == record["key"] for r in records):
-        records = [*records, record]
-    fabric = observe.fabric_config(view, _hosts(view, records))
-    tagged = _flows(view, records)
-    mine = [i for i, (key, _) in enumerate(tagged) if key == record["key"]]
+    pieces = segments(record, records, window)
+    fabric = observe.fabric_config(view, _hosts(view, [r for p in pieces for r in p.records]))
+    tagged = [(p.share, _flows(view, list(p.records))) for p in pieces]
+    key = str(record["key"])
     rows: list[fmt.Row] = []
-    run: P2PRun | None = None
     for size in _sizes(ctx.args):
-        flows = [dataclasses.replace(f, msg_size=size) if i in mine else f for i, (_, f) in enumerate(tagged)]
-        run = p2p(fabric, flows, run_index)
-        failure = next((run.results[i].failure for i in mine if run.results[i].failure), None)
-        if failure is not None:
-            return Outcome([], failure, {}, {})
-        gbps = sum(run.results[i].goodput_gbps for i in mine)
+        gbps = 0.0
+        for share, flows_of in tagged:
+            flows, mine = _sized(flows_of, key, size)
+            run = p2p(fabric, flows, run_index)
+            failure = next((run.results[i].failure for i in mine if run.results[i].failure), None)
+            if failure is not None:
+                return Outcome([], failure, {}, {})
+            gbps += share * sum(run.results[i].goodput_gbps for i in mine)
         rows.append(fmt.Row(size, _iters(ctx.args, size, gbps), gbps))
     secs = _seconds(rows, ctx.args.duration)
-    final = [f for _, f in tagged]
-    run = p2p(fabric, [dataclasses.replace(f, msg_size=rows[-1].size) if i in mine else f
-                       for i, f in enumerate(final)], run_index, duration_s=secs)
-    return _with_deltas(ctx, fabric.hosts, final, mine[0], run=run, rows=rows)
+    parts = []
+    for share, flows_of in tagged:
+        flows, mine = _sized(flows_of, key, rows[-1].size)
+        parts.append((p2p(fabric, flows, run_index, duration_s=secs * share), flows, mine[0]))
+    return _with_deltas(ctx, fabric.hosts, parts, rows=rows)
 
 
 def _share(run: P2PRun, flows: list[Flow], ref: tuple[int, int]) -> Counters:
@@ -284,18 +339,21 @@ def _share(run: P2PRun, flows: list[Flow], ref: tuple[int, int]) -> Counters:
     return _counters.scale(run.counters.get(ref, Counters()), 1 / max(len(users), 1))
 
 
-def _with_deltas(ctx: Ctx, hosts: tuple[HostConfig, ...], flows: list[Flow], mine: int, *,
-                 run: P2PRun, rows: list[fmt.Row]) -> Outcome:
-    """Counter deltas of this run for the client's and the server's NIC."""
-    flow = flows[mine]
+def _with_deltas(ctx: Ctx, hosts: tuple[HostConfig, ...], parts: list[tuple[P2PRun, list[Flow], int]], *,
+                 rows: list[fmt.Row]) -> Outcome:
+    """Counter deltas of this run for the client's and the server's NIC: each piece's model
+    deltas (``parts``: its run, its flows and this run's index among them) and the traffic."""
+    _, first, mine = parts[0]
+    flow = first[mine]
     tx_nic = hosts[flow.src_host].nics[flow.src_nic]
     tos = flow.tclass if flow.tclass is not None else (tx_nic.roce_tos if flow.rdma_cm else 0)
     prio = 0 if tx_nic.link_layer == "InfiniBand" else nic_prio(flow_port(flow, tx_nic), tos)
     nbytes = int(rows[-1].gbps * 1e9 / 8 * _seconds(rows, ctx.args.duration)) if rows else 0
     mtu = active_mtu(tx_nic)
-    tx = _counters.merge(_counters.model_deltas(_share(run, flows, (flow.src_host, flow.src_nic))),
+    src, dst = (flow.src_host, flow.src_nic), (flow.dst_host, flow.dst_nic)
+    tx = _counters.merge(*(_counters.model_deltas(_share(run, flows, src)) for run, flows, _ in parts),
                          _counters.traffic_deltas("tx", prio, nbytes, mtu))
-    rx = _counters.merge(_counters.model_deltas(_share(run, flows, (flow.dst_host, flow.dst_nic))),
+    rx = _counters.merge(*(_counters.model_deltas(_share(run, flows, dst)) for run, flows, _ in parts),
                          _counters.traffic_deltas("rx", prio, nbytes, mtu))
     client_is_src = ctx.args.prog != "ib_read_bw"
     return Outcome(rows, None, tx if client_is_src else rx, rx if client_is_src else tx)
@@ -520,18 +578,58 @@ def client(ctx: Ctx) -> int:
     return 0
 
 
+def startup_s() -> float:
+    """The emulator's own start-up so far: how long ago this process began.
+
+    A real perftest is a C program: its traffic starts milliseconds after it is started, once the
+    device is open, rdma_cm has resolved and the exchange is done. The emulator first starts a
+    Python interpreter and imports the fabric model: tens of milliseconds idle, more on a loaded
+    machine, and different for each process. That time is not the tool's: a flow's start leaves it
+    out (measured when ``run`` begins), so clients started at one instant run from that instant,
+    as real ones would; the connection and the exchange that follow count.
+
+    The process began when it was forked (``/proc/self/stat``'s starttime against
+    ``CLOCK_BOOTTIME``), unless its launcher's first line (``launched_at``) came more than
+    ``INTERPRETER_MAX_S`` later: then another program ran in it first and exec'd the tool (a
+    start barrier that waited), and the launcher's time is the start. 0 when the tool was not
+    started through a launcher; at most ``STARTUP_MAX_S``."""
+    launched = tools.launched_at()
+    if launched is None:
+        return 0.0
+    now = time.time()
+    forked = _forked_at(now)
+    began = forked if forked is not None and 0.0 <= launched - forked <= INTERPRETER_MAX_S else launched
+    return min(max(now - began, 0.0), STARTUP_MAX_S)
+
+
+def _forked_at(now: float) -> float | None:
+    """When this process was forked (wall clock), from /proc; None where /proc cannot say."""
+    try:
+        stat = Path("/proc/self/stat").read_text()
+        ticks = int(stat.rsplit(")", 1)[1].split()[19])  # field 22; the fields after comm start at 3
+        age = time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+    return now - age
+
+
 def _measure(ctx: Ctx, peer: dict[str, Any]) -> Outcome:
-    """Register the flow, let concurrent flows appear, run the model, hold, unregister."""
-    start = time.time()
+    """Register the flow, run to the end of its sampled window, run the model over the flows of
+    that window, and run on to the end. The record stays for later flows whose windows overlap
+    this run's (pruned ``_fabric.STALE_S`` after its end); a run that dies early takes it away."""
+    start = time.time() - ctx.startup_s
+    begin, end, stop = sampled_window(ctx.args)
     record = _flow_record(ctx, peer, start)
     path = _fabric.register_flow(record, str(record["key"]), ctx.fabric_dir)
     try:
-        time.sleep(max(0.0, start + run_window(ctx.args)[0] - time.time()))
-        records = _fabric.active_flows(fabric_dir=ctx.fabric_dir)
-        outcome = run_model(ctx, record, records, _fabric.next_run_index(ctx.fabric_dir))
-        time.sleep(max(0.0, float(record["until"]) - time.time()))
-    finally:
+        time.sleep(max(0.0, start + end - time.time()))
+        records = _fabric.flows_during(start + begin, start + end, fabric_dir=ctx.fabric_dir)
+        outcome = run_model(ctx, record, records, _fabric.next_run_index(ctx.fabric_dir),
+                            (start + begin, start + end))
+        time.sleep(max(0.0, start + stop - time.time()))
+    except BaseException:
         path.unlink(missing_ok=True)
+        raise
     return outcome
 
 
@@ -545,6 +643,7 @@ def run(prog: str, argv: list[str], state: NodeState | None = None,
     Returns:
         perftest's exit status (0 success, 1 on every error, ``-h`` and ``-V`` included).
     """
+    startup = startup_s()
     try:
         args = parse(prog, argv)
     except ParseExit as done:
@@ -554,7 +653,7 @@ def run(prog: str, argv: list[str], state: NodeState | None = None,
     if picked is None:
         return 1
     host = observe.host_config(node, observe.nccl_env({}, environ or {}))
-    ctx = Ctx(args, node, picked[0], picked[1], host, fabric_dir)
+    ctx = Ctx(args, node, picked[0], picked[1], host, fabric_dir, startup)
     with contextlib.suppress(BrokenPipeError):
         return serve(ctx) if args.is_server else client(ctx)
     return 1

@@ -80,9 +80,11 @@ def test_margin_defaults_to_a_quarter_of_the_duration() -> None:
 
 def test_a_duration_run_lasts_its_duration(rack: Path) -> None:
     """perftest's catch_alarm: a -D N run samples between its margins and stops at N seconds."""
-    assert perftest.run_window(parse("ib_write_bw", ["-D", "2"])) == (1.0, 1.0)
-    assert perftest.run_window(parse("ib_write_bw", ["-D", "5", "-f", "2"])) == (2.5, 2.5)
-    assert perftest.run_window(parse("ib_write_bw", [])) == (perftest.SETTLE_S, perftest.HOLD_S)
+    assert perftest.sampled_window(parse("ib_write_bw", ["-D", "2"])) == (0.0, 2.0, 2.0)
+    assert perftest.sampled_window(parse("ib_write_bw", ["-D", "5", "-f", "2"])) == (2.0, 3.0, 5.0)
+    assert perftest.sampled_window(parse("ib_write_bw", ["-D", "8"])) == (2.0, 6.0, 8.0)
+    assert perftest.sampled_window(parse("ib_write_bw", [])) == (0.0, perftest.NO_DURATION_S,
+                                                                 perftest.NO_DURATION_S)
     server = tool(rack, "h02", "ib_write_bw", "-p", "19413", "-D", "1", "--report_gbits")
     wait_banner(server)
     start = time.monotonic()
