@@ -96,6 +96,20 @@ def late_hosts(results: Iterable[PairResult]) -> dict[str, float]:
     return late
 
 
+def more_lead(extra_s: float, late: Mapping[str, float]) -> float:
+    """The common start's extra lead for the next round, from this one's (``extra_s``) and how late
+    its client hosts were (``late``, ``late_hosts``): the latest host's lateness and half a second
+    more on top, where it was later than ``LATE_TOLERANCE_S``; at most ``LEAD_EXTRA_MAX_S``.
+
+    Ansible reaches a round's hosts one after another; a controller that reached some only after
+    the instant (a loaded controller, a large round) gets that much more time from the next round
+    on, and the rounds of a run stop starting late. It never shrinks within a run."""
+    latest = max(late.values(), default=0.0)
+    if latest <= LATE_TOLERANCE_S:
+        return extra_s
+    return min(extra_s + latest + 0.5, LEAD_EXTRA_MAX_S)
+
+
 def late_clients(late: Mapping[str, float], duration_s: int) -> str | None:
     """Why a round's numbers may read better than its fabric: hosts (``late``: seconds after the
     round's common start, ``late_hosts``) whose clients started a quarter of their run or more late
@@ -392,22 +406,32 @@ def run_round(
     opts: PerftestOptions,
     *,
     deadline_s: int | None = None,
+    lead_extra_s: float = 0.0,
 ) -> list[PairResult]:
     """Run one round of pairs concurrently; servers are stopped afterwards whatever happened.
 
     Each server and client has a deadline (``deadline_s``, else derived from ``opts``); a client
     that misses it is a failed pair, its error naming the host, the command and the deadline.
+    ``lead_extra_s``: more time for Ansible to reach the clients' hosts (``more_lead``).
 
     Raises:
         PlaybookFailed: when the round could not run (unreachable host, failed task).
     """
-    planned = plan_round(pairs, views, opts, deadline_s)
+    planned = plan_round(pairs, views, opts, deadline_s, lead_extra_s=lead_extra_s)
     outcome = ansible.run_playbook(ROUND_PLAYBOOK, inventory, extravars=planned.variables(read_before=True),
                                    timeout_s=planned.timeout_s)
     return round_results(outcome, planned, views, None)[0]
 
 
 ROUND_PLAYBOOK = "bench_ib_write_bw.yml"
+# the playbook's variable for seconds added to the clients' common start lead (its own default, or
+# the inventory's fabtune_bench_start_lead_s): raised by the controller after a late round
+LEAD_EXTRA_VAR = "fabtune_bench_start_lead_extra_s"
+LATE_TOLERANCE_S = 0.1
+"""A client this late after its round's common start changes nothing worth a longer lead."""
+LEAD_EXTRA_MAX_S = 30.0
+"""The most a run of rounds adds to the lead: a host later than that has a clock or a controller
+problem that waiting longer does not fix (the late warning says so)."""
 # the playbooks' variable for the counters read before: {} where a read the caller holds stands for it
 READS_BEFORE_VAR = "fabtune_counter_reads_before"
 
@@ -426,6 +450,7 @@ class PlannedRound:
     runs: tuple[dict[str, Any], ...]
     reads: dict[str, list[dict[str, Any]]]
     deadline: int
+    lead_extra_s: float = 0.0  # added to the clients' common start lead (``more_lead``)
 
     def variables(self, read_before: bool) -> dict[str, Any]:
         """The playbook's variables; ``read_before`` False: the round reads no counters before
@@ -437,6 +462,8 @@ class PlannedRound:
         }
         if not read_before:
             found[READS_BEFORE_VAR] = {}
+        if self.lead_extra_s > 0:
+            found[LEAD_EXTRA_VAR] = round(self.lead_extra_s, 2)
         return found
 
     @property
@@ -448,15 +475,22 @@ class PlannedRound:
 
 
 def plan_round(
-    pairs: Sequence[Pair], views: Mapping[str, HostView], opts: PerftestOptions, deadline_s: int | None = None
+    pairs: Sequence[Pair],
+    views: Mapping[str, HostView],
+    opts: PerftestOptions,
+    deadline_s: int | None = None,
+    *,
+    lead_extra_s: float = 0.0,
 ) -> PlannedRound:
-    """A round of ``pairs`` ready to run (``deadline_s``: each server's and client's; else derived).
+    """A round of ``pairs`` ready to run (``deadline_s``: each server's and client's; else derived;
+    ``lead_extra_s``: more time for Ansible to reach the clients' hosts, ``more_lead``).
 
     Raises:
         BenchmarkError: a server's port has no IPv4 address to test against.
     """
     runs = tuple(_run_spec(p, views, opts) for p in pairs)
-    return PlannedRound(tuple(pairs), runs, _counter_reads(runs), perftest_deadline_s(opts, deadline_s))
+    return PlannedRound(tuple(pairs), runs, _counter_reads(runs), perftest_deadline_s(opts, deadline_s),
+                        lead_extra_s)
 
 
 def round_results(
@@ -491,9 +525,11 @@ def run_rounds(
     """Run rounds one after another, each announced as a ``round`` event with an ETA."""
     done: list[list[PairResult]] = []
     start = time.monotonic()
+    extra = 0.0
     for index, pairs in enumerate(rounds, start=1):
         if on_event is not None:
             eta = (time.monotonic() - start) / (index - 1) * (len(rounds) - index + 1) if index > 1 else None
             on_event(*round_event(phase, index, len(rounds), eta))
-        done.append(run_round(inventory, pairs, views, opts, deadline_s=deadline_s))
+        done.append(run_round(inventory, pairs, views, opts, deadline_s=deadline_s, lead_extra_s=extra))
+        extra = more_lead(extra, late_hosts(done[-1]))
     return done

@@ -18,7 +18,7 @@ from fabtune.inventory import InventoryInfo, hostvars_of
 from fabtune.perf import diagnose, pairs, rdmacounters
 from fabtune.perf.argv import PerftestOptions
 from fabtune.perf.fabric import CHECKS_PLAYBOOK, HostView, read_hosts, views_of
-from fabtune.perf.pairs import PairResult
+from fabtune.perf.pairs import PairResult, more_lead
 from fabtune.perf.schedule import covering_rounds, pair_rounds, rail_pairs
 from fabtune.state import HostState, trees_of
 from fabtune.tune import pairs as rdma_cm
@@ -162,6 +162,9 @@ class AnsibleBackend:
     # The facts read in the same Ansible run as the last apply (``apply``'s ``facts_after``): the
     # facts of every host (or why they could not be read) that the next ``facts`` call returns.
     prefetched_facts: dict[str, dict[str, Any]] | Exception | None = field(default=None, repr=False)
+    # Added to every later round's common start lead once a round's clients started late
+    # (``pairs.more_lead``): Ansible took longer to reach its hosts than the lead allowed.
+    lead_extra_s: float = 0.0
 
     @property
     def inventory(self) -> Path:
@@ -574,7 +577,8 @@ class AnsibleBackend:
         """A batch and, where the hosts' views are known, ``pairs_after`` pair rounds after it."""
         spec = self._spec()
         before, self.counters, self.prefetched = self.counters, None, []
-        rounds = rdma_cm.plan(self.views, self.info.bench_timeout_s) if pairs_after > 0 and self.views else []
+        rounds = (rdma_cm.plan(self.views, self.info.bench_timeout_s, self.lead_extra_s)
+                  if pairs_after > 0 and self.views else [])
         planned = plan_batch(spec, repetitions, before)
         parts = [ansible.Part(MEASURE_PLAYBOOK, planned.variables)]
         held = rdmacounters.will_read(planned.reads)  # the batch's read after
@@ -604,6 +608,7 @@ class AnsibleBackend:
                 self.prefetched.append(err)
                 break
             self.counters = self.counters or None
+            self.lead_extra_s = more_lead(self.lead_extra_s, found.late)
             self.prefetched.append(found)
         return dataclasses.replace(batch, rounds_s=sum(o.seconds for o in outcomes[1:]))
 
@@ -625,6 +630,8 @@ class AnsibleBackend:
         before, self.counters = self.counters, None
         if not self.views:
             self.views = read_hosts(self.inventory)
-        found, self.counters = rdma_cm.measure(self.inventory, self.views, self.info.bench_timeout_s, before)
+        found, self.counters = rdma_cm.measure(self.inventory, self.views, self.info.bench_timeout_s, before,
+                                               lead_extra_s=self.lead_extra_s)
         self.counters = self.counters or None
+        self.lead_extra_s = more_lead(self.lead_extra_s, found.late)
         return found

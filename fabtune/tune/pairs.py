@@ -109,11 +109,16 @@ def _schedule(views: Mapping[str, HostView]) -> tuple[list[list[Pair]], list[Pai
     return rounds, stages
 
 
-def plan(views: Mapping[str, HostView], deadline_s: int | None) -> list[pairs.PlannedRound]:
-    """A pair round's playbook runs: the covering pair rounds, then the incast stages (one run)."""
+def plan(
+    views: Mapping[str, HostView], deadline_s: int | None, lead_extra_s: float = 0.0
+) -> list[pairs.PlannedRound]:
+    """A pair round's playbook runs: the covering pair rounds, then the incast stages (one run);
+    ``lead_extra_s``: more time for Ansible to reach the clients' hosts (``pairs.more_lead``)."""
     rounds, stages = _schedule(views)
-    planned = [pairs.plan_round(rnd, views, OPTIONS, deadline_s) for rnd in rounds]
-    return planned + ([pairs.plan_round(stages, views, OPTIONS, deadline_s)] if stages else [])
+    planned = [pairs.plan_round(rnd, views, OPTIONS, deadline_s, lead_extra_s=lead_extra_s) for rnd in rounds]
+    if stages:
+        planned.append(pairs.plan_round(stages, views, OPTIONS, deadline_s, lead_extra_s=lead_extra_s))
+    return planned
 
 
 def parts(planned: Sequence[pairs.PlannedRound], before: Reads | None) -> list[Part]:
@@ -173,7 +178,8 @@ def assemble(
 
 
 def measure(
-    inventory: Path, views: Mapping[str, HostView], deadline_s: int | None, before: Reads | None = None
+    inventory: Path, views: Mapping[str, HostView], deadline_s: int | None, before: Reads | None = None,
+    *, lead_extra_s: float = 0.0,
 ) -> tuple[PairRound, Reads]:
     """One covering pair round and one incast stage (every rail), with ib_write_bw over rdma_cm, in
     one Ansible run; and the counters read after it. ``before``: the counters as read since the
@@ -183,7 +189,7 @@ def measure(
     Raises:
         PlaybookFailed: when a round could not run (unreachable host, failed task).
     """
-    planned = plan(views, deadline_s)
+    planned = plan(views, deadline_s, lead_extra_s)
     if not planned:
         return PairRound({}), before or {}
     runs = parts(planned, before)

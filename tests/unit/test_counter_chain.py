@@ -348,3 +348,25 @@ def test_a_read_after_a_failed_restore_is_not_kept(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(ansible, "run_playbooks", failed_apply)
     assert not backend.apply({h: HostState.from_tree({}) for h in HOSTS}, exact=True, facts_after=True).ok
     assert backend.prefetched_facts is None
+
+
+def test_a_round_whose_clients_started_late_gives_the_later_rounds_more_lead(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Ansible reached a client host after the round's common start: later rounds of the run set
+    it that much later, plus half a second (pairs.more_lead), whether run alone or after a batch."""
+    backend, played = _paired_backend(monkeypatch)
+    leads: list[float] = []
+
+    def measured(*args: Any, lead_extra_s: float = 0.0, **kwargs: Any) -> tuple[rdma_cm.PairRound, Any]:
+        leads.append(lead_extra_s)
+        return rdma_cm.PairRound({}, late={"h01": 0.0, "h02": 0.9 if len(leads) == 1 else 0.05}), {}
+
+    monkeypatch.setattr(rdma_cm, "measure", measured)
+    backend.pairs()
+    backend.pairs()  # on time (0.05 s is within the tolerance): the lead stays
+    backend.pairs()
+    assert leads == [0.0, pytest.approx(1.4), pytest.approx(1.4)]
+    backend.measure(2, pairs_after=1)
+    (parts,) = played.calls
+    assert parts[1].variables[pairs.LEAD_EXTRA_VAR] == pytest.approx(1.4)

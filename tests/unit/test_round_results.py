@@ -7,9 +7,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import jinja2
 import pytest
+import yaml
 
 from fabtune.ansible import RunOutcome, TaskResult
+from fabtune.collection import COLLECTION
 from fabtune.perf import pairs
 from fabtune.perf.argv import PerftestOptions
 from fabtune.perf.fabric import HostView, Rail
@@ -86,3 +89,37 @@ def test_a_client_that_started_late_is_said() -> None:
     assert pairs.late_clients(pairs.late_hosts([result]), 5) is None
     (on_time,), _ = pairs.round_results(outcome, planned, _views(), None)
     assert on_time.late_s == 0.0 and pairs.late_clients(pairs.late_hosts([on_time]), 2) is None
+
+
+def test_a_late_round_gives_the_next_more_lead_up_to_a_cap() -> None:
+    """pairs.more_lead: the latest host's lateness and half a second more, past a tolerance; it
+    only grows within a run, and never past LEAD_EXTRA_MAX_S (a clock problem waiting won't fix)."""
+    assert pairs.more_lead(0.0, {}) == 0.0
+    assert pairs.more_lead(0.0, {"h01": 0.0, "h02": pairs.LATE_TOLERANCE_S}) == 0.0
+    assert pairs.more_lead(0.0, {"h01": 0.2, "h02": 0.8}) == pytest.approx(1.3)
+    assert pairs.more_lead(1.3, {"h02": 0.4}) == pytest.approx(2.2)
+    assert pairs.more_lead(1.3, {"h02": 0.0}) == pytest.approx(1.3)
+    assert pairs.more_lead(29.0, {"h02": 5.0}) == pairs.LEAD_EXTRA_MAX_S
+
+
+def test_the_extra_lead_goes_to_the_playbook_only_when_there_is_one() -> None:
+    stage = [Pair("h01", "h02", 0, 18515)]
+    plain = pairs.plan_round(stage, _views(), PerftestOptions(duration_s=2))
+    assert pairs.LEAD_EXTRA_VAR not in plain.variables(read_before=True)
+    later = pairs.plan_round(stage, _views(), PerftestOptions(duration_s=2), lead_extra_s=1.25)
+    assert later.variables(read_before=True)[pairs.LEAD_EXTRA_VAR] == 1.25
+
+
+@pytest.mark.parametrize(("inventory_vars", "lead"), [
+    ({}, 1.1),  # 1 s plus 50 ms a host: 2 hosts
+    ({"fabtune_bench_start_lead_s": 4}, 4.0),
+    ({pairs.LEAD_EXTRA_VAR: 1.5}, 2.6),
+    ({"fabtune_bench_start_lead_s": 4, pairs.LEAD_EXTRA_VAR: 1.5}, 5.5),
+])
+def test_the_playbook_adds_the_extra_lead_to_its_own(inventory_vars: dict[str, float], lead: float) -> None:
+    """bench_ib_write_bw.yml's lead: the inventory's (or its default), plus the controller's extra."""
+    playbook = yaml.safe_load((COLLECTION / "playbooks" / pairs.ROUND_PLAYBOOK).read_text())
+    expression = playbook[0]["vars"]["__fabtune_start_lead_s"]
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined)
+    rendered = env.from_string(expression).render(__fabtune_round_hosts=["h01", "h02"], **inventory_vars)
+    assert float(rendered) == pytest.approx(lead)
