@@ -1,27 +1,27 @@
 """Emulated perftest bandwidth tools: ``ib_write_bw``, ``ib_read_bw``, ``ib_send_bw``.
 
-Server (no host argument): prints the ``Waiting for client to connect...`` banner, listens on TCP
-``-p`` (default 18515) on every address and serves one client. Client: connects to
-``<host>:<port>`` (names resolve through ``/etc/hosts``; a missing server gives perftest's
-``Couldn't connect to <host>:<port>`` after a short retry). With ``-R`` (or ``-z``) the exchange goes
-through rdma_cm as in perftest: the server opens no TCP socket but a listening cm_id that
-``rdma resource show cm_id`` lists (``_rdma_cm``). Both sides then swap their endpoint
+Server (no host argument): listens on TCP ``-p`` (default 18515) on every address, prints the
+``Waiting for client to connect...`` banner and serves one client. Client: connects to
+``<host>:<port>`` once, as perftest's client does (names resolve through ``/etc/hosts``; a server
+not listening yet gives perftest's ``Couldn't connect to <host>:<port>``). With ``-R`` (or ``-z``)
+the exchange goes through rdma_cm as in perftest: the server opens no TCP socket but a listening
+cm_id that ``rdma resource show cm_id`` lists (``_rdma_cm``). Both sides then swap their endpoint
 (device, LID, GID, QPNs, PSNs) and their host's model config as JSON lines: the out-of-band
 exchange. Both print the header block and address lines.
 
-The client then registers its flow in the shared fabric directory for as long as the real run
-lasts, from when a real client would have started it (the emulator's own Python start-up left out:
-``startup_s``) and, at the end of its sampled window, runs the fabric model's ``p2p`` over every flow that
-ran during that window, piece by piece (``segments``): perftest's bandwidth is the bytes moved in
-the sampled window over its length, so a flow that shares a link with another for part of the
-window reads the time-weighted mean of the shared and the unshared rate, and flows started together
-(a pair round, an incast) share for the whole window. It then prints the table and sends the result
-(and the server NIC's counter deltas) to the server, which prints the same table. With ``-D N`` the
-run lasts N seconds, as perftest's: ``catch_alarm`` moves from the warm-up margin (``-f``, else
-N/4 whole seconds) to the sampled window and stops sampling one margin before N; traffic flows for
-the whole N seconds, margins included, so other flows see it then too. Without ``-D`` (an
-iteration count) the real run lasts as long as its data takes; the emulator samples such a flow
-for ``NO_DURATION_S``, its own choice of window, not a real tool's timing. The duration also
+The client then registers its flow in the shared fabric directory for as long as the real run lasts,
+from when a real client would have started it (the emulator's own Python start-up left out:
+``startup_s``) and, at the end of its sampled window, runs the fabric model's ``p2p`` over every
+flow that ran during that window, piece by piece (``segments``): perftest's bandwidth is the bytes
+moved in the sampled window over its length, so a flow that shares a link with another for part of
+the window reads the time-weighted mean of the shared and the unshared rate, and flows started
+together (a pair round, an incast) share for the whole window. It then prints the table and sends
+the result (and the server NIC's counter deltas) to the server, which prints the same table. With
+``-D N`` the run lasts N seconds, as perftest's: ``catch_alarm`` moves from the warm-up margin
+(``-f``, else N/4 whole seconds) to the sampled window and stops sampling one margin before N;
+traffic flows for the whole N seconds, margins included, so other flows see it then too. Without
+``-D`` (an iteration count) the real run lasts as long as its data takes; the emulator samples such
+a flow for ``NO_DURATION_S``, its own choice of window, not a real tool's timing. The duration also
 scales the counter deltas and the iteration count.
 
 Model failures map to perftest's: a GID index outside the port's table fails the QP transition
@@ -62,7 +62,6 @@ from fabtune.sim.tools._perftest_args import ParseExit, PerftestArgs, margin_s, 
 # emulator's own window; a real one lasts as long as its data takes).
 NO_DURATION_S = 3.0
 OOB_TIMEOUT_S = 60.0  # a silent peer ends the run with perftest's exchange error, never a traceback
-CONNECT_RETRY_S = 3.0
 STARTUP_MAX_S = 10.0  # at most this much start-up is left out of a flow's start
 INTERPRETER_MAX_S = 1.0  # the interpreter's own start, fork to the launcher's first line, is shorter
 ALL_SIZES = tuple(2**k for k in range(1, 24))
@@ -513,29 +512,27 @@ def _try_connect(family: int, addr: Any) -> socket.socket | None:
 
 
 def _connect(ctx: Ctx) -> socket.socket | None:
-    """Connect to the server, retrying briefly (the server may still be starting).
+    """Connect to the server, once, as perftest does: a server not listening yet fails the client.
 
-    Without ``-R``/``-z``: TCP to ``<host>:<port>``. With them: the RDMA CM listener that answers
-    the host's IPv4 address on the port (``rdma_client_connect``, perftest_communication.c 902-1060).
+    Without ``-R``/``-z``: TCP to ``<host>:<port>``, each address in turn (``ethernet_client_connect``,
+    perftest_communication.c: no retry). With them: the RDMA CM listener that answers the host's
+    IPv4 address on the port (``rdma_client_connect``, lines 902-1060: a REJECTED event fails it;
+    ``retry_rdma_connect`` exists but no test program calls it).
     """
     host, port = ctx.args.host or "", ctx.args.port
     addrs = _addresses(host, port)
     if addrs is None:
         return None
-    deadline = time.monotonic() + CONNECT_RETRY_S
-    while True:
-        for addr in addrs:
-            if uses_cm(ctx.args):
-                paths = _rdma_cm.sockets_for(ctx.fabric_dir, str(addr[0]), port)
-                sock = next(filter(None, (_try_connect(socket.AF_UNIX, str(p)) for p in paths)), None)
-            else:
-                sock = _try_connect(socket.AF_INET, addr)
-            if sock is not None:
-                return sock
-        if time.monotonic() >= deadline:
-            _connect_failed(ctx)
-            return None
-        time.sleep(0.1)
+    for addr in addrs:
+        if uses_cm(ctx.args):
+            paths = _rdma_cm.sockets_for(ctx.fabric_dir, str(addr[0]), port)
+            sock = next(filter(None, (_try_connect(socket.AF_UNIX, str(p)) for p in paths)), None)
+        else:
+            sock = _try_connect(socket.AF_INET, addr)
+        if sock is not None:
+            return sock
+    _connect_failed(ctx)
+    return None
 
 
 def _connect_failed(ctx: Ctx) -> None:

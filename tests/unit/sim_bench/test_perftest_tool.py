@@ -174,6 +174,23 @@ def test_missing_server(rack: Path) -> None:
     assert result.error is not None and result.error.kind == "connect_failed"
 
 
+@pytest.mark.parametrize("cm", [False, True])
+def test_a_client_tries_its_server_once(rack: Path, cm: bool, monkeypatch: pytest.MonkeyPatch,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """perftest's ethernet_client_connect and rdma_client_connect try once (perftest_communication.c;
+    retry_rdma_connect exists, but no test program calls it): a server not listening yet fails the
+    client at once, with no wait for it to come up."""
+    def no_wait(seconds: float) -> None:
+        raise AssertionError(f"the client waited {seconds} s for its server")
+
+    monkeypatch.setattr(perftest.time, "sleep", no_wait)
+    argv = ["-p", "19415", *(["-R"] if cm else []), "127.0.0.1"]
+    code = perftest.run("ib_write_bw", argv, NodeState.under(rack / "h01"), rack / "fabric")
+    assert code == 1
+    said = capsys.readouterr().err
+    assert ("Unexpected CM event bl blka 8" if cm else "Couldn't connect to 127.0.0.1:19415") in said
+
+
 def test_json_report_reads_back(rack: Path, tmp_path: Path) -> None:
     report = tmp_path / "r.json"
     args = parse("ib_write_bw", ["--report_gbits", f"--out_json_file={report}", "h"])
