@@ -64,8 +64,9 @@ def _paths(fabric_dir: Path, host: str, port: int, pid: int) -> tuple[Path, Path
     return base.with_suffix(".json"), base.with_suffix(".sock")
 
 
-def proc_start(pid: int) -> str | None:
-    """The start time (``/proc/<pid>/stat`` field 22) of a live process, None when it is gone."""
+def proc_start(pid: int | str) -> str | None:
+    """The start time (``/proc/<pid>/stat`` field 22, clock ticks since boot) of a live process,
+    None when it is gone; ``pid`` "self": the caller's own, whichever PID namespace /proc shows."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:

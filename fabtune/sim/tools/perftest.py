@@ -601,13 +601,10 @@ def startup_s() -> float:
 
 def _forked_at(now: float) -> float | None:
     """When this process was forked (wall clock), from /proc; None where /proc cannot say."""
-    try:
-        stat = Path("/proc/self/stat").read_text()
-        ticks = int(stat.rsplit(")", 1)[1].split()[19])  # field 22; the fields after comm start at 3
-        age = time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
+    ticks = _rdma_cm.proc_start("self")  # clock ticks since boot
+    if ticks is None or not ticks.isdigit():
         return None
-    return now - age
+    return now - (time.clock_gettime(time.CLOCK_BOOTTIME) - int(ticks) / os.sysconf("SC_CLK_TCK"))
 
 
 def _measure(ctx: Ctx, peer: dict[str, Any]) -> Outcome:
