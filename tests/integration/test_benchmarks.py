@@ -79,9 +79,10 @@ def servers(spec: TestbedSpec, host: str, ports: list[int],
                 proc.wait()
 
 
-# Runs argv[2:] at the epoch time argv[1] (the testbed's hosts share the machine's clock).
-AT = ("import os, sys, time; time.sleep(max(0.0, float(sys.argv[1]) - time.time())); "
-      "os.execvp(sys.argv[2], sys.argv[2:])")
+# Starts argv[2:] at the epoch time argv[1] (the testbed's hosts share the machine's clock), in a
+# process forked then, so the emulated tool's start (its fork) is that instant.
+AT = ("import subprocess, sys, time; time.sleep(max(0.0, float(sys.argv[1]) - time.time())); "
+      "sys.exit(subprocess.call(sys.argv[2:]))")
 START_LEAD_S = 3.0  # ssh to every host within it, even on a loaded machine
 
 
