@@ -99,10 +99,10 @@ def test_incast_stage_shares_the_receiver(patient_inventory: Path, views: dict[s
     # the three clients' hosts started them at the round's common start, none late
     assert [r.late_s for r in lossless] == [0.0, 0.0, 0.0]
     shares = [r.share_of_ceiling for r in lossless]
-    # A third each, and a little more where a client's module started it some milliseconds before
-    # the others': it runs alone or with one other for that part of its 2 s window (the emulator
-    # averages a window by time, as perftest's bytes over its window do): 0.1 s reads about +0.03.
-    assert len(shares) == 3 and all(s is not None and 0.3 < s < 0.37 for s in shares), shares
+    # A third each. The emulator averages a window by time, as perftest's bytes over its window do,
+    # so a client started before the others reads more (about +0.003 per 10 ms of its 2 s window):
+    # the bound also holds the common start to about 20 ms.
+    assert len(shares) == 3 and all(s is not None and 0.3 < s < 0.34 for s in shares), shares
     # perftest's default traffic class 0 lands in lossy priority 0: the incast collapses.
     # A client started before the others runs uncongested for that part of its window; should a
     # host still be reached after the common start, a round where they barely met is run once more
