@@ -6,28 +6,24 @@ the same numbers and another run index gives other ones.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import math
 
 from fabtune.sim.model import params
-
-if TYPE_CHECKING:  # numpy is imported where a draw is made: an emulated tool that only reads the
-    import numpy as np  # configuration types (a nccl-tests rank other than 0) does not load it
+from fabtune.sim.model.prng import Generator
 
 
-def rng_for(seed: int, run_index: int, stream: int) -> np.random.Generator:
-    """Return the generator of one noise stream of one run."""
-    import numpy as np
+def rng_for(seed: int, run_index: int, stream: int) -> Generator:
+    """Return the generator of one noise stream of one run: numpy's
+    ``default_rng(SeedSequence([seed, run_index, stream]))`` stream, drawn without numpy (an
+    emulated tool's process does not pay numpy's import for a few draws; see ``prng``)."""
+    return Generator([seed & 0xFFFFFFFF, run_index, stream])
 
-    return np.random.default_rng(np.random.SeedSequence([seed & 0xFFFFFFFF, run_index, stream]))
 
-
-def factor(rng: np.random.Generator, cv: float) -> float:
+def factor(rng: Generator, cv: float) -> float:
     """Return a multiplicative noise factor: exp(N(0, cv)), or a slow-run outlier."""
-    import numpy as np
-
-    jitter = float(np.exp(rng.normal(0.0, cv)))
+    jitter = math.exp(rng.normal(0.0, cv))
     if rng.random() < params.OUTLIER_P:
-        return jitter * float(rng.uniform(*params.OUTLIER_RANGE))
+        return jitter * rng.uniform(*params.OUTLIER_RANGE)
     return jitter
 
 
