@@ -37,6 +37,7 @@ class PairResult:
     counters: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     client_device: str = ""  # the client's NIC on the rail (``device`` is the server's)
     late_s: float = 0.0  # how long after the round's common start its client started (fabric_run)
+    wait_s: float = 0.0  # how long its client's host waited for that start (the lead it did not need)
 
     @property
     def share_of_ceiling(self) -> float | None:
@@ -96,18 +97,33 @@ def late_hosts(results: Iterable[PairResult]) -> dict[str, float]:
     return late
 
 
-def more_lead(extra_s: float, late: Mapping[str, float]) -> float:
-    """The common start's extra lead for the next round, from this one's (``extra_s``) and how late
-    its client hosts were (``late``, ``late_hosts``): the latest host's lateness and half a second
-    more on top, where it was later than ``LATE_TOLERANCE_S``; at most ``LEAD_EXTRA_MAX_S``.
+def waited_hosts(results: Iterable[PairResult]) -> dict[str, float]:
+    """Each client host's wait for its round's common start (the least of its runs; 0 when late)."""
+    waited: dict[str, float] = {}
+    for r in results:
+        waited[r.client] = min(waited.get(r.client, r.wait_s), r.wait_s)
+    return waited
 
-    Ansible reaches a round's hosts one after another; a controller that reached some only after
+
+def more_lead(extra_s: float, late: Mapping[str, float], waited: Mapping[str, float] | None = None) -> float:
+    """The common start's extra lead for the next round, from this one's (``extra_s``), how late
+    its client hosts were (``late``, ``late_hosts``) and how long they waited for it (``waited``,
+    ``waited_hosts``).
+
+    Ansible reaches a round's hosts one after another. A controller that reached some only after
     the instant (a loaded controller, a large round) gets that much more time from the next round
-    on, and the rounds of a run stop starting late. It never shrinks within a run."""
+    on, and half a second more, where the latest was later than ``LATE_TOLERANCE_S`` (at most
+    ``LEAD_EXTRA_MAX_S`` in all). Where every client host waited, the next round's lead is what the
+    host that waited least needed, and ``LEAD_SPARE_S`` more: the lead shrinks by that host's wait
+    less ``LEAD_SPARE_S`` (the playbook keeps the lead at ``LEAD_MIN_S`` at least, and never lowers
+    a lead the inventory sets); a round that then starts late raises it again."""
     latest = max(late.values(), default=0.0)
-    if latest <= LATE_TOLERANCE_S:
+    if latest > LATE_TOLERANCE_S:
+        return min(extra_s + latest + 0.5, LEAD_EXTRA_MAX_S)
+    least = min(waited.values(), default=0.0) if waited else 0.0
+    if least <= LEAD_SPARE_S + LATE_TOLERANCE_S:
         return extra_s
-    return min(extra_s + latest + 0.5, LEAD_EXTRA_MAX_S)
+    return max(extra_s - (least - LEAD_SPARE_S), -LEAD_CUT_MAX_S)
 
 
 def late_clients(late: Mapping[str, float], duration_s: int) -> str | None:
@@ -366,7 +382,9 @@ def _results(
     deltas: Mapping[tuple[str, str], Mapping[str, int]],
 ) -> list[PairResult]:
     by_id = _client_results(outcome, runs, deadline_s)
-    late = {host: float(res.get("first_late_s") or 0.0) for host, res in outcome.results(AFTER_TASK).items()}
+    reported = outcome.results(AFTER_TASK)
+    late = {host: float(res.get("first_late_s") or 0.0) for host, res in reported.items()}
+    waited = {host: float(res.get("first_wait_s") or 0.0) for host, res in reported.items()}
     results = []
     for run, pair in zip(runs, pairs, strict=True):
         gbps, error = by_id.get(run["id"], (None, "not run"))
@@ -380,7 +398,7 @@ def _results(
                 pair.server, pair.client, pair.rail, rail.device, gbps,
                 # the slower end bounds the pair (a port trained below the rack's speed)
                 min(rail_ceiling(rail), rail_ceiling(mine)), error, counters, mine.device,
-                late.get(pair.client, 0.0),
+                late.get(pair.client, 0.0), waited.get(pair.client, 0.0),
             )
         )
     return results
@@ -432,6 +450,14 @@ LATE_TOLERANCE_S = 0.1
 LEAD_EXTRA_MAX_S = 30.0
 """The most a run of rounds adds to the lead: a host later than that has a clock or a controller
 problem that waiting longer does not fix (the late warning says so)."""
+LEAD_SPARE_S = 0.3
+"""The wait a shortened lead leaves the client host that waited least: room for a round that
+Ansible dispatches a little slower than the one before (a later one raises the lead again)."""
+LEAD_CUT_MAX_S = 5.0
+"""The most a run of rounds takes off the lead: the playbook's own default is at most 5 s."""
+LEAD_MIN_S = 0.3
+"""The shortest lead the playbook sets when the controller shortened its default (the
+playbook's ``__fabtune_lead_min_s``)."""
 # the playbooks' variable for the counters read before: {} where a read the caller holds stands for it
 READS_BEFORE_VAR = "fabtune_counter_reads_before"
 
@@ -462,7 +488,7 @@ class PlannedRound:
         }
         if not read_before:
             found[READS_BEFORE_VAR] = {}
-        if self.lead_extra_s > 0:
+        if self.lead_extra_s != 0:
             found[LEAD_EXTRA_VAR] = round(self.lead_extra_s, 2)
         return found
 
@@ -531,5 +557,5 @@ def run_rounds(
             eta = (time.monotonic() - start) / (index - 1) * (len(rounds) - index + 1) if index > 1 else None
             on_event(*round_event(phase, index, len(rounds), eta))
         done.append(run_round(inventory, pairs, views, opts, deadline_s=deadline_s, lead_extra_s=extra))
-        extra = more_lead(extra, late_hosts(done[-1]))
+        extra = more_lead(extra, late_hosts(done[-1]), waited_hosts(done[-1]))
     return done

@@ -287,6 +287,7 @@ class AnsibleBackend:
         roles: Sequence[str] | None = None,
         measure_after: int = 0,
         facts_after: bool = False,
+        pairs_after: int = 0,
     ) -> ansible.RunOutcome:
         """Apply per-host desired states; with ``run_id``, each host first arms a revert to ``snapshots``.
 
@@ -295,7 +296,10 @@ class AnsibleBackend:
         ``measure_after``: the caller's next call is ``measure`` of that many repetitions: the
         batch runs in the same Ansible run, right after the apply (bench_measure.yml runs on no host
         unless every host came through the apply), and that call returns it; on some hosts only,
-        where ``_measures_after`` says it can. ``facts_after``: the caller's next call is
+        where ``_measures_after`` says it can. ``pairs_after``: with that batch, the caller will
+        later ask for that many ``pairs`` of the state the apply leaves (while nothing changes, as
+        many more batches as it likes in between): where the hosts' views are known, those rounds
+        run in the same Ansible run, right after the batch. ``facts_after``: the caller's next call is
         ``facts`` of every host: where the apply and the read run on every host, the read runs in
         the same Ansible run (on the hosts the apply left in it), and that call returns it where
         the apply succeeded."""
@@ -325,7 +329,8 @@ class AnsibleBackend:
         self.prefetched_batch, self.prefetched_facts = None, None
         start = time.monotonic()
         if measure_after > 0 and self._measures_after(limit, roles):
-            outcome = self._apply_then_measure(extravars, tags, measure_after, start, limit)
+            outcome = self._apply_then_measure(extravars, tags, measure_after, start, limit=limit,
+                                                   pairs_after=pairs_after)
         elif facts_after and limit is None and self.limit is None:
             outcome = self._apply_then_read(extravars, tags, start)
         else:
@@ -352,28 +357,23 @@ class AnsibleBackend:
 
     def _apply_then_measure(
         self, extravars: Mapping[str, Any], tags: Sequence[str], repetitions: int, start: float,
-        limit: str | None = None,
+        *, limit: str | None = None, pairs_after: int = 0,
     ) -> ansible.RunOutcome:
-        """The apply (on the hosts of ``limit``; None: every host) and the batch after it (on every
-        host) in one Ansible run; the batch (or why it failed) is kept for the next ``measure`` call
-        where the apply succeeded everywhere. A host the apply failed on is in no later play: the
-        batch's first play then fails the run before any launch (bench_measure.yml)."""
-        spec = self._spec()
-        planned = plan_batch(spec, repetitions)  # the apply changed the ports: counters read before
+        """The apply (on the hosts of ``limit``; None: every host), the batch after it (on every
+        host) and ``pairs_after`` pair rounds after that, in one Ansible run; the batch (or why it
+        failed) is kept for the next ``measure`` call, the rounds for the ``pairs`` calls, where the
+        apply succeeded everywhere. A host the apply failed on is in no later play: the batch's
+        first play then fails the run before any launch (bench_measure.yml)."""
+        planned = self._plan_measure(repetitions, pairs_after)  # the apply changed the ports: read before
         held = {HOSTS_VAR: limit} if limit is not None else {}
-        # the batch's tasks carry no role's tag: imported with "always", the run's --tags keep them
-        parts = [ansible.Part("apply.yml", held),
-                 ansible.Part(MEASURE_PLAYBOOK, planned.variables, ("always",))]
-        applied, measured = self._apply_with(parts, extravars, tags, start, planned.timeout_s)
-        if applied.ok:
-            self._keep_batch(repetitions, 0, lambda: self._measured_batch(spec, planned, measured))
+        # the batch's and rounds' tasks carry no role's tag: imported with "always", the run's
+        # --tags keep them
+        after = [dataclasses.replace(part, tags=("always",)) for part in planned.parts]
+        applied, *measured = self._apply_with([ansible.Part("apply.yml", held), *after], extravars, tags,
+                                              start, planned.timeout_s)
+        if applied.ok:  # the batch alone is what the next measure call asks for; the rounds wait
+            self._keep_batch(repetitions, 0, lambda: self._batch_of(planned, measured, pairs_after))
         return applied
-
-    def _measured_batch(self, spec: MeasureSpec, planned: PlannedBatch, outcome: ansible.RunOutcome) -> Batch:
-        """A batch from its run's outcome; its read after stands for the next benchmark's read before."""
-        batch = batch_of(spec, planned, outcome)
-        self.counters = batch.after or None
-        return batch
 
     def _apply_then_read(
         self, extravars: Mapping[str, Any], tags: Sequence[str], start: float
@@ -393,17 +393,18 @@ class AnsibleBackend:
     def _apply_with(
         self, parts: Sequence[ansible.Part], extravars: Mapping[str, Any], tags: Sequence[str], start: float,
         after_s: int,
-    ) -> tuple[ansible.RunOutcome, ansible.RunOutcome]:
-        """The apply (the first part) and what follows it (the second) in one Ansible run; the
-        apply's time is the run's less the second part's (from its first play on)."""
+    ) -> list[ansible.RunOutcome]:
+        """The apply (the first part) and what follows it (the others) in one Ansible run; the
+        apply's time is the run's less the later parts' (from their first play on)."""
         try:
-            applied, after = ansible.run_playbooks(parts, self.inventory, extravars=extravars, tags=tags,
-                                                   timeout_s=ansible.RUN_TIMEOUT_S + after_s)
+            applied, *after = ansible.run_playbooks(parts, self.inventory, extravars=extravars, tags=tags,
+                                                    timeout_s=ansible.RUN_TIMEOUT_S + after_s)
         except BaseException:
             self.longest_apply_s = max(self.longest_apply_s, time.monotonic() - start)
             raise
-        self.longest_apply_s = max(self.longest_apply_s, time.monotonic() - start - after.seconds)
-        return applied, after
+        self.longest_apply_s = max(self.longest_apply_s,
+                                   time.monotonic() - start - sum(o.seconds for o in after))
+        return [applied, *after]
 
     def apply_allowance_s(self) -> int:
         """Seconds an armed apply may take on top of the deadline before a host reverts mid-apply."""
@@ -558,6 +559,8 @@ class AnsibleBackend:
         ``pairs_after``: the caller's next calls are that many ``pairs``: where the hosts' views are
         known, those rounds run in the same Ansible run, right after the batch, and the calls
         return them. A batch with a failed launch discards them (they run again when asked).
+        A batch alone leaves the rounds measured before it for the ``pairs`` calls: it changes
+        nothing they measured.
         """
         taken, self.prefetched_batch = self.prefetched_batch, None
         if taken is not None and taken[:2] == (repetitions, pairs_after):
@@ -565,7 +568,7 @@ class AnsibleBackend:
                 raise taken[2]
             return taken[2]
         if pairs_after <= 0 or not self.views:  # a batch alone: measure plans and runs it
-            before, self.counters, self.prefetched = self.counters, None, []
+            before, self.counters = self.counters, None
             batch = measure(self._spec(), repetitions, before)
             self.counters = batch.after or None
             return batch
@@ -598,6 +601,7 @@ class AnsibleBackend:
             return batch  # the counters after the rounds are not known to the batch: none held
         self.counters = batch.after or None
         rounds = planned.rounds
+        measured: list[rdma_cm.PairRound] = []
         for index in range(pairs_after if rounds else 0):
             span = slice(1 + index * len(rounds), 1 + (index + 1) * len(rounds))
             mine = list(zip(planned.parts[span], outcomes[span], strict=True))
@@ -608,8 +612,12 @@ class AnsibleBackend:
                 self.prefetched.append(err)
                 break
             self.counters = self.counters or None
-            self.lead_extra_s = more_lead(self.lead_extra_s, found.late)
+            measured.append(found)
             self.prefetched.append(found)
+        if measured:  # every round ran with the lead they were planned with: one step from it
+            late = {h: max(r.late.get(h, 0.0) for r in measured) for r in measured for h in r.late}
+            waited = {h: min(r.waited.get(h, 0.0) for r in measured) for r in measured for h in r.waited}
+            self.lead_extra_s = more_lead(self.lead_extra_s, late, waited)
         return dataclasses.replace(batch, rounds_s=sum(o.seconds for o in outcomes[1:]))
 
     def pairs(self) -> rdma_cm.PairRound | None:
@@ -633,5 +641,5 @@ class AnsibleBackend:
         found, self.counters = rdma_cm.measure(self.inventory, self.views, self.info.bench_timeout_s, before,
                                                lead_extra_s=self.lead_extra_s)
         self.counters = self.counters or None
-        self.lead_extra_s = more_lead(self.lead_extra_s, found.late)
+        self.lead_extra_s = more_lead(self.lead_extra_s, found.late, found.waited)
         return found

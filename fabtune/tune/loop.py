@@ -153,6 +153,7 @@ class Backend(Protocol):
         roles: Sequence[str] | None = None,
         measure_after: int = 0,
         facts_after: bool = False,
+        pairs_after: int = 0,
     ) -> ansible.RunOutcome: ...
 
     def confirm(self, run_id: str, *, hosts: Sequence[str] | None = None) -> ansible.RunOutcome: ...
@@ -543,17 +544,33 @@ class Tuner:
         return seq
 
     def _apply_armed(
-        self, record: MoveRecord, desired: Mapping[str, HostState], measure_after: int = 0
+        self, record: MoveRecord, desired: Mapping[str, HostState], measure_after: int = 0,
+        pairs_after: int = 0,
     ) -> ansible.RunOutcome:
         """Apply a move on its hosts, each arming a revert to its snapshot first (commit-confirmed).
-        ``measure_after``: the repetitions of the batch that follows (the backend may run it with
-        the apply)."""
+        ``measure_after``: the repetitions of the batch that follows, ``pairs_after``: the pair
+        rounds the move will be judged on (the backend may run both with the apply)."""
         snapshots = {h: self.current[h] for h in record.hosts}
         roles = roles_of(record.knobs)
         self.held_until = self._deadline_from(self.clock())  # armed at the apply's start at the latest
         self.moving = True
         return self.backend.apply(desired, run_id=self.run_id, snapshots=snapshots, roles=roles,
-                                  measure_after=measure_after)
+                                  measure_after=measure_after, pairs_after=pairs_after)
+
+    def _round_with_apply(self, pairs: bool) -> int:
+        """1 where the move's ib_write_bw round can run right after its first batch, in the apply's
+        Ansible run (one Ansible start fewer a move), else 0.
+
+        The round measures the move's state, which no later batch changes, so it stands for the
+        round the judgement asks for after its last batch; it is measured for nothing only where the
+        collectives alone roll the move back (a loss, or the alltoall collapsing). Only where the
+        revert deadline, which the apply's last play restarts, outlasts the batch and the round with
+        the margin of ``_hold_for``: nothing extends it between them."""
+        if not pairs or self.pair_reference is None or self.pair_s <= 0:
+            return 0
+        expected = self.run_s * self.options.policy.min_runs + self.pair_s
+        fits = self.revert_deadline_s is None or 1.5 * expected + HOLD_MARGIN_S <= self.revert_deadline_s
+        return 1 if fits else 0
 
     def try_move(self, cand: Candidate) -> MoveRecord:
         hosts = sorted(cand.hosts or self.current)
@@ -569,12 +586,14 @@ class Tuner:
             hosts=hosts,
         )
         seq = self._open_move(record, intent, cand.why)
-        applied = self._apply_armed(record, desired, measure_after=self.options.policy.min_runs)
+        pairs = touches_rdma_cm(cand.change, intent.nics)
+        applied = self._apply_armed(record, desired, measure_after=self.options.policy.min_runs,
+                                    pairs_after=self._round_with_apply(pairs))
         if not applied.ok:
             return self._undo(seq, record, apply_failure(applied), desired, lost=applied.unreachable_hosts)
         self.journal.finish_step(self.run_id, seq, "applied")
         try:
-            judged = self.judge(held=hosts, pairs=touches_rdma_cm(cand.change, intent.nics))
+            judged = self.judge(held=hosts, pairs=pairs)
         except BenchmarkFailed as err:
             return self._failed_move(seq, record, err, desired)
         except _MoveGone as gone:

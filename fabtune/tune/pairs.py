@@ -52,6 +52,8 @@ class PairRound:
     seconds: float = field(default=0.0, compare=False)  # its runs' time, start-up not counted
     # each client host's seconds after its run's common start, the incast stage's included
     late: Mapping[str, float] = field(default_factory=dict, compare=False)
+    # each client host's wait for its run's common start (the least of its runs): the lead it had spare
+    waited: Mapping[str, float] = field(default_factory=dict, compare=False)
 
     def median(self) -> float:
         """The median pair's Gb/s (a failed pair counts 0)."""
@@ -173,8 +175,9 @@ def assemble(
                 if r.error:
                     errors[f"{label}: {p.client}"] = r.error
     seconds = sum(outcome.seconds for _, outcome in ran)
-    late = pairs.late_hosts(r for results in done for r in results)  # the incast stage's clients too
-    return PairRound(found, incast, errors, tuple(measured), seconds, late), last or {}
+    ran_all = [r for results in done for r in results]  # the incast stage's clients too
+    return (PairRound(found, incast, errors, tuple(measured), seconds, pairs.late_hosts(ran_all),
+                      pairs.waited_hosts(ran_all)), last or {})
 
 
 def measure(

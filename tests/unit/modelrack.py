@@ -120,7 +120,7 @@ class ModelRack:
     def apply(self, desired: Mapping[str, HostState], *, run_id: str | None = None,
               snapshots: Mapping[str, HostState] | None = None, exact: bool = False,
               roles: Sequence[str] | None = None, measure_after: int = 0,
-              facts_after: bool = False) -> RunOutcome:
+              facts_after: bool = False, pairs_after: int = 0) -> RunOutcome:
         self.touched.append(("rollback" if exact else "apply", sorted(desired)))
         for host, tree in desired.items():
             self.state[host] = applied_tree(self.state[host], tree.tree(), exact)

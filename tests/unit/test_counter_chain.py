@@ -4,6 +4,7 @@ batch and per round, the same deltas."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -265,6 +266,33 @@ def test_a_moves_first_batch_runs_with_its_apply(monkeypatch: pytest.MonkeyPatch
     assert single[-1] == measure.PLAYBOOK
 
 
+def test_a_moves_round_runs_with_its_apply_and_waits_through_later_batches(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The move's round after its first batch, in the apply's run: the next measure call takes the
+    batch, a later batch alone runs on its own and leaves the round, which the pairs call takes."""
+    backend, played = _paired_backend(monkeypatch)
+    single: list[str] = []
+    monkeypatch.setattr(ansible, "run_playbook",
+                        lambda playbook, *a, **k: single.append(playbook)
+                        or RunOutcome("successful", 0, {}, (), Path("/nonexistent")))
+    monkeypatch.setattr(backend_mod, "measure", _FakeMeasure())
+    backend.apply({h: HostState.from_tree({}) for h in HOSTS}, roles=["roce_tos"], measure_after=2,
+                  pairs_after=1)
+    (parts,) = played.calls
+    assert [p.playbook for p in parts] == ["apply.yml", measure.PLAYBOOK, pairs.ROUND_PLAYBOOK]
+    assert all(p.tags == ("always",) for p in parts[1:])  # --tags roce_tos would leave them out
+    assert "fabtune_counter_reads_before" not in parts[1].variables  # the apply moved the counters
+    assert parts[2].variables["fabtune_counter_reads_before"] == {}  # the batch's read after holds
+    first = backend.measure(2)
+    assert first.rounds_s == 2.5 and len(played.calls) == 1
+    backend.measure(2)  # a batch alone: it changes nothing the round measured
+    assert len(backend.prefetched) == 1
+    found = backend.pairs()
+    assert found is not None and found.seconds == 2.5
+    assert len(played.calls) == 1 and single == [], "the round ran again"
+
+
 def test_a_batch_after_a_failed_apply_is_not_kept(monkeypatch: pytest.MonkeyPatch) -> None:
     backend, played = _paired_backend(monkeypatch)
 
@@ -370,3 +398,50 @@ def test_a_round_whose_clients_started_late_gives_the_later_rounds_more_lead(
     backend.measure(2, pairs_after=1)
     (parts,) = played.calls
     assert parts[1].variables[pairs.LEAD_EXTRA_VAR] == pytest.approx(1.4)
+
+
+def test_a_round_whose_hosts_all_waited_gives_the_later_rounds_less_lead(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every client host waited for the round's common start: later rounds keep the spare of the
+    host that waited least, and a late round raises the lead again (pairs.more_lead)."""
+    backend, _played = _paired_backend(monkeypatch)
+    leads: list[float] = []
+    rounds = [({"h01": 0.0, "h02": 0.0}, {"h01": 0.9, "h02": 0.8}),
+              ({"h01": 0.0, "h02": 0.0}, {"h01": 0.35, "h02": 0.3}),
+              ({"h01": 0.0, "h02": 0.4}, {"h01": 0.2, "h02": 0.0})]
+
+    def measured(*args: Any, lead_extra_s: float = 0.0, **kwargs: Any) -> tuple[rdma_cm.PairRound, Any]:
+        late, waited = rounds[len(leads)]
+        leads.append(lead_extra_s)
+        return rdma_cm.PairRound({}, late=late, waited=waited), {}
+
+    monkeypatch.setattr(rdma_cm, "measure", measured)
+    for _ in rounds:
+        backend.pairs()
+    assert leads == [0.0, pytest.approx(pairs.LEAD_SPARE_S - 0.8), pytest.approx(pairs.LEAD_SPARE_S - 0.8)]
+    assert backend.lead_extra_s == pytest.approx(pairs.LEAD_SPARE_S - 0.8 + 0.4 + 0.5)
+
+
+def test_rounds_run_after_a_batch_move_the_lead_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The baseline's two rounds ran with the lead they were planned with: the later lead steps
+    once from it, on the least wait of both (not twice, as for two rounds run one after another)."""
+    backend, played = _paired_backend(monkeypatch)
+    waits = iter([0.9, 0.7])
+
+    def with_waits(parts: list[Part], inventory: Path, **kwargs: Any) -> list[RunOutcome]:
+        found = _Parts()(parts, inventory, **kwargs)
+        for index, part in enumerate(parts):
+            if part.playbook == pairs.ROUND_PLAYBOOK:
+                wait = next(waits)
+                tasks = tuple(dataclasses.replace(t, result={**t.result, "first_wait_s": wait})
+                              for t in found[index].tasks)
+                found[index] = dataclasses.replace(found[index], tasks=tasks)
+        played.calls.append(list(parts))
+        return found
+
+    monkeypatch.setattr(ansible, "run_playbooks", with_waits)
+    backend.measure(2, pairs_after=2)
+    first, second = backend.pairs(), backend.pairs()
+    assert first is not None and second is not None and min(second.waited.values()) == 0.7
+    assert backend.lead_extra_s == pytest.approx(pairs.LEAD_SPARE_S - 0.7)

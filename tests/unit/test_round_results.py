@@ -102,12 +102,35 @@ def test_a_late_round_gives_the_next_more_lead_up_to_a_cap() -> None:
     assert pairs.more_lead(29.0, {"h02": 5.0}) == pairs.LEAD_EXTRA_MAX_S
 
 
+def test_a_round_whose_hosts_all_waited_gives_the_next_a_shorter_lead() -> None:
+    """pairs.more_lead with the hosts' waits: the next lead is what the host that waited least
+    needed plus LEAD_SPARE_S; a wait within the spare and the tolerance changes nothing, a late host
+    raises the lead whatever the others waited, and the cut stops at LEAD_CUT_MAX_S."""
+    spare = pairs.LEAD_SPARE_S
+    waited = {"h01": 0.9, "h02": 0.7}
+    assert pairs.more_lead(0.0, {"h01": 0.0, "h02": 0.0}, waited) == pytest.approx(spare - 0.7)
+    assert pairs.more_lead(-0.4, {}, {"h01": 0.5}) == pytest.approx(-0.4 - 0.5 + spare)
+    assert pairs.more_lead(0.0, {}, {"h01": spare + pairs.LATE_TOLERANCE_S}) == 0.0
+    assert pairs.more_lead(0.0, {"h01": 0.0}, {"h01": 0.0, "h02": 2.0}) == 0.0  # h01 needed it all
+    assert pairs.more_lead(-0.4, {"h01": 0.5}, {"h02": 2.0}) == pytest.approx(-0.4 + 0.5 + 0.5)
+    assert pairs.more_lead(-4.9, {}, {"h01": 4.0}) == -pairs.LEAD_CUT_MAX_S
+
+
+def test_the_hosts_waits_are_the_least_of_each_hosts_runs() -> None:
+    found = [pairs.PairResult("h01", "h02", 0, "mlx5_0", 100.0, 400.0, wait_s=0.6),
+             pairs.PairResult("h01", "h02", 1, "mlx5_1", 100.0, 400.0, wait_s=0.4),
+             pairs.PairResult("h02", "h03", 0, "mlx5_0", 100.0, 400.0, wait_s=0.9)]
+    assert pairs.waited_hosts(found) == {"h02": 0.4, "h03": 0.9}
+
+
 def test_the_extra_lead_goes_to_the_playbook_only_when_there_is_one() -> None:
     stage = [Pair("h01", "h02", 0, 18515)]
     plain = pairs.plan_round(stage, _views(), PerftestOptions(duration_s=2))
     assert pairs.LEAD_EXTRA_VAR not in plain.variables(read_before=True)
     later = pairs.plan_round(stage, _views(), PerftestOptions(duration_s=2), lead_extra_s=1.25)
     assert later.variables(read_before=True)[pairs.LEAD_EXTRA_VAR] == 1.25
+    shorter = pairs.plan_round(stage, _views(), PerftestOptions(duration_s=2), lead_extra_s=-0.5)
+    assert shorter.variables(read_before=True)[pairs.LEAD_EXTRA_VAR] == -0.5
 
 
 @pytest.mark.parametrize(("inventory_vars", "lead"), [
@@ -115,11 +138,19 @@ def test_the_extra_lead_goes_to_the_playbook_only_when_there_is_one() -> None:
     ({"fabtune_bench_start_lead_s": 4}, 4.0),
     ({pairs.LEAD_EXTRA_VAR: 1.5}, 2.6),
     ({"fabtune_bench_start_lead_s": 4, pairs.LEAD_EXTRA_VAR: 1.5}, 5.5),
+    ({pairs.LEAD_EXTRA_VAR: -0.5}, 0.6),  # the controller shortened the default
+    ({pairs.LEAD_EXTRA_VAR: -2.0}, pairs.LEAD_MIN_S),  # never below the playbook's least lead
+    ({"fabtune_bench_start_lead_s": 4, pairs.LEAD_EXTRA_VAR: -1.5}, 4.0),  # the inventory's, never shortened
 ])
 def test_the_playbook_adds_the_extra_lead_to_its_own(inventory_vars: dict[str, float], lead: float) -> None:
-    """bench_ib_write_bw.yml's lead: the inventory's (or its default), plus the controller's extra."""
+    """bench_ib_write_bw.yml's lead: the inventory's (or its default), plus the controller's extra
+    (where it is negative, only the default's, and not below the least lead)."""
     playbook = yaml.safe_load((COLLECTION / "playbooks" / pairs.ROUND_PLAYBOOK).read_text())
-    expression = playbook[0]["vars"]["__fabtune_start_lead_s"]
+    play_vars = playbook[0]["vars"]
     env = jinja2.Environment(undefined=jinja2.StrictUndefined)
-    rendered = env.from_string(expression).render(__fabtune_round_hosts=["h01", "h02"], **inventory_vars)
+    assert play_vars["__fabtune_lead_min_s"] == pairs.LEAD_MIN_S
+    extra = env.from_string(play_vars["__fabtune_lead_extra_s"]).render(**inventory_vars)
+    rendered = env.from_string(play_vars["__fabtune_start_lead_s"]).render(
+        __fabtune_round_hosts=["h01", "h02"], __fabtune_lead_extra_s=extra,
+        __fabtune_lead_min_s=play_vars["__fabtune_lead_min_s"], **inventory_vars)
     assert float(rendered) == pytest.approx(lead)

@@ -85,6 +85,7 @@ class FakeRack:
         roles: Sequence[str] | None = None,
         measure_after: int = 0,
         facts_after: bool = False,
+        pairs_after: int = 0,
     ) -> RunOutcome:
         armed = run_id is not None
         self.applied.append({"exact": exact, "armed": armed, "roles": roles, "read": facts_after})
@@ -208,6 +209,7 @@ class LostRack(FakeRack):
         roles: Sequence[str] | None = None,
         measure_after: int = 0,
         facts_after: bool = False,
+        pairs_after: int = 0,
     ) -> RunOutcome:
         if run_id is not None:
             self.lost = True
@@ -275,7 +277,7 @@ class RevertingRack(FakeRack):
     def apply(self, desired: Mapping[str, HostState], *, run_id: str | None = None,
               snapshots: Mapping[str, HostState] | None = None, exact: bool = False,
               roles: Sequence[str] | None = None, measure_after: int = 0,
-              facts_after: bool = False) -> RunOutcome:
+              facts_after: bool = False, pairs_after: int = 0) -> RunOutcome:
         self.armed = snapshots["h02"].tree() if run_id is not None and snapshots else None
         return super().apply(desired, run_id=run_id, snapshots=snapshots, exact=exact, roles=roles)
 
@@ -334,7 +336,7 @@ class ClockRack(FakeRack):
     def apply(self, desired: Mapping[str, HostState], *, run_id: str | None = None,
               snapshots: Mapping[str, HostState] | None = None, exact: bool = False,
               roles: Sequence[str] | None = None, measure_after: int = 0,
-              facts_after: bool = False) -> RunOutcome:
+              facts_after: bool = False, pairs_after: int = 0) -> RunOutcome:
         if run_id is not None and snapshots:
             self.armed = trees_of(snapshots)
             self.fires_at, self.since = self.now + self.deadline_s, self.now

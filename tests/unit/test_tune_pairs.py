@@ -419,3 +419,36 @@ def test_a_round_whose_clients_started_late_is_warned_about(tmp_path: Path) -> N
     assert warned and all("(h04 0.9 s, of a 2 s run)" in e for e in warned), events
     _, (_, quiet) = run(PairRack(), tmp_path / "on-time", ("mtu", "qps", "gdr"))
     assert not [e for e in quiet if e.startswith("warning: ib_write_bw round")]
+
+
+class RecordingRack(PairRack):
+    """Records the pair rounds each armed apply asks to run with its first batch."""
+
+    def __init__(self, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.rounds_with_apply: list[int] = []
+
+    def apply(self, desired: Any, *, run_id: str | None = None, pairs_after: int = 0, **kw: Any) -> Any:
+        if run_id is not None:
+            self.rounds_with_apply.append(pairs_after)
+        return super().apply(desired, run_id=run_id, **kw)
+
+
+@pytest.mark.parametrize(("deadline_s", "asked"), [(None, [1, 0]), (300.0, [1, 0]), (20.0, [0, 0])])
+def test_a_moves_round_is_asked_for_with_its_apply_where_the_deadline_holds_both(
+    tmp_path: Path, deadline_s: float | None, asked: list[int]
+) -> None:
+    """The MTU move changes the NICs: its round may run right after its first batch, in the apply's
+    Ansible run, unless the revert deadline (20 s here) might not outlast the batch and the round
+    with ``_hold_for``'s 30 s margin. The QPs move changes no NIC: it is not judged on the pairs."""
+    rack = RecordingRack()
+    journal = Journal(tmp_path / "j.sqlite")
+    run_id = journal.open_run("tune", "rack", "inv.yml", None)
+    options = TuneOptions(skip_groups=("lossless", "gdr"), lossless=LosslessClass(3, 26))
+    tuner = Tuner(rack, journal, run_id, "roce", options=options, revert_deadline_s=deadline_s)
+    result = tuner.run()
+    assert [m.name for m in result.moves][:2] == ["MTU 4200", "4 QPs per connection"]
+    assert rack.rounds_with_apply[:2] == asked
+    # the MTU move's judgement took one round either way (its reference: the baseline's two)
+    mtu = result.moves[0]
+    assert mtu.outcome == "kept" and mtu.decision.pairs is not None

@@ -47,7 +47,7 @@ class UnevenRack(FakeRack):
     def apply(self, desired: Mapping[str, HostState], *, run_id: str | None = None,
               snapshots: Mapping[str, HostState] | None = None, exact: bool = False,
               roles: Sequence[str] | None = None, measure_after: int = 0,
-              facts_after: bool = False) -> RunOutcome:
+              facts_after: bool = False, pairs_after: int = 0) -> RunOutcome:
         self.touched.append(("rollback" if exact else "apply", sorted(desired)))
         if snapshots is not None:
             assert sorted(snapshots) == sorted(desired)  # a revert is armed only where the move goes

@@ -59,7 +59,7 @@ class GidRack(FakeRack):
     def apply(self, desired: Mapping[str, HostState], *, run_id: str | None = None,
               snapshots: Mapping[str, HostState] | None = None, exact: bool = False,
               roles: Sequence[str] | None = None, measure_after: int = 0,
-              facts_after: bool = False) -> RunOutcome:
+              facts_after: bool = False, pairs_after: int = 0) -> RunOutcome:
         self.desired_hosts.append(sorted(desired))
         return super().apply(desired, run_id=run_id, snapshots=snapshots, exact=exact, roles=roles)
 

@@ -355,9 +355,10 @@ def test_first_starts_at_the_given_instant_and_says_how_late_it_was(module_args:
     result = _main(module_args, {"first": [{"id": "client", "argv": NOW}], "first_at": at})
     (client,) = result["first_runs"]
     assert float(client["stdout"]) >= at and result["first_late_s"] == 0.0
+    assert 0.5 < result["first_wait_s"] <= 1.5  # the lead it did not need
     past = time.time() - 3.0
     result = _main(module_args, {"first": [{"id": "client", "argv": NOW}], "first_at": past})
-    assert result["first_late_s"] >= 3.0
+    assert result["first_late_s"] >= 3.0 and result["first_wait_s"] == 0.0
 
 
 def test_first_at_never_waits_past_its_maximum(module_args: Any) -> None:
@@ -367,3 +368,4 @@ def test_first_at_never_waits_past_its_maximum(module_args: Any) -> None:
                                  "first_at": time.time() + 600, "first_wait_max_s": 1})
     assert 1.0 <= time.monotonic() - begin < 60
     assert result["first_runs"][0]["rc"] == 0 and result["first_late_s"] == 0.0
+    assert result["first_wait_s"] == 1.0

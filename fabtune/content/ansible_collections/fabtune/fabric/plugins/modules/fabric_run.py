@@ -205,6 +205,12 @@ first_late_s:
   description: Seconds after O(first_at) that the O(first) commands started (0.0 on time, or without it).
   returned: always
   type: float
+first_wait_s:
+  description:
+    - "Seconds this host waited for O(first_at) before the O(first) commands started (0.0 when it
+      was late, or without it): how much of the controller's lead the call did not need."
+  returned: always
+  type: float
   sample: 0.0
 runs:
   description: One entry per command, in the order given.
@@ -715,15 +721,17 @@ def ssh_shared(commands: Sequence[Mapping[str, Any]], wanted: bool) -> Iterator[
         _stop_masters(socket_dir)
 
 
-def wait_until(at: float | None, wait_max_s: float) -> float:
-    """Sleep until epoch second ``at`` on this host's clock (at most ``wait_max_s``); how late it was."""
+def wait_until(at: float | None, wait_max_s: float) -> tuple[float, float]:
+    """Sleep until epoch second ``at`` on this host's clock (at most ``wait_max_s``); how late it
+    was, and how long it waited."""
     if at is None:
-        return 0.0
+        return 0.0, 0.0
     left = at - time.time()
     if left > 0:
-        time.sleep(min(left, wait_max_s))
-        return 0.0
-    return -left
+        waited = min(left, wait_max_s)
+        time.sleep(waited)
+        return 0.0, waited
+    return -left, 0.0
 
 
 def _checked(module: AnsibleModule) -> dict[str, Any]:
@@ -772,7 +780,8 @@ def get_argument_spec() -> dict[str, Any]:
 def main() -> None:
     module = AnsibleModule(argument_spec=get_argument_spec(), supports_check_mode=False)
     params = _checked(module)
-    late_s = wait_until(params["first_at"], params["first_wait_max_s"]) if params["first"] else 0.0
+    late_s, waited_s = (wait_until(params["first_at"], params["first_wait_max_s"]) if params["first"]
+                        else (0.0, 0.0))
     first = run_all(params["first"], params["first_deadline_s"], params["first_prefix"])
     collected = collect_all(params["collect"], params["collect_s"])
     with ssh_shared(params["commands"], params["mpirun_ssh_reuse"]) as (commands, reuse):
@@ -782,8 +791,8 @@ def main() -> None:
         else:
             runs = run_all(commands, params["deadline_s"], params["argv_prefix"])
     started, problem = start_all(params["start"], params["start_prefix"], params["listen_s"])
-    done = {"first_runs": first, "first_late_s": round(late_s, 3), "runs": runs, "collected": collected,
-            "ssh_reuse": reuse}
+    done = {"first_runs": first, "first_late_s": round(late_s, 3), "first_wait_s": round(waited_s, 3),
+            "runs": runs, "collected": collected, "ssh_reuse": reuse}
     if problem is not None:
         module.fail_json(msg=problem, started=[], **done)
     module.exit_json(changed=False, started=started, **done)
