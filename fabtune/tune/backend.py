@@ -165,6 +165,9 @@ class AnsibleBackend:
     # Added to every later round's common start lead once a round's clients started late
     # (``pairs.more_lead``): Ansible took longer to reach its hosts than the lead allowed.
     lead_extra_s: float = 0.0
+    # The launch host and its Open MPI plm_rsh values as the last batch read them (Batch.rsh_site):
+    # the next batch from that host takes them instead of running ompi_info again
+    rsh_site: tuple[str, Mapping[str, str]] | None = field(default=None, repr=False)
 
     @property
     def inventory(self) -> Path:
@@ -541,6 +544,7 @@ class AnsibleBackend:
         return [r for rnd in done for r in rnd]
 
     def _spec(self) -> MeasureSpec:
+        launch_host = self.info.hosts[0] if self.info.hosts else ""
         return MeasureSpec(
             self.inventory,
             self.info.hosts,
@@ -551,7 +555,14 @@ class AnsibleBackend:
             deadline_s=self.info.bench_timeout_s,
             ceilings=self.ceilings or {},
             hw_reads=self.hw_reads,
+            rsh_site=self.rsh_site[1] if self.rsh_site and self.rsh_site[0] == launch_host else None,
         )
+
+    def _took(self, spec: MeasureSpec, batch: Batch) -> Batch:
+        """Keep what the batch read of its launch host's Open MPI settings for the next batch."""
+        if batch.rsh_site and spec.hosts:
+            self.rsh_site = (spec.hosts[0], batch.rsh_site)
+        return batch
 
     def measure(self, repetitions: int, pairs_after: int = 0) -> Batch:
         """``repetitions`` of (all_reduce, alltoall) on the rack as it is.
@@ -569,7 +580,8 @@ class AnsibleBackend:
             return taken[2]
         if pairs_after <= 0 or not self.views:  # a batch alone: measure plans and runs it
             before, self.counters = self.counters, None
-            batch = measure(self._spec(), repetitions, before)
+            spec = self._spec()
+            batch = self._took(spec, measure(spec, repetitions, before))
             self.counters = batch.after or None
             return batch
         planned = self._plan_measure(repetitions, pairs_after)
@@ -596,7 +608,7 @@ class AnsibleBackend:
     ) -> Batch:
         """The batch of a planned measurement from its parts' outcomes; its rounds, each in turn,
         are kept for the ``pairs`` calls (or why one failed, which that call raises)."""
-        batch = batch_of(planned.spec, planned.batch, outcomes[0])
+        batch = self._took(planned.spec, batch_of(planned.spec, planned.batch, outcomes[0]))
         if batch.failures:
             return batch  # the counters after the rounds are not known to the batch: none held
         self.counters = batch.after or None

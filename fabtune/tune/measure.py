@@ -29,6 +29,7 @@ from fabtune.tune.stats import impossible
 
 PAUSE_KEYS = ("rx_prio{}_pause", "tx_prio{}_pause")
 RUN_TASK = "Run nccl-tests"
+RSH_SITE_VAR = "fabtune_mpirun_rsh_site"  # bench_measure.yml's: fabric_run's mpirun_rsh_site
 TESTS = ("all_reduce_perf", "alltoall_perf")
 _RATE_RE = re.compile(r"^\s*(?P<gbps>\d+(?:\.\d+)?)\s*Gb/sec")
 
@@ -78,6 +79,9 @@ class Batch:
     # the counters as read after the batch (the next benchmark's before, where nothing changes between)
     after: rdmacounters.Reads = field(default_factory=dict, repr=False)
     rounds_s: float = 0.0  # the seconds of pair rounds measured in the same Ansible run, after it
+    # the launch host's Open MPI plm_rsh values its launches shared connections on (fabric_run's
+    # ssh_reuse.site), for the next batch's launches from that host; None: not read
+    rsh_site: Mapping[str, str] | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)
@@ -100,6 +104,9 @@ class MeasureSpec:
     ceilings: Mapping[str, float] = field(default_factory=dict)  # per test, the busbw ceiling (GB/s)
     # per host, the reads of its ports' RDMA hw_counters ({netdev, argv}: fabtune.perf.rdmacounters)
     hw_reads: Mapping[str, Sequence[Mapping[str, Any]]] = field(default_factory=dict)
+    # the launch host's plm_rsh values as an earlier batch read them (Batch.rsh_site): its launches
+    # share their ssh connections without reading them again (ompi_info, about 0.3 s a batch)
+    rsh_site: Mapping[str, str] | None = None
 
     def options(self, test: str) -> NcclOptions:
         size = self.sizes[test]
@@ -322,6 +329,8 @@ def plan_batch(spec: MeasureSpec, repetitions: int, before: rdmacounters.Reads |
     held = before if rdmacounters.covers(before, reads) else None
     if held is not None:
         variables[pairs.READS_BEFORE_VAR] = {}
+    if spec.rsh_site:
+        variables[RSH_SITE_VAR] = dict(spec.rsh_site)
     return PlannedBatch(tuple(tuple(a) for a in argvs), reads, held, variables,
                         run_timeout_s(spec.deadline, len(argvs)))
 
@@ -345,4 +354,6 @@ def batch_of(spec: MeasureSpec, planned: PlannedBatch, outcome: ansible.RunOutco
     transport = _transport(spec, first, failed_only=not samples) if first else ()
     deltas = counter_deltas(outcome, planned.before)
     after = rdmacounters.reads_of(outcome.results(READ_AFTER))
-    return Batch(tuple(samples), pause_frames(deltas), transport, tuple(failures), first, deltas, after)
+    site = (launched.get("ssh_reuse") or {}).get("site")
+    return Batch(tuple(samples), pause_frames(deltas), transport, tuple(failures), first, deltas, after,
+                 rsh_site={str(k): str(v) for k, v in site.items()} if isinstance(site, Mapping) else None)

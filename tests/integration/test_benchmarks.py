@@ -205,10 +205,21 @@ def test_mpirun_launches_share_their_ssh_connections_and_leave_nothing_behind(be
                                  layout.testbed_dir(bench.name) / "inventory.yml", "h01", timeout_s=300)
     assert outcome.ok, outcome.tasks
     (task,) = [t for t in outcome.tasks if t.host == "h01"]
-    assert task.result["ssh_reuse"] == {"used": True, "why": "2 launches share their ssh connections"}
+    reuse = task.result["ssh_reuse"]
+    assert (reuse["used"], reuse["why"]) == (True, "2 launches share their ssh connections")
+    # Open MPI 4.1's own values as ompi_info printed them (its default agent, no site arguments)
+    site = reuse["site"]
+    assert site["plm_rsh_agent"] == "ssh : rsh" and site["plm_rsh_args"] == "", site
     for run in task.result["runs"]:
         assert run["rc"] == 0, run["stderr"][-2000:]
         assert len(nccl_tests.parse(run["stdout"]).devices) == 16
     look = "pgrep -af '/tmp/fabtune-ss[h]-'; ls -d /tmp/fabtune-ss[h]-*"  # a master's title: ssh: PATH [mux]
     left = sh(bench, "h01", "sh", "-c", look, timeout=30)
     assert left.stdout.strip() == "", left.stdout
+    # a later call given those values (the unit tests show it runs no ompi_info then) shares on them
+    args = {**args, "mpirun_rsh_site": site}
+    outcome = ansible.run_module("fabtune.fabric.fabric_run", json.dumps(args),
+                                 layout.testbed_dir(bench.name) / "inventory.yml", "h01", timeout_s=300)
+    (task,) = [t for t in outcome.tasks if t.host == "h01"]
+    assert task.result["ssh_reuse"]["used"] and task.result["ssh_reuse"]["site"] == site
+    assert all(run["rc"] == 0 for run in task.result["runs"])

@@ -445,3 +445,17 @@ def test_rounds_run_after_a_batch_move_the_lead_once(monkeypatch: pytest.MonkeyP
     first, second = backend.pairs(), backend.pairs()
     assert first is not None and second is not None and min(second.waited.values()) == 0.7
     assert backend.lead_extra_s == pytest.approx(pairs.LEAD_SPARE_S - 0.7)
+
+
+def test_a_batchs_open_mpi_settings_go_to_the_next_batch_from_the_same_launch_host(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    backend, _played = _paired_backend(monkeypatch)
+    site = {"plm_rsh_args": "", "plm_rsh_agent": "ssh : rsh"}
+    assert backend._spec().rsh_site is None
+    backend._took(backend._spec(), Batch((), 0, rsh_site=site))
+    assert backend._spec().rsh_site == site
+    backend._took(backend._spec(), Batch((), 0))  # a batch that did not share keeps what was read
+    assert backend._spec().rsh_site == site
+    backend.rsh_site = ("h09", site)  # read on another launch host: not this one's
+    assert backend._spec().rsh_site is None

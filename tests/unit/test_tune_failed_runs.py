@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 from typing import Any
@@ -259,3 +260,25 @@ def test_the_launches_are_read_from_the_one_fabric_run_call_in_order() -> None:
     assert samples == [] and failures[0].command == "mpirun alltoall_perf"
     assert launch_runs({"runs": [{"id": "1", **ok("1")}]}, argvs) == []
     assert launch_runs({"failed": True, "msg": "timed out"}, argvs) == []
+
+
+def test_the_launch_hosts_open_mpi_settings_go_from_one_batch_to_the_next() -> None:
+    """A batch's launches read the site's plm_rsh values once (fabric_run's ssh_reuse.site); the
+    next batch from the same launch host is given them (fabtune_mpirun_rsh_site), no ompi_info."""
+    from fabtune import ansible
+    from fabtune.tune.measure import RSH_SITE_VAR, RUN_TASK, batch_of, plan_batch
+
+    planned = plan_batch(SPEC, 1)
+    assert RSH_SITE_VAR not in planned.variables
+    site = {"plm_rsh_agent": "ssh : rsh", "plm_rsh_args": "-p 2222"}
+    shared = {"used": True, "why": "2 launches share their ssh connections", "site": site}
+    result = {"runs": [], "ssh_reuse": shared}
+    task = ansible.TaskResult("h01", RUN_TASK, "fabtune.fabric.fabric_run", "runner_on_ok", False, result)
+    batch = batch_of(SPEC, planned, ansible.RunOutcome("successful", 0, {}, (task,), Path("/nonexistent")))
+    assert batch.rsh_site == site
+    later = plan_batch(dataclasses.replace(SPEC, rsh_site=batch.rsh_site), 1)
+    assert later.variables[RSH_SITE_VAR] == site
+    unshared = {**result, "ssh_reuse": {"used": False, "why": "not asked"}}
+    task = dataclasses.replace(task, result=unshared)
+    again = batch_of(SPEC, planned, ansible.RunOutcome("successful", 0, {}, (task,), Path("/nonexistent")))
+    assert again.rsh_site is None

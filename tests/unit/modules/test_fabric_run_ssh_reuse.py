@@ -99,7 +99,10 @@ def test_the_launches_share_a_private_socket_directory_that_is_gone_after(
 ) -> None:
     result = _main(module_args, {"argvs": [LAUNCH, LAUNCH, LAUNCH], "sequential": True,
                                  "mpirun_ssh_reuse": True})
-    assert result["ssh_reuse"] == {"used": True, "why": "3 launches share their ssh connections"}
+    site = {"plm_rsh_agent": "ssh : rsh", "plm_rsh_args": "-o Foo=1", "plm_rsh_disable_qrsh": "false",
+            "plm_rsh_force_rsh": "false", "plm_rsh_num_concurrent": "128", "plm_rsh_no_tree_spawn": "false"}
+    assert result["ssh_reuse"] == {"used": True, "why": "3 launches share their ssh connections",
+                                   "site": site}
     launches = [c for c in _calls(fakes["log"]) if c["prog"] == "mpirun"]
     assert len(launches) == 3
     rsh_args = {c["argv"][2] for c in launches}
@@ -115,6 +118,24 @@ def test_the_launches_share_a_private_socket_directory_that_is_gone_after(
     assert Path(socket_dir).parent == fakes["tmp"] and not Path(socket_dir).exists()
     stops = [c["argv"] for c in _calls(fakes["log"]) if c["prog"] == "ssh"]
     assert stops == [["-o", f"ControlPath={socket_dir}/c0ffee", "-O", "exit", "fabtune-launch-master"]]
+
+
+def test_the_site_values_of_an_earlier_call_stand_for_ompi_info(
+    module_args: Any, fakes: dict[str, Any]
+) -> None:
+    """A later batch of the run gives back what the first read (RV ssh_reuse.site): no ompi_info."""
+    first = _main(module_args, {"argvs": [LAUNCH, LAUNCH], "sequential": True, "mpirun_ssh_reuse": True})
+    (fakes["bin"] / "ompi_info").unlink()  # were it run again, the launches would be left as given
+    again = _main(module_args, {"argvs": [LAUNCH, LAUNCH], "sequential": True, "mpirun_ssh_reuse": True,
+                                "mpirun_rsh_site": first["ssh_reuse"]["site"]})
+    assert again["ssh_reuse"]["used"] and again["ssh_reuse"]["site"] == first["ssh_reuse"]["site"]
+    launches = [c for c in _calls(fakes["log"]) if c["prog"] == "mpirun"]
+    assert len(launches) == 4
+    assert all(c["argv"][2].startswith("-o Foo=1 -o ControlMaster=auto") for c in launches)
+    # values without plm_rsh_args are no site's: ompi_info is asked (here: missing, so none shared)
+    unread = _main(module_args, {"argvs": [LAUNCH, LAUNCH], "sequential": True, "mpirun_ssh_reuse": True,
+                                 "mpirun_rsh_site": {"plm_rsh_agent": "ssh"}})
+    assert not unread["ssh_reuse"]["used"] and "ompi_info" in unread["ssh_reuse"]["why"]
 
 
 def test_without_the_option_or_with_one_launch_nothing_changes(

@@ -141,6 +141,12 @@ options:
         C(plm_rsh_args) itself; a socket path OpenSSH cannot take."
     type: bool
     default: false
+  mpirun_rsh_site:
+    description:
+      - "The launch host's C(plm_rsh_*) values as an earlier call with O(mpirun_ssh_reuse) read
+        them (RV(ssh_reuse.site)): given, this call takes them instead of running C(ompi_info)
+        again (a site's Open MPI settings do not change between the batches of one run)."
+    type: dict
 attributes:
   check_mode:
     support: none
@@ -230,10 +236,14 @@ collected:
   type: list
   elements: dict
 ssh_reuse:
-  description: With O(mpirun_ssh_reuse), whether the launches shared their SSH connections, or why not.
+  description:
+    - "With O(mpirun_ssh_reuse), whether the launches shared their SSH connections, or why not;
+      where they did, C(site): the C(plm_rsh_*) values they were built on (read with C(ompi_info),
+      or O(mpirun_rsh_site) as given), for a later call's O(mpirun_rsh_site)."
   returned: always
   type: dict
-  sample: {"used": true, "why": "2 launches share their ssh connections"}
+  sample: {"used": true, "why": "2 launches share their ssh connections",
+           "site": {"plm_rsh_agent": "ssh : rsh", "plm_rsh_args": ""}}
 """
 
 import contextlib
@@ -692,14 +702,23 @@ def _stop_masters(socket_dir: Path) -> None:
     shutil.rmtree(socket_dir, ignore_errors=True)
 
 
+def _site_given(given: Mapping[str, Any] | None) -> tuple[dict[str, str] | None, str]:
+    """The site's plm_rsh values as a caller gave them (``mpirun_rsh_site``), else read again."""
+    if given and "plm_rsh_args" in given:
+        return {str(k): str(v) for k, v in given.items()}, ""
+    return _site_rsh_read()
+
+
 @contextlib.contextmanager
-def ssh_shared(commands: Sequence[Mapping[str, Any]], wanted: bool) -> Iterator[
-        tuple[list[dict[str, Any]], dict[str, Any]]]:
-    """``commands`` with their mpirun launches sharing SSH connections where they can, and what was done."""
+def ssh_shared(
+    commands: Sequence[Mapping[str, Any]], wanted: bool, site: Mapping[str, Any] | None = None
+) -> Iterator[tuple[list[dict[str, Any]], dict[str, Any]]]:
+    """``commands`` with their mpirun launches sharing SSH connections where they can, and what was
+    done; ``site``: the plm_rsh values an earlier call read (None: ``ompi_info`` reads them)."""
     why = _why_not_shared(commands) if wanted else "not asked"
     found = None
     if why is None:
-        found, why = _site_rsh_read()
+        found, why = _site_given(site)
         not_ssh = why_not_ssh(found, os.environ) if found is not None else None
         if not_ssh is not None:
             found, why = None, f"{not_ssh}: launches left as given"
@@ -716,7 +735,7 @@ def ssh_shared(commands: Sequence[Mapping[str, Any]], wanted: bool) -> Iterator[
         rsh_args = shared_args(found["plm_rsh_args"], str(socket_dir))
         launches = sum(1 for c in commands if _is_mpirun(c["argv"]))
         yield [_with_args(c, rsh_args) for c in commands], {
-            "used": True, "why": f"{launches} launches share their ssh connections"}
+            "used": True, "why": f"{launches} launches share their ssh connections", "site": found}
     finally:
         _stop_masters(socket_dir)
 
@@ -774,6 +793,7 @@ def get_argument_spec() -> dict[str, Any]:
         "collect": {"type": "list", "elements": "dict", "default": []},
         "collect_s": {"type": "int", "default": 10},
         "mpirun_ssh_reuse": {"type": "bool", "default": False},
+        "mpirun_rsh_site": {"type": "dict"},
     }
 
 
@@ -784,7 +804,8 @@ def main() -> None:
                         else (0.0, 0.0))
     first = run_all(params["first"], params["first_deadline_s"], params["first_prefix"])
     collected = collect_all(params["collect"], params["collect_s"])
-    with ssh_shared(params["commands"], params["mpirun_ssh_reuse"]) as (commands, reuse):
+    with ssh_shared(params["commands"], params["mpirun_ssh_reuse"], params["mpirun_rsh_site"]) as (
+            commands, reuse):
         if params["sequential"]:
             runs = [run for command in commands
                     for run in run_all([command], params["deadline_s"], params["argv_prefix"])]
