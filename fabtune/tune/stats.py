@@ -164,6 +164,29 @@ def _estimate(base: Sequence[float], cand: Sequence[float], policy: DecisionPoli
     return _Estimate(float(c.mean() - b.mean()), se, dof, outliers)
 
 
+@dataclass(frozen=True)
+class StudentT:
+    """Student's t distribution with ``dof`` degrees of freedom: the functions ``scipy.stats.t``
+    computes with (its ``_cdf``, ``_sf`` and ``_ppf``: ``scipy.special.stdtr`` and ``stdtrit``),
+    taken from ``scipy.special``, which loads in about a third of the time of ``scipy.stats``
+    (0.5 s against 1.5 s here, on the first decision of every tuning run)."""
+
+    dof: float
+
+    def cdf(self, x: float) -> float:
+        from scipy import special  # here, not at the top: it is half a second of every CLI command's start
+
+        return float(special.stdtr(self.dof, x))
+
+    def sf(self, x: float) -> float:
+        return self.cdf(-x)
+
+    def ppf(self, q: float) -> float:
+        from scipy import special
+
+        return float(special.stdtrit(self.dof, q))
+
+
 def decide(
     base: Sequence[float], cand: Sequence[float], policy: DecisionPolicy = DecisionPolicy()
 ) -> Decision:
@@ -183,13 +206,11 @@ def decide(
         return Decision("continue", why, len(cand), 1.0, 1.0, 1.0, 0.0, float("inf"))
     level = policy.alpha / policy.looks
     goal = math.log1p(policy.min_effect)
-    from scipy import stats  # here, not at the top: it is half a second of every CLI command's start
-
-    t = stats.t(est.dof)
-    p_gain = float(t.sf((est.diff - goal) / est.se))
-    p_loss = float(t.cdf(est.diff / est.se))
-    p_futile = float(t.cdf((est.diff - math.log1p(policy.detect)) / est.se))
-    half = float(t.ppf(1 - level)) * est.se
+    t = StudentT(est.dof)
+    p_gain = t.sf((est.diff - goal) / est.se)
+    p_loss = t.cdf(est.diff / est.se)
+    p_futile = t.cdf((est.diff - math.log1p(policy.detect)) / est.se)
+    half = t.ppf(1 - level) * est.se
     ratio, low, high = math.exp(est.diff), math.exp(est.diff - half), math.exp(est.diff + half)
 
     def made(verdict: Verdict, reason: str, p: float = p_gain) -> Decision:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fabtune.tune.stats import DecisionPolicy, decide, noise_floor
+from fabtune.tune.stats import DecisionPolicy, StudentT, decide, noise_floor
 
 
 def sample(rng: np.random.Generator, mean: float, cv: float, n: int) -> list[float]:
@@ -90,3 +90,16 @@ def test_two_runs_far_apart_wait_for_a_third() -> None:
     base = [100.0, 101.0, 99.0, 100.5, 99.5, 100.2]
     assert decide(base, [121.0, 70.0]).verdict == "continue"
     assert decide(base, [121.0, 70.0, 120.0]).verdict == "keep"
+
+
+@pytest.mark.parametrize("dof", [1.0, 2.5, 7.3, 30.0, 412.9])
+def test_student_t_is_scipy_stats_t(dof: float) -> None:
+    """The decision's t distribution (scipy.special's stdtr and stdtrit) is scipy.stats.t's, value
+    for value: its cdf, sf and ppf are those functions."""
+    from scipy import stats
+
+    mine, ref = StudentT(dof), stats.t(dof)
+    for x in (-40.0, -3.2, -0.5, 0.0, 0.7, 2.1, 9.0):
+        assert mine.cdf(x) == float(ref.cdf(x)) and mine.sf(x) == float(ref.sf(x))
+    for q in (1e-6, 0.00417, 0.05, 0.5, 0.9, 0.99583, 1 - 1e-6):
+        assert mine.ppf(q) == float(ref.ppf(q))
