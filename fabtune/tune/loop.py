@@ -99,6 +99,14 @@ def reverted_hosts(outcome: ansible.RunOutcome) -> list[str]:
 # What the loop leaves between the next batch's expected end and the revert deadline before it extends
 # it: the extension's own time (a direct SSH command per host, or extend.yml) and any stall of the controller.
 HOLD_MARGIN_S = 30.0
+
+
+def hold_needed_s(expected_s: float) -> float:
+    """How long an armed move must stay held for a measurement expected to take ``expected_s``:
+    1.5x that plus ``HOLD_MARGIN_S``."""
+    return 1.5 * expected_s + HOLD_MARGIN_S
+
+
 REBOOT_WHY = "the host rebooted"  # what fabtune-boot writes in the record of a run it reverted
 
 
@@ -569,7 +577,7 @@ class Tuner:
         if not pairs or self.pair_reference is None or self.pair_s <= 0:
             return 0
         expected = self.run_s * self.options.policy.min_runs + self.pair_s
-        fits = self.revert_deadline_s is None or 1.5 * expected + HOLD_MARGIN_S <= self.revert_deadline_s
+        fits = self.revert_deadline_s is None or hold_needed_s(expected) <= self.revert_deadline_s
         return 1 if fits else 0
 
     def try_move(self, cand: Candidate) -> MoveRecord:
@@ -655,7 +663,7 @@ class Tuner:
         """Extend the revert deadline on ``hosts`` unless it surely outlasts the next measurement,
         expected to take ``expected_s`` (held for 1.5x that, plus HOLD_MARGIN_S): on a rack whose
         batches are short against the deadline, most batches need no Ansible run for it."""
-        need = 1.5 * expected_s + HOLD_MARGIN_S
+        need = hold_needed_s(expected_s)
         if self.clock() + need <= self.held_until:
             return
         start = self.clock()
