@@ -32,6 +32,7 @@ from fabtune.perf.checks import CheckResult
 from fabtune.perf.diagnose import Diagnosis
 from fabtune.perf.pairs import PairResult, late_clients
 from fabtune.state import HostState, trees_of
+from fabtune.tune import stats
 from fabtune.tune.hosts import changed_nics, host_groups, plan_rack
 from fabtune.tune.lossless import LosslessChoice
 from fabtune.tune.lossless import choose as choose_lossless
@@ -392,6 +393,7 @@ class Tuner:
     def baseline(self) -> list[CheckResult]:
         seq = self.journal.step(self.run_id, "phase", "baseline", {})
         self._take_counters()
+        stats.load_in_background()  # the first decision's imports, while the benchmarks run
         try:  # the pair reference's rounds follow, in the same Ansible run where the backend can
             batch = self._measure(self.options.baseline_runs, pairs_after=REFERENCE_ROUNDS)
         except BenchmarkFailed as err:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -103,3 +106,28 @@ def test_student_t_is_scipy_stats_t(dof: float) -> None:
         assert mine.cdf(x) == float(ref.cdf(x)) and mine.sf(x) == float(ref.sf(x))
     for q in (1e-6, 0.00417, 0.05, 0.5, 0.9, 0.99583, 1 - 1e-6):
         assert mine.ppf(q) == float(ref.ppf(q))
+
+
+def test_the_decisions_modules_load_on_a_daemon_thread_in_a_fresh_interpreter() -> None:
+    """The preload imports what the first decision needs, off the caller's thread."""
+    code = (
+        "import sys, threading\n"
+        "from fabtune.tune import stats\n"
+        "assert 'scipy.special' not in sys.modules\n"
+        "t = stats.load_in_background()\n"
+        "assert t.daemon and t.name == 'fabtune-preload' and t is not threading.current_thread()\n"
+        "t.join(60)\n"
+        "print('scipy.special' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "True"
+
+
+def test_a_module_the_preload_cannot_import_is_left_to_the_decision() -> None:
+    from fabtune.tune.stats import _import_quietly
+
+    sys.modules.pop("tabnanny", None)
+    _import_quietly(["fabtune_no_such_module_here", "tabnanny"])  # no error; the next one still loads
+    assert "tabnanny" in sys.modules
