@@ -13,7 +13,7 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
-from fabtune import __version__, commands, plugins
+from fabtune import __version__, commands, inventory, plugins
 from fabtune.commands import _console
 from fabtune.errors import ConfigError, ExitPassedOn, ExitStatus, FabtuneError, Terminated
 from fabtune.paths import private_umask
@@ -114,8 +114,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     console = Console(stderr=True, soft_wrap=True)  # an error line is never cut: paths stay whole
     private_umask()  # the journal, reports, desired states, locks and Ansible artifacts: owner only
-    with _sigterm_raises():
-        return _main(args, console)
+    inventory.read_ahead(args)  # while the verb's modules load
+    try:
+        with _sigterm_raises():
+            return _main(args, console)
+    finally:
+        inventory.forget_ahead()
 
 
 def _invoke(args: list[str]) -> None:

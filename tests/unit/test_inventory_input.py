@@ -175,3 +175,75 @@ def test_a_command_reads_its_inventory_once(tmp_path: Path, monkeypatch: pytest.
     assert {h: (t.address, t.user) for h, t in targets.items()} == {
         "h01": ("10.231.0.11", "ops"), "h02": ("10.231.0.12", "ops")}
     assert info == dataclasses.replace(info, hostvars=None)  # not part of what the info compares
+
+
+@pytest.mark.parametrize(
+    ("args", "found"),
+    [
+        (["tune", "-i", "a.yml", "--plan"], "a.yml"),
+        (["-q", "apply", "--inventory", "b.yml"], "b.yml"),
+        (["drift", "--inventory=c.yml"], "c.yml"),
+        (["tune", "-id.yml"], "d.yml"),
+        (["tune", "--plan"], None),
+        (["tune", "-i"], None),
+        (["show", "--", "-i", "e.yml"], None),
+    ],
+)
+def test_the_inventory_read_ahead_takes_the_commands_inventory_argument(
+    args: list[str], found: str | None
+) -> None:
+    from fabtune.inventory import _inventory_arg
+
+    assert _inventory_arg(args) == found
+
+
+def test_the_read_ahead_answers_the_verbs_read_once_and_only_for_the_same_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One ansible-inventory run serves the command: started from its arguments, taken by its read;
+    a file changed after the read started is read again, and a read no verb took is dropped."""
+    from fabtune import inventory
+
+    real = inventory._listed
+    calls: list[Path] = []
+
+    def counted(path: Path) -> Any:
+        calls.append(path)
+        return real(path)
+
+    monkeypatch.setattr(inventory, "_listed", counted)
+    path = _write(tmp_path / "inv.yml", GOOD)
+    inventory.read_ahead(["tune", "-i", str(path)])
+    info = read_inventory(path)
+    assert info.hosts == ("h01", "h02") and calls == [path]
+    read_inventory(path)  # the answer was taken: a later read runs its own
+    assert calls == [path, path]
+
+    inventory.read_ahead(["tune", "-i", str(path)])
+    inventory._AHEAD[path][1].result(timeout=60)
+    _write(path, GOOD.replace("h02", "h03"))
+    os.utime(path, ns=(1, 1))  # the same size: the change is seen by the time stamp
+    assert read_inventory(path).hosts == ("h01", "h03") and len(calls) == 4
+
+    inventory.read_ahead(["tune", "-i", str(path)])
+    inventory.forget_ahead()
+    assert inventory._AHEAD == {}
+
+
+def test_the_cli_drops_an_inventory_read_no_verb_took(tmp_path: Path) -> None:
+    from fabtune import inventory
+
+    path = _write(tmp_path / "inv.yml", GOOD)
+    assert main(["tune", "-i", str(path), "--no-such-option"]) == ExitStatus.USAGE
+    assert inventory._AHEAD == {}
+
+
+def test_a_failed_read_ahead_is_the_verbs_own_error(tmp_path: Path) -> None:
+    from fabtune import inventory
+
+    path = _write(tmp_path / "inv.yml", "all: [unclosed\n")
+    inventory.read_ahead(["tune", "-i", str(path)])
+    assert path in inventory._AHEAD
+    with pytest.raises(ConfigError, match="ansible-inventory cannot read it"):
+        read_inventory(path)
+    assert inventory._AHEAD == {}
