@@ -75,6 +75,9 @@ class NoisyRack:
     def confirm(self, run_id: str, *, hosts: Sequence[str] | None = None) -> RunOutcome:
         return self.ok
 
+    def confirms_aside(self, hosts: Sequence[str]) -> bool:
+        return False  # its state is not shared across threads: confirm before the read back
+
     def extend(self, run_id: str, *, hosts: Sequence[str] | None = None) -> RunOutcome:
         return self.ok
 

@@ -194,6 +194,9 @@ class ModelRack:
         self.costs.calls["confirm"] += 1
         return self.ok
 
+    def confirms_aside(self, hosts: Sequence[str]) -> bool:
+        return False  # its state is not shared across threads: confirm before the read back
+
     def extend(self, run_id: str, *, hosts: Sequence[str] | None = None) -> RunOutcome:
         self.costs.calls["extend"] += 1
         return self.ok

@@ -446,6 +446,14 @@ class AnsibleBackend:
         played = self._confirm_playbook(run_id, ",".join(rest))
         return played if direct is None else combined(direct, played)
 
+    def confirms_aside(self, hosts: Sequence[str]) -> bool:
+        """Whether ``confirm`` on ``hosts`` goes over the direct SSH channel alone, which runs no
+        playbook and touches none of this backend's state: this backend's applies installed
+        ``fabtune-revert`` on each of them, and the channel follows the inventory."""
+        limit = self._limit(hosts)
+        chosen = sorted(self.info.hosts) if limit is None else limit.split(",")
+        return set(chosen) <= self.revert_installed and self._direct(chosen) is not None
+
     def _confirm_playbook(self, run_id: str, limit: str | None) -> ansible.RunOutcome:
         return ansible.run_playbook("confirm.yml", self.inventory, extravars={"fabric_run_id": run_id},
                                     limit=limit)

@@ -21,6 +21,7 @@ import math
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, Protocol
 
@@ -166,6 +167,11 @@ class Backend(Protocol):
     ) -> ansible.RunOutcome: ...
 
     def confirm(self, run_id: str, *, hosts: Sequence[str] | None = None) -> ansible.RunOutcome: ...
+
+    def confirms_aside(self, hosts: Sequence[str]) -> bool:
+        """Whether ``confirm`` on ``hosts`` may run on another thread while this backend runs a
+        playbook (it runs none itself then)."""
+        ...
 
     def extend(self, run_id: str, *, hosts: Sequence[str] | None = None) -> ansible.RunOutcome: ...
 
@@ -856,19 +862,44 @@ class Tuner:
         """Keep a move: cancel its hosts' reverts, read the state back, journal and say why.
         ``measure_after``, ``pairs_after``: the measurement that follows (the backend may run it
         with the read)."""
-        confirmed = self.backend.confirm(self.run_id, hosts=record.hosts)
-        fired = reverted_hosts(confirmed)
-        if fired:
-            self._revert_fired(seq, record, fired, rebooted_hosts(confirmed))
-        confirmed.raise_for_failure("confirming the move")
-        self.moving = False
-        # read back where the move changed, normal form
-        read = self.backend.facts(hosts=record.hosts, measure_after=measure_after, pairs_after=pairs_after)
+        if self.backend.confirms_aside(record.hosts):
+            read = self._read_back_beside_confirm(seq, record, measure_after, pairs_after)
+        else:
+            self._confirmed(seq, record, self.backend.confirm(self.run_id, hosts=record.hosts))
+            read = self.backend.facts(hosts=record.hosts, measure_after=measure_after,
+                                      pairs_after=pairs_after)
         self.facts = {**self.facts, **read}
         self.current = {**self.current, **{h: snapshot_of(f) for h, f in read.items()}}
         record.outcome, record.reason = "kept", reason
         self.journal.finish_step(self.run_id, seq, "kept", self._outcome(seq, record).to_json())
         self.emit("decision", f"kept {record.name}: {reason}", {"outcome": "kept"})
+
+    def _read_back_beside_confirm(
+        self, seq: int, record: MoveRecord, measure_after: int, pairs_after: int
+    ) -> dict[str, dict[str, Any]]:
+        """The kept move's read back (and the measurement the backend runs with it) while its confirm
+        runs on another thread: both only read or cancel, neither changes the fabric. The confirm's
+        outcome is judged first, whatever the read's: a host that had reverted the move discards
+        its runs even where the read failed."""
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="fabtune-confirm") as aside:
+            confirming = aside.submit(self.backend.confirm, self.run_id, hosts=record.hosts)
+            try:
+                read = self.backend.facts(hosts=record.hosts, measure_after=measure_after,
+                                          pairs_after=pairs_after)
+            except BaseException:
+                self._confirmed(seq, record, confirming.result())
+                raise
+            self._confirmed(seq, record, confirming.result())
+        return read
+
+    def _confirmed(self, seq: int, record: MoveRecord, confirmed: ansible.RunOutcome) -> None:
+        """A kept move's confirm outcome: a host that had reverted it discards its runs (raises
+        RevertFired), a failure raises; else the move is no longer held."""
+        fired = reverted_hosts(confirmed)
+        if fired:
+            self._revert_fired(seq, record, fired, rebooted_hosts(confirmed))
+        confirmed.raise_for_failure("confirming the move")
+        self.moving = False
 
     def _revert_fired(
         self, seq: int, record: MoveRecord, hosts: list[str], rebooted: Sequence[str] = ()

@@ -130,6 +130,9 @@ class ModelRack:
         self.touched.append(("confirm", sorted(hosts or self.state)))
         return self._ok()
 
+    def confirms_aside(self, hosts: Sequence[str]) -> bool:
+        return False  # its state is not shared across threads: confirm before the read back
+
     def extend(self, run_id: str, *, hosts: Sequence[str] | None = None) -> RunOutcome:
         self.touched.append(("extend", sorted(hosts or self.state)))
         return self._ok()

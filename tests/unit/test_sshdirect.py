@@ -364,3 +364,23 @@ def test_a_backend_that_installed_nothing_confirms_directly_and_plays_only_where
     calls.clear()
     monkeypatch.setattr(sshdirect, "run", lambda found, argv, **kw: dict.fromkeys(found, answers["h01"]))
     assert _backend(tmp_path, hosts=list(hosts)).confirm("r1", hosts=["h01"]).ok and calls == []
+
+
+def test_the_backend_confirms_aside_only_over_the_direct_channel_where_it_installed_the_revert(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Beside a playbook run, only a confirm that runs no playbook: every host's fabtune-revert came
+    with this backend's applies (no fallback to confirm.yml) and the channel follows the inventory."""
+    monkeypatch.setattr(inventory_mod, "host_vars", lambda path: {"h01": {"ansible_host": "10.9.0.1"},
+                                                                 "h02": {"ansible_host": "10.9.0.2"}})
+    backend = _backend(tmp_path)
+    assert not backend.confirms_aside(["h01", "h02"])  # installed nowhere yet: confirm.yml may run
+    backend.revert_installed = {"h01"}
+    assert backend.confirms_aside(["h01"]) and not backend.confirms_aside(["h01", "h02"])
+    backend.revert_installed = {"h01", "h02"}
+    assert backend.confirms_aside(["h02", "h01"])
+
+    monkeypatch.setattr(inventory_mod, "host_vars", lambda path: {
+        "h01": {"ansible_connection": "community.docker.docker"}, "h02": {}})
+    docker = _backend(tmp_path)
+    docker.revert_installed = {"h01", "h02"}
+    assert not docker.confirms_aside(["h01"]) and docker.confirms_aside(["h02"])

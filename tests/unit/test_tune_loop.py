@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -99,6 +100,9 @@ class FakeRack:
     def confirm(self, run_id: str, *, hosts: Sequence[str] | None = None) -> RunOutcome:
         self.confirms += 1
         return outcome()
+
+    def confirms_aside(self, hosts: Sequence[str]) -> bool:
+        return False  # its state is not shared across threads: confirm before the read back
 
     def extend(self, run_id: str, *, hosts: Sequence[str] | None = None) -> RunOutcome:
         self.extends += 1
@@ -496,3 +500,83 @@ def test_a_kept_move_reads_back_only_the_hosts_it_changed(tmp_path: Path) -> Non
     assert t.current["h02"] == before["h02"] and t.current["h03"] == before["h03"]
     assert t.current["h01"] != before["h01"] and t.current["h01"].nics["eth2"]["mtu"] == 4200
     assert sorted(t.facts) == ["h01", "h02", "h03"]
+
+
+class AsideRack(FakeRack):
+    """A backend whose confirm may run on another thread beside the read back: the confirm answers
+    only once the read back has started (a loop that confirmed first would wait out the timeout)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.reading = threading.Event()
+        self.confirm_threads: list[str] = []
+        self.read_first: list[bool] = []
+
+    def confirms_aside(self, hosts: Sequence[str]) -> bool:
+        return True
+
+    def facts(self, *, hosts: Sequence[str] | None = None, measure_after: int = 0,
+              pairs_after: int = 0) -> dict[str, dict[str, Any]]:
+        self.reading.set()
+        return super().facts(hosts=hosts, measure_after=measure_after, pairs_after=pairs_after)
+
+    def confirm(self, run_id: str, *, hosts: Sequence[str] | None = None) -> RunOutcome:
+        self.confirm_threads.append(threading.current_thread().name)
+        beside = threading.current_thread() is not threading.main_thread()
+        self.read_first.append(self.reading.wait(timeout=10) if beside else self.reading.is_set())
+        self.reading.clear()
+        return super().confirm(run_id, hosts=hosts)
+
+
+def test_a_kept_moves_confirm_runs_beside_its_read_back_and_decides_the_same(tmp_path: Path) -> None:
+    alone, aside = FakeRack(lossless_prio=4, seed=3), AsideRack(lossless_prio=4, seed=3)
+    expected = [(m.name, m.outcome, m.all_reduce) for m in tuner(alone, tmp_path / "a").run().moves]
+    found = [(m.name, m.outcome, m.all_reduce) for m in tuner(aside, tmp_path / "b").run().moves]
+    assert found == expected and [m[1] for m in found].count("kept") == 2
+    assert aside.state == alone.state and aside.confirms == alone.confirms
+    # the two keeps' confirms ran on the loop's confirm thread, each once its read back had begun;
+    # the rollback's confirm, after its restore, on the loop's own
+    beside = [first for name, first in zip(aside.confirm_threads, aside.read_first, strict=True)
+              if name.startswith("fabtune-confirm")]
+    assert beside == [True, True] and aside.confirm_threads.count("MainThread") == 1
+
+
+class RevertingAsideRack(RevertingRack):
+    """RevertingRack whose confirm runs beside the read back, which fails on h02 (its timer fired)."""
+
+    read_failed = False
+    timer_fired = False
+
+    def measure(self, repetitions: int, pairs_after: int = 0) -> Batch:
+        batch = super().measure(repetitions, pairs_after)
+        self.timer_fired = self.timer_fired or self.fired
+        return batch
+
+    def confirms_aside(self, hosts: Sequence[str]) -> bool:
+        return True
+
+    def extend(self, run_id: str, *, hosts: Sequence[str] | None = None) -> RunOutcome:
+        self.extends += 1
+        return outcome()  # the fired timer is found by the confirm, not by an extension
+
+    def facts(self, *, hosts: Sequence[str] | None = None, measure_after: int = 0,
+              pairs_after: int = 0) -> dict[str, dict[str, Any]]:
+        if self.timer_fired and not self.read_failed:  # not self.fired: the confirm resets it
+            self.read_failed = True
+            raise PlaybookFailed("reading the fabric state", ["h02: the read back failed"])
+        return super().facts(hosts=hosts, measure_after=measure_after, pairs_after=pairs_after)
+
+
+def test_a_revert_the_confirm_beside_the_read_back_finds_is_judged_before_the_reads_failure(
+    tmp_path: Path,
+) -> None:
+    rack = RevertingAsideRack()
+    run = tuner(rack, tmp_path)
+    before = copy.deepcopy(rack.state)
+    with pytest.raises(RevertFired, match="h02"):
+        run.run()
+    assert rack.read_failed  # the move was kept, and its read back failed beside the confirm
+    assert rack.state == before
+    (move,) = [s for s in run.journal.steps(run.run_id) if s.kind == "move"]
+    assert move.state == "rolled_back" and move.payload["reverted_by_host"] == ["h02"]
+    assert "discarded" in move.payload["reason"] and move.payload["verified"]
