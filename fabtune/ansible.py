@@ -14,8 +14,11 @@ With no observer a run is exactly what it is without them.
 from __future__ import annotations
 
 import bisect
+import configparser
 import contextlib
 import dataclasses
+import functools
+import hashlib
 import itertools
 import json
 import os
@@ -280,6 +283,57 @@ def accelerator_vars() -> dict[str, int]:
             "mitogen_ssh_keepalive_count": KEEPALIVE_COUNT}
 
 
+MODULE_CACHE_ENV = "FABTUNE_MODULE_CACHE"
+MODULE_CACHE_CALLBACK = "fabtune.fabric.module_cache"
+
+
+@functools.cache
+def module_cache_key() -> str:
+    """What the modules' payloads are built from: ansible-core's version and the content of the
+    collection's modules and module_utils (a change to any of them names another cache)."""
+    from ansible.release import __version__ as core  # loaded only where a run starts
+
+    digest = hashlib.sha256(core.encode())
+    plugins = COLLECTIONS / "ansible_collections" / "fabtune" / "fabric" / "plugins"
+    for path in sorted(p for d in ("modules", "module_utils") for p in (plugins / d).glob("*.py")):
+        digest.update(f"{path.parent.name}/{path.name}\0".encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:20]
+
+
+def module_cache_env() -> dict[str, str]:
+    """Where the modules' AnsiballZ payloads outlive a run (the callback ``module_cache`` of the
+    collection points each run's build directory there), and the callbacks enabled with it: the
+    caller's own (``ANSIBLE_CALLBACKS_ENABLED``, else its ansible.cfg's ``callbacks_enabled``) are kept."""
+    cache = private_dir(under_home("ansible") / "modules" / module_cache_key())
+    enabled = [c.strip() for c in _callbacks_enabled().split(",") if c.strip()]
+    if MODULE_CACHE_CALLBACK not in enabled:
+        enabled.append(MODULE_CACHE_CALLBACK)
+    return {MODULE_CACHE_ENV: str(cache), "ANSIBLE_CALLBACKS_ENABLED": ",".join(enabled)}
+
+
+def _callbacks_enabled() -> str:
+    """The callbacks the caller enabled: ``ANSIBLE_CALLBACKS_ENABLED``, else those of the
+    configuration file Ansible reads (fabtune's own enables none)."""
+    given = os.environ.get("ANSIBLE_CALLBACKS_ENABLED")
+    if given is not None:
+        return given
+    from ansible.config.manager import find_ini_config_file
+
+    found = find_ini_config_file()
+    if not found:
+        return ""
+    parser = configparser.ConfigParser(interpolation=None)
+    try:
+        parser.read(found)
+    except configparser.Error:
+        return ""  # Ansible itself says what is wrong with the file
+    for key in ("callbacks_enabled", "callback_whitelist"):
+        if parser.has_option("defaults", key):
+            return parser.get("defaults", key)
+    return ""
+
+
 def config_env() -> dict[str, str]:
     """``ANSIBLE_CONFIG`` at fabtune's own ansible.cfg (:data:`DEFAULT_CONFIG`) where Ansible would
     find no configuration file of the caller's; nothing where it would.
@@ -309,6 +363,7 @@ def _envvars() -> dict[str, str]:
         **STRICT_INVENTORY_ENV,
         **accelerator_env(),
         **config_env(),
+        **module_cache_env(),
     }
 
 

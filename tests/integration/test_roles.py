@@ -16,7 +16,8 @@ import pytest
 import yaml
 
 from fabtune import ansible
-from fabtune.ansible import PROFILES
+from fabtune.ansible import PROFILES, module_cache_key
+from fabtune.paths import fabtune_home
 from fabtune.perf.parsers import mlnx_qos
 from fabtune.testbed import layout
 from fabtune.testbed.access import ssh_argv
@@ -130,9 +131,16 @@ def test_apply_sets_the_state_read_back_by_the_tools(rack: TestbedSpec, before: 
 
 
 def test_second_apply_changes_nothing(rack: TestbedSpec) -> None:
+    cache = fabtune_home() / "ansible" / "modules" / module_cache_key()
+    payloads = sorted(cache.glob("ansible_collections.*"))
+    built = {p.name: p.stat().st_mtime_ns for p in payloads if not p.name.endswith(".lock")}
     outcome = apply(rack, PROFILE)
     outcome.raise_for_failure("apply again")
     assert [outcome.changed_count(h) for h in HOSTS] == [0, 0]
+    # the first apply's module payloads outlived its run (callback module_cache): this one took them
+    assert any(".fabric_qos-" in name for name in built)
+    again = {p.name: p.stat().st_mtime_ns for p in payloads if p.name in built}
+    assert again == built
 
 
 def test_drift_reports_exactly_the_hand_changed_host_and_knob(rack: TestbedSpec) -> None:
