@@ -23,6 +23,7 @@ import itertools
 import json
 import os
 import shlex
+import shutil
 import signal
 import sys
 import threading
@@ -305,11 +306,28 @@ def module_cache_env() -> dict[str, str]:
     """Where the modules' AnsiballZ payloads outlive a run (the callback ``module_cache`` of the
     collection points each run's build directory there), and the callbacks enabled with it: the
     caller's own (``ANSIBLE_CALLBACKS_ENABLED``, else its ansible.cfg's ``callbacks_enabled``) are kept."""
-    cache = private_dir(under_home("ansible") / "modules" / module_cache_key())
+    cache = _module_cache_dir()
     enabled = [c.strip() for c in _callbacks_enabled().split(",") if c.strip()]
     if MODULE_CACHE_CALLBACK not in enabled:
         enabled.append(MODULE_CACHE_CALLBACK)
     return {MODULE_CACHE_ENV: str(cache), "ANSIBLE_CALLBACKS_ENABLED": ",".join(enabled)}
+
+
+MODULE_CACHES_KEPT = 3  # the payload directories of the versions used last (one per version)
+
+
+def _module_cache_dir() -> Path:
+    """This version's payload directory, marked as used now; the directories of the versions used
+    before the last ``MODULE_CACHES_KEPT`` (by when each was last used) are removed."""
+    base = private_dir(under_home("ansible") / "modules")
+    cache = private_dir(base / module_cache_key())
+    os.utime(cache)
+    used = sorted((p for p in base.iterdir() if p.is_dir() and not p.is_symlink()),
+                  key=lambda p: p.stat().st_mtime, reverse=True)
+    for stale in used[MODULE_CACHES_KEPT:]:
+        if stale != cache:
+            shutil.rmtree(stale, ignore_errors=True)
+    return cache
 
 
 def _callbacks_enabled() -> str:

@@ -93,3 +93,17 @@ def test_the_callback_links_the_runs_build_directory_only_to_a_private_directory
     assert not link_cache(str(tmp_path / "nowhere"), str(fresh))
     (tmp_path / "file").write_text("")
     assert not link_cache(str(tmp_path / "file"), str(fresh))
+
+
+def test_the_payloads_of_versions_used_long_ago_are_removed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FABTUNE_HOME", str(tmp_path / "home"))
+    base = tmp_path / "home" / "ansible" / "modules"
+    for at, key in enumerate(["a" * 20, "b" * 20, "c" * 20, "d" * 20]):
+        (base / key).mkdir(parents=True)
+        (base / key / "payload").write_text("")
+        os.utime(base / key, (1000 + at, 1000 + at))  # d used last, a first
+    cache = Path(module_cache_env()[MODULE_CACHE_ENV])
+    kept = sorted(p.name for p in base.iterdir())
+    assert kept == sorted([cache.name, "c" * 20, "d" * 20]) and (cache.parent == base)
