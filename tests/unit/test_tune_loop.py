@@ -313,7 +313,11 @@ class RevertingRack(FakeRack):
 def test_a_move_reverted_by_a_host_before_its_decision_is_discarded_undone_and_stops_the_run(
     tmp_path: Path,
 ) -> None:
-    rack = RevertingRack()
+    _assert_discarded_and_undone(RevertingRack(), tmp_path)
+
+
+def _assert_discarded_and_undone(rack: RevertingRack, tmp_path: Path) -> None:
+    """The run stops on h02's fired revert, the move's runs discarded and every host restored."""
     run = tuner(rack, tmp_path)
     before = copy.deepcopy(rack.state)
     with pytest.raises(RevertFired, match="h02"):
@@ -571,12 +575,5 @@ def test_a_revert_the_confirm_beside_the_read_back_finds_is_judged_before_the_re
     tmp_path: Path,
 ) -> None:
     rack = RevertingAsideRack()
-    run = tuner(rack, tmp_path)
-    before = copy.deepcopy(rack.state)
-    with pytest.raises(RevertFired, match="h02"):
-        run.run()
+    _assert_discarded_and_undone(rack, tmp_path)
     assert rack.read_failed  # the move was kept, and its read back failed beside the confirm
-    assert rack.state == before
-    (move,) = [s for s in run.journal.steps(run.run_id) if s.kind == "move"]
-    assert move.state == "rolled_back" and move.payload["reverted_by_host"] == ["h02"]
-    assert "discarded" in move.payload["reason"] and move.payload["verified"]
