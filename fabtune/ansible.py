@@ -19,6 +19,7 @@ import contextlib
 import dataclasses
 import functools
 import hashlib
+import importlib.util
 import itertools
 import json
 import os
@@ -290,11 +291,12 @@ MODULE_CACHE_CALLBACK = "fabtune.fabric.module_cache"
 
 @functools.cache
 def module_cache_key() -> str:
-    """What the modules' payloads are built from: ansible-core's version and the content of the
-    collection's modules and module_utils (a change to any of them names another cache)."""
+    """What the modules' payloads are built from: ansible-core's version, the controller Python's
+    bytecode format (the payloads carry bytecode, the callback's ``bytecode`` option) and the content
+    of the collection's modules and module_utils (a change to any of them names another cache)."""
     from ansible.release import __version__ as core  # loaded only where a run starts
 
-    digest = hashlib.sha256(core.encode())
+    digest = hashlib.sha256(core.encode() + b"\0" + importlib.util.MAGIC_NUMBER)
     plugins = COLLECTIONS / "ansible_collections" / "fabtune" / "fabric" / "plugins"
     for path in sorted(p for d in ("modules", "module_utils") for p in (plugins / d).glob("*.py")):
         digest.update(f"{path.parent.name}/{path.name}\0".encode())

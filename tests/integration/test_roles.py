@@ -6,14 +6,18 @@ State is read back with the emulated node tools over SSH (``mlnx_qos -i IF`` par
 
 from __future__ import annotations
 
+import base64
 import copy
+import io
 import subprocess
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from ansible.executor.module_common import _CachedModule
 
 from fabtune import ansible
 from fabtune.ansible import PROFILES, module_cache_key
@@ -141,6 +145,12 @@ def test_second_apply_changes_nothing(rack: TestbedSpec) -> None:
     assert any(".fabric_qos-" in name for name in built)
     again = {p.name: p.stat().st_mtime_ns for p in payloads if p.name in built}
     assert again == built
+    # and each carries its files' bytecode, which the hosts' Python (Debian 12's 3.11) imports
+    qos = next(p for p in payloads if ".fabric_qos-" in p.name and not p.name.endswith(".lock"))
+    with zipfile.ZipFile(io.BytesIO(base64.b64decode(_CachedModule.load(str(qos)).zip_data))) as zf:
+        names = set(zf.namelist())
+    assert "ansible/module_utils/basic.pyc" in names
+    assert {n for n in names if n.endswith(".pyc")} == {f"{n}c" for n in names if n.endswith(".py")}
 
 
 def test_drift_reports_exactly_the_hand_changed_host_and_knob(rack: TestbedSpec) -> None:

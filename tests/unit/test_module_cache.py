@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import datetime
 import importlib.util
+import io
 import os
 import re
 import shutil
+import subprocess
+import sys
+import zipfile
 from pathlib import Path
 from types import ModuleType
 
@@ -107,3 +112,103 @@ def test_the_payloads_of_versions_used_long_ago_are_removed(
     cache = Path(module_cache_env()[MODULE_CACHE_ENV])
     kept = sorted(p.name for p in base.iterdir())
     assert kept == sorted([cache.name, "c" * 20, "d" * 20]) and (cache.parent == base)
+
+
+def _payload(path: Path, files: dict[str, str]) -> None:
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, text in files.items():
+            zf.writestr(name, text)
+        _plugin().add_bytecode(zf)
+
+
+def _rewrite(path: Path, changes: dict[str, bytes]) -> None:
+    with zipfile.ZipFile(path) as zf:
+        members = {n: zf.read(n) for n in zf.namelist()}
+    members.update(changes)
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, data in members.items():
+            zf.writestr(name, data)
+
+
+def _imported(path: Path) -> str:
+    """What a fresh interpreter of this Python imports from the payload at ``path``."""
+    code = f"import sys; sys.path.insert(0, {str(path)!r}); import pkg.mod; print(pkg.mod.VALUE)"
+    done = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True,
+                          timeout=30, check=True)
+    return done.stdout.strip()
+
+
+def test_a_payload_carries_bytecode_a_host_of_the_same_python_imports(tmp_path: Path) -> None:
+    """zipimport takes ``mod.pyc`` before ``mod.py``: the source is changed after the bytecode was
+    added, and the bytecode's value is what is imported."""
+    payload = tmp_path / "payload.zip"
+    _payload(payload, {"pkg/__init__.py": "", "pkg/mod.py": "VALUE = 'compiled'\n"})
+    with zipfile.ZipFile(payload) as zf:
+        assert sorted(zf.namelist()) == ["pkg/__init__.py", "pkg/__init__.pyc", "pkg/mod.py", "pkg/mod.pyc"]
+        header = zf.read("pkg/mod.pyc")[:8]
+    assert header == importlib.util.MAGIC_NUMBER + (0b01).to_bytes(4, "little")  # PEP 552: unchecked hash
+    _rewrite(payload, {"pkg/mod.py": b"VALUE = 'source'\n"})
+    assert _imported(payload) == "compiled"
+
+
+def test_a_host_of_another_python_imports_the_payloads_source(tmp_path: Path) -> None:
+    """Bytecode with another magic number (another Python version) is passed over for the source."""
+    payload = tmp_path / "payload.zip"
+    _payload(payload, {"pkg/__init__.py": "", "pkg/mod.py": "VALUE = 'source'\n"})
+    with zipfile.ZipFile(payload) as zf:
+        pyc = zf.read("pkg/mod.pyc")
+    other = (int.from_bytes(pyc[:2], "little") - 1).to_bytes(2, "little") + pyc[2:]
+    _rewrite(payload, {"pkg/mod.pyc": other})
+    assert _imported(payload) == "source"
+
+
+def test_bytecode_is_added_once_and_not_for_a_file_that_does_not_compile(tmp_path: Path) -> None:
+    payload = tmp_path / "payload.zip"
+    with zipfile.ZipFile(payload, "w") as zf:
+        zf.writestr("ok.py", "A = 1\n")
+        zf.writestr("broken.py", "def (:\n")
+        zf.writestr("data.txt", "x")
+        assert _plugin().add_bytecode(zf) == 1
+        assert _plugin().add_bytecode(zf) == 0
+    with zipfile.ZipFile(payload) as zf:
+        assert sorted(zf.namelist()) == ["broken.py", "data.txt", "ok.py", "ok.pyc"]
+
+
+def test_the_payload_build_adds_bytecode_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The callback wraps ansible-core's last step of a payload build, once however many runs
+    start in the process; without that step (another ansible-core) builds are left as they are."""
+    from ansible.executor import module_common
+
+    plugin = _plugin()
+    original = module_common._add_module_to_zip
+    monkeypatch.setattr(module_common, "_add_module_to_zip", original)
+    assert plugin.build_with_bytecode() and plugin.build_with_bytecode()
+    wrapped = module_common._add_module_to_zip
+    assert wrapped is not original and wrapped.__wrapped__ is original
+    monkeypatch.delattr(module_common, "_add_module_to_zip")
+    assert not plugin.build_with_bytecode()
+
+
+def test_a_built_payload_carries_the_bytecode_of_each_of_its_files(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ansible.executor import module_common
+
+    monkeypatch.setattr(module_common, "_add_module_to_zip", module_common._add_module_to_zip)
+    _plugin().build_with_bytecode()
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("ansible/module_utils/basic.py", "import os\n")
+        module_common._add_module_to_zip(zf, datetime.datetime(2026, 1, 1), FABRIC_RUN, b"print(1)\n",
+                                         "/x/fabric_run.py", _Manager())
+    with zipfile.ZipFile(buffer) as zf:
+        names = set(zf.namelist())
+    sources = {n for n in names if n.endswith(".py")}
+    assert "ansible_collections/fabtune/fabric/plugins/modules/fabric_run.py" in sources
+    assert {f"{n}c" for n in sources} == names - sources
+
+
+FABRIC_RUN = "ansible_collections.fabtune.fabric.plugins.modules.fabric_run"
+
+
+class _Manager:
+    debugger_enabled = False
+    source_mapping: dict[str, str] = {}

@@ -17,10 +17,16 @@ description:
   - At the start of a playbook this callback points that directory at O(directory), which outlives
     the run, so a later run takes the payloads already built. Ansible's own locking and its atomic
     writes of each payload keep concurrent runs apart, as they keep a run's workers apart.
-  - O(directory) must name a payload set of the same modules, module_utils and ansible-core; fabtune
-    names one directory per content hash of its collection's plugins and the ansible-core version
-    (C(fabtune.ansible.module_cache_dir)). A directory that is not a directory owned by the user
-    running Ansible, or that others can write to, is not used (the payloads are pickles Ansible loads).
+  - O(directory) must name a payload set of the same modules, module_utils, ansible-core and
+    controller Python bytecode format; fabtune names one directory per content hash of its
+    collection's plugins, the ansible-core version and that format (C(fabtune.ansible.module_cache_key)).
+    A directory that is not a directory owned by the user running Ansible, or that others can write
+    to, is not used (the payloads are pickles Ansible loads).
+  - Each payload this run builds also carries the bytecode of its Python files, compiled by the
+    controller's Python (PEP 552, hash-based, unchecked). A host's Python imports a module from its
+    bytecode where the bytecode's magic number is its own, and from the source where it is not
+    (another Python version); the import of C(ansible.module_utils.basic) and its dependencies from
+    source is about half of a short module run's CPU time on a host (docs/benchmarks.md).
 requirements:
   - enabled in C(callbacks_enabled) (fabtune's runs enable it)
 options:
@@ -31,13 +37,22 @@ options:
       - name: FABTUNE_MODULE_CACHE
 """
 
+import functools
+import importlib.util
+import marshal
 import os
 import stat
+import zipfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from ansible import constants
+from ansible.executor import module_common
 from ansible.plugins.callback import CallbackBase
+
+UNCHECKED_HASH_PYC = 0b01
+"""The flags of a PEP 552 hash-based pyc whose source is not checked on import."""
 
 
 def usable(directory: str) -> bool:
@@ -64,6 +79,59 @@ def link_cache(directory: str, local_tmp: str) -> bool:
     return True
 
 
+def bytecode(source: bytes, name: str) -> bytes | None:
+    """The hash-based, unchecked pyc of ``source`` for this Python; None where it does not compile
+    (the host's Python then reports it, as without bytecode)."""
+    try:
+        code = compile(source, name, "exec", dont_inherit=True)
+    except (SyntaxError, ValueError):
+        return None
+    header = importlib.util.MAGIC_NUMBER + UNCHECKED_HASH_PYC.to_bytes(4, "little")
+    return header + importlib.util.source_hash(source) + marshal.dumps(code)
+
+
+def add_bytecode(zf: zipfile.ZipFile) -> int:
+    """Add beside each ``.py`` of the payload ``zf`` (open for writing) its ``.pyc``; how many."""
+    names = set(zf.namelist())
+    added = 0
+    for info in zf.infolist():
+        if not info.filename.endswith(".py") or f"{info.filename}c" in names:
+            continue
+        compiled = bytecode(zf.read(info), info.filename)
+        if compiled is None:
+            continue
+        pyc = zipfile.ZipInfo(f"{info.filename}c", date_time=info.date_time)
+        pyc.compress_type = info.compress_type
+        zf.writestr(pyc, compiled)
+        added += 1
+    return added
+
+
+def _with_bytecode(add_module: Callable[..., None]) -> Callable[..., None]:
+    @functools.wraps(add_module)
+    def add(zf: zipfile.ZipFile, *args: Any, **kwargs: Any) -> None:
+        add_module(zf, *args, **kwargs)
+        add_bytecode(zf)
+
+    add.fabtune_bytecode = True  # type: ignore[attr-defined]
+    return add
+
+
+def build_with_bytecode() -> bool:
+    """Make this process's payload builds add bytecode (the workers Ansible forks inherit it).
+
+    The module is the payload's last file (``module_common._add_module_to_zip``, ansible-core 2.19);
+    where that function is not there (another ansible-core), payloads are built as Ansible builds
+    them, and this returns False.
+    """
+    current = getattr(module_common, "_add_module_to_zip", None)
+    if not callable(current):
+        return False
+    if not getattr(current, "fabtune_bytecode", False):
+        module_common._add_module_to_zip = _with_bytecode(current)
+    return True
+
+
 class CallbackModule(CallbackBase):  # type: ignore[misc]  # ansible ships no type information
     CALLBACK_VERSION = 2.0
     CALLBACK_TYPE = "aggregate"
@@ -71,6 +139,7 @@ class CallbackModule(CallbackBase):  # type: ignore[misc]  # ansible ships no ty
     CALLBACK_NEEDS_ENABLED = True
 
     def v2_playbook_on_start(self, playbook: Any) -> None:
+        build_with_bytecode()
         directory = self.get_option("directory")
         if directory:
             link_cache(str(directory), str(constants.DEFAULT_LOCAL_TMP))
