@@ -7,13 +7,16 @@ import os
 import re
 import shutil
 import sys
+import sysconfig
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
+import fabtune
 from fabtune.errors import TestbedError
+from fabtune.sim import toolserver
 from fabtune.testbed import layout, system
 from fabtune.testbed.spec import HostSpec, TestbedSpec
 
@@ -122,10 +125,35 @@ def _install_tools(upper: Path, tools: dict[str, str]) -> None:
     for name, dest in TOOL_PATHS.items():
         if tools.get(TOOL_PACKAGES.get(name, ""), "") == "none":
             continue
-        # the time first: what the tool's own imports take is the emulator's, not the real tool's
-        launcher = (f"#!{sys.executable}\nimport time\nLAUNCHED = time.time()\n"
-                    f"from fabtune.sim.tools import run\nrun({name!r}, LAUNCHED)\n")
-        _write(upper / dest.lstrip("/"), launcher, 0o755)
+        _write(upper / dest.lstrip("/"), tool_launcher(name), 0o755)
+
+
+def tool_launcher(name: str) -> str:
+    """The file installed as tool ``name``. The time is taken first: what the tool's own imports
+    take is the emulator's, not the real tool's.
+
+    A tool the host's tool server serves (``fabtune.sim.toolserver.SERVED``) starts without
+    ``site`` (``-S``: the venv's ``.pth`` files and the editable install's finder are a third of a
+    bare start) and hands the call to the server (``fabtune.sim.toolclient``), which runs it in a
+    child already imported; with no server there, the launcher runs the tool itself.
+    """
+    stamp = f"#!{sys.executable}{{flags}}\nimport time\nLAUNCHED = time.time()\n"
+    if name not in toolserver.SERVED:
+        return (stamp.format(flags="") +
+                f"from fabtune.sim.tools import run\nrun({name!r}, LAUNCHED)\n")
+    return (stamp.format(flags=" -S") + f"import sys\nsys.path[1:1] = {tool_import_paths()!r}\n"
+            f"from fabtune.sim.toolclient import run\nrun({name!r}, LAUNCHED)\n")
+
+
+def tool_import_paths() -> list[str]:
+    """Where this interpreter finds fabtune (a checkout's root, or site-packages for a wheel),
+    then its site-packages: a launcher's ``sys.path`` without ``site``."""
+    paths = [str(Path(fabtune.__file__).resolve().parents[1])]
+    for key in ("purelib", "platlib"):
+        path = sysconfig.get_paths()[key]
+        if path not in paths:
+            paths.append(path)
+    return paths
 
 
 def _root_ssh(upper: Path, spec: TestbedSpec, keys: Keys) -> None:
@@ -229,6 +257,7 @@ def opensm_conf(spec: TestbedSpec) -> str:
 
 
 NICD_LOG = "/var/log/fabtune-nicd.log"
+TOOLSERVER_LOG = "/var/log/fabtune-toolserver.log"
 
 
 def _subnet_manager(spec: TestbedSpec, upper: Path) -> dict[str, object]:
@@ -241,9 +270,11 @@ def _subnet_manager(spec: TestbedSpec, upper: Path) -> dict[str, object]:
 
 def _daemons(spec: TestbedSpec, host: HostSpec, host_dir: Path, upper: Path) -> None:
     """``daemons.json``: what hostinit starts in the host. Every host runs the emulated NICs'
-    counter engine (fabtune.sim.nicd); the subnet manager host also runs opensm."""
+    counter engine (fabtune.sim.nicd) and the emulated tools' server (fabtune.sim.toolserver); the
+    subnet manager host also runs opensm."""
     daemons: list[dict[str, object]] = [
-        {"argv": [sys.executable, "-m", "fabtune.sim.nicd"], "log": NICD_LOG}
+        {"argv": [sys.executable, "-m", "fabtune.sim.nicd"], "log": NICD_LOG},
+        {"argv": [sys.executable, "-m", "fabtune.sim.toolserver"], "log": TOOLSERVER_LOG},
     ]
     if spec.sm is not None and spec.sm.host == host.name:
         daemons.append(_subnet_manager(spec, upper))

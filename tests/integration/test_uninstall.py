@@ -33,9 +33,9 @@ pytestmark = pytest.mark.testbed
 TREES = ("etc", "usr/local", "var/lib", "var/log")
 # What sshd and the login (not fabtune) write on every connection.
 # Login records, and the testbed's own emulator logs (the NIC counter engine logs each benchmark's
-# counter posts; not something fabtune installs or writes).
+# counter posts, the tool server each tool it ran; not something fabtune installs or writes).
 NOT_FABTUNE = frozenset({"var/log/wtmp", "var/log/btmp", "var/log/lastlog", "var/log/faillog",
-                         "var/log/fabtune-nicd.log", "var/log/opensm.log"})
+                         "var/log/fabtune-nicd.log", "var/log/fabtune-toolserver.log", "var/log/opensm.log"})
 INSTALLED = ("/usr/local/sbin/fabtune-revert", "/usr/local/lib/fabtune", "/var/lib/fabtune/revert",
              "/etc/fabtune/rdma_cm.conf", "/usr/local/sbin/fabtune-rdma-cm", "/etc/nccl.conf",
              "/etc/systemd/system/fabtune-rdma-cm.service", "/etc/udev/rules.d/90-fabtune-rdma-cm.rules")

@@ -1,0 +1,150 @@
+"""The emulated hosts' tool server (fabtune.sim.toolserver) against the tool run by its launcher.
+
+A call through the server must be what the caller sees when the launcher runs the tool itself:
+the same standard output and error on the caller's own streams, the same exit status, the caller's
+argv, environment, working directory and umask. Here the server runs on the controller, on a
+socket of the test's own; the tools chosen need no host (usage, version, a traceback where the
+host's state is missing).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from fabtune.sim import toolclient, toolserver
+from fabtune.testbed import files
+
+CALLS = [
+    ["mlnx_qos", "--help"],  # usage on stdout, status 0
+    ["ethtool"],  # a usage error on stderr, status 1
+    ["rdma", "-V"],
+    ["dcb", "help"],  # no host state here: the emulator's traceback, status 1
+]
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[Path]:
+    path = tmp_path / "tools.sock"
+    log = (tmp_path / "toolserver.log").open("w")
+    proc = subprocess.Popen([sys.executable, "-m", "fabtune.sim.toolserver", str(path)],
+                            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 30
+    while not path.exists():
+        assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "toolserver.log").read_text()
+        time.sleep(0.05)
+    yield path
+    proc.kill()
+    proc.wait(timeout=30)
+    log.close()
+
+
+def _launcher(tmp_path: Path, name: str, socket_path: Path | None) -> Path:
+    """The testbed's launcher of ``name``, its socket moved to the test's own (None: the tool
+    runs in the launcher)."""
+    text = files.tool_launcher(name)
+    assert text.startswith(f"#!{sys.executable} -S\n")
+    target = repr(str(socket_path)) if socket_path else repr(str(tmp_path / "absent.sock"))
+    text = text.replace("from fabtune.sim.toolclient import run\n",
+                        f"from fabtune.sim import toolclient\ntoolclient.SOCKET = {target}\n"
+                        "from fabtune.sim.toolclient import run\n")
+    path = tmp_path / "bin" / name
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(text)
+    path.chmod(0o755)
+    return path
+
+
+def _call(launcher: Path, args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(launcher), *args], capture_output=True, text=True, timeout=60, cwd=cwd,
+                          check=False, env={**os.environ, "FABTUNE_TEST_MARK": "x"})
+
+
+@pytest.mark.parametrize("argv", CALLS, ids=[" ".join(c) for c in CALLS])
+def test_a_served_call_is_what_the_launcher_alone_gives(
+    server: Path, tmp_path: Path, argv: list[str]
+) -> None:
+    name, *args = argv
+    alone = _call(_launcher(tmp_path, name, None), args, tmp_path)
+    through = _call(_launcher(tmp_path, name, server), args, tmp_path)
+    assert (through.returncode, through.stdout) == (alone.returncode, alone.stdout)
+    if "Traceback" in alone.stderr:
+        assert through.stderr.splitlines()[-1] == alone.stderr.splitlines()[-1]
+    else:
+        assert through.stderr == alone.stderr
+    assert alone.stdout or alone.stderr
+    log = (tmp_path / "toolserver.log").read_text()
+    assert f"{name} uid={os.getuid()} pid=" in log  # the server ran it, not the launcher
+
+
+def test_the_server_takes_the_callers_argv_environment_cwd_umask_and_stdin(
+    server: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The call as the child sees it, read back with a tool of the test's own in the served set."""
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "import os, sys\n"
+        "def main(argv):\n"
+        "    mask = os.umask(0)\n"
+        "    print(repr((sys.argv, os.environ.get('FABTUNE_TEST_MARK'), os.getcwd(), oct(mask),\n"
+        "                sys.stdin.read(), open('/proc/self/comm').read().strip())))\n"
+        "    print('to stderr', file=sys.stderr)\n"
+        "    return 3\n")
+    code = (f"import sys; sys.path.insert(0, {str(tmp_path)!r})\n"
+            "from fabtune.sim import toolserver, tools\n"
+            "tools.ENTRIES['ethtool'] = ('probe', 'main')\n"
+            "import probe, sys as s; s.modules['fabtune.sim.tools.probe'] = probe\n"
+            f"toolserver.serve(__import__('pathlib').Path({str(tmp_path / 'probe.sock')!r}))\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while not (tmp_path / "probe.sock").exists():
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        launcher = _launcher(tmp_path, "ethtool", tmp_path / "probe.sock")
+        work = tmp_path / "work"
+        work.mkdir()
+        done = subprocess.run(["sh", "-c", 'umask 027; exec "$0" -x "a b"', str(launcher)], input="fed\n",
+                              capture_output=True, text=True, timeout=60, cwd=work, check=False,
+                              env={**os.environ, "FABTUNE_TEST_MARK": "marked"})
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+    assert done.returncode == 3 and done.stderr == "to stderr\n"
+    assert done.stdout == repr(([str(launcher), "-x", "a b"], "marked", str(work), "0o27", "fed\n",
+                                "ethtool")) + "\n"
+
+
+def test_without_a_server_the_launcher_runs_the_tool_itself(tmp_path: Path) -> None:
+    done = _call(_launcher(tmp_path, "mlnx_qos", None), ["--help"], tmp_path)
+    assert done.returncode == 0 and done.stdout.startswith("Usage: mlnx_qos -i <interface>")
+
+
+def test_a_call_cut_off_is_refused_and_the_server_serves_on(server: Path, tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.connect(str(server))
+        sock.sendall((100).to_bytes(8, "little") + b"('eth")
+        sock.shutdown(socket.SHUT_WR)
+        assert sock.recv(4) == b""  # no status: nothing ran
+    done = _call(_launcher(tmp_path, "mlnx_qos", server), ["--help"], tmp_path)
+    assert done.returncode == 0 and done.stdout.startswith("Usage: mlnx_qos")
+    assert "call refused: RequestError('call cut short')" in (tmp_path / "toolserver.log").read_text()
+
+
+def test_the_served_tools_are_tools_and_not_the_benchmarks_or_systemd() -> None:
+    from fabtune.sim.tools import ENTRIES
+
+    assert set(ENTRIES) >= toolserver.SERVED
+    assert not toolserver.SERVED & {"ib_write_bw", "all_reduce_perf", "alltoall_perf", "systemctl",
+                                    "systemd-run", "lldpad", "lldptool"}
+    assert str(toolserver.SOCKET) == toolclient.SOCKET
+    assert "toolclient" not in files.tool_launcher("ib_write_bw")
