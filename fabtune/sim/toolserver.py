@@ -153,7 +153,6 @@ def _run_tool(name: str, argv: list[str], launched: float) -> int:
 def _serve_call(conn: socket.socket) -> None:
     """In the forked child: run one call and answer its status; never returns."""
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the tool's own subprocesses are waited for
-    status = 1
     try:
         conn.settimeout(RECEIVE_TIMEOUT_S)
         (name, argv, environ, cwd, umask, launched), fds = _receive(conn)
