@@ -292,7 +292,7 @@ MODULE_CACHE_CALLBACK = "fabtune.fabric.module_cache"
 @functools.cache
 def module_cache_key() -> str:
     """What the modules' payloads are built from: ansible-core's version, the controller Python's
-    bytecode format (the payloads carry bytecode, the callback's ``bytecode`` option) and the content
+    bytecode format (the callback adds bytecode to each payload) and the content
     of the collection's modules and module_utils (a change to any of them names another cache)."""
     from ansible.release import __version__ as core  # loaded only where a run starts
 

@@ -47,13 +47,13 @@ class _Handler(socketserver.StreamRequestHandler):
         except (ValueError, KeyError, TypeError, LookupError, OSError) as exc:
             self.wfile.write(f"error {exc}\n".encode())
             return
-        pid, uid, _gid = _peer(self.request)
+        pid, uid, _gid = peer_credentials(self.request)
         print(f"applied {len(deltas)} counters to {request['netdev']} for uid={uid} pid={pid} "
               f"({_comm(pid)})", flush=True)
         self.wfile.write(b"ok\n")
 
 
-def _peer(sock: socket.socket) -> tuple[int, int, int]:
+def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
     """``(pid, uid, gid)`` of the process at the other end (SO_PEERCRED)."""
     raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
     pid, uid, gid = struct.unpack("3i", raw)

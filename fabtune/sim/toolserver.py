@@ -32,13 +32,13 @@ import os
 import pwd
 import signal
 import socket
-import struct
 import sys
 import traceback
 from pathlib import Path
 from typing import Any
 
 from fabtune.sim import toolclient
+from fabtune.sim.nicd import peer_credentials
 from fabtune.sim.tools import ENTRIES
 
 SOCKET = Path(toolclient.SOCKET)
@@ -84,13 +84,6 @@ def _more(conn: socket.socket, size: int) -> bytes:
     if not chunk:
         raise RequestError("call cut short")
     return chunk
-
-
-def _peer(conn: socket.socket) -> tuple[int, int, int]:
-    """``(pid, uid, gid)`` of the caller (SO_PEERCRED)."""
-    raw = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    pid, uid, gid = struct.unpack("3i", raw)
-    return pid, uid, gid
 
 
 def _become(uid: int, gid: int) -> None:
@@ -156,7 +149,7 @@ def _serve_call(conn: socket.socket) -> None:
     try:
         conn.settimeout(RECEIVE_TIMEOUT_S)
         (name, argv, environ, cwd, umask, launched), fds = _receive(conn)
-        pid, uid, gid = _peer(conn)
+        pid, uid, gid = peer_credentials(conn)
         _become(uid, gid)
         _take_streams(fds)
         try:
