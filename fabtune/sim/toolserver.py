@@ -11,9 +11,16 @@ its exit status. What the tool reads and writes, and what the caller sees, are t
 the launcher runs it itself, which it does whenever no server answers (before the server has
 started, while a host boots, or where a standard stream is closed).
 
-Served are the tools that read or set state and exit: not the benchmarks (their process, pid and
-start time are part of what they emulate, and mpirun and perftest signal them), not the emulated
-systemd (it forks timers and services) and not lldpad/lldptool (their sockets are named by pid).
+Served are the tools that read or set state and exit, and the benchmarks (each rank of an mpirun
+launch, each ib_write_bw): their launchers are what mpirun, orted and the caller start, wait for and
+signal. A served child ends the moment its caller is gone (killed by a signal, its deadline past),
+as a tool running in the launcher's own process would have ended with it. The child is named as
+the tool (``/proc/PID/comm``), and its pid is what the tool prints and records as its own (the
+``host:pid:tid`` of NCCL's lines, an rdma_cm listener): a live process of that name, as with the
+real tool. perftest's start-up allowance counts from when the launcher was forked (its pid, from
+the socket's credentials) or its first line (``launched``, which the call carries). Not served:
+the emulated systemd (it forks timers and services, and waits on them) and lldpad/lldptool (their
+sockets are named by the pid of the process that binds them).
 
 Protocol (``/run/fabtune-tools.sock``, a Unix stream socket anyone may connect to, as anyone may run
 the tools): the caller sends 8 bytes of length (little-endian) and a Python literal
@@ -33,6 +40,7 @@ import pwd
 import signal
 import socket
 import sys
+import threading
 import traceback
 from pathlib import Path
 from typing import Any
@@ -45,11 +53,14 @@ SOCKET = Path(toolclient.SOCKET)
 SERVED = frozenset({
     "mlnx_qos", "dcb", "ibdev2netdev", "show_gids", "ibstat", "ibstatus", "ibv_devinfo", "nvidia-smi",
     "ethtool", "cma_roce_tos", "cma_roce_mode", "sminfo", "rdma",
+    "ib_write_bw", "ib_read_bw", "ib_send_bw",
+    "all_reduce_perf", "all_gather_perf", "reduce_scatter_perf", "alltoall_perf",
 })
 PR_SET_NAME = 15  # prctl(2): the calling thread's name, /proc/PID/comm (15 bytes)
 MAX_REQUEST = 1 << 22  # an environment of megabytes is refused, not read
 BACKLOG = 64
 RECEIVE_TIMEOUT_S = 10.0
+CALLER_GONE = 143  # the child's status when its caller went first (nobody reads it: 128 + SIGTERM)
 
 
 class RequestError(ValueError):
@@ -119,15 +130,15 @@ def _name_process(argv0: str) -> None:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_NAME, Path(argv0).name.encode()[:15], 0, 0, 0)
 
 
-def _run_tool(name: str, argv: list[str], launched: float) -> int:
-    """Run tool ``name`` as its launcher would; its exit status."""
+def _run_tool(name: str, argv: list[str], launched: float, launcher: int) -> int:
+    """Run tool ``name`` as its launcher (pid ``launcher``) would; its exit status."""
     from fabtune.sim.tools import run
 
     _name_process(argv[0] if argv else name)
     sys.argv = list(argv)
     code: int
     try:
-        run(name, launched)
+        run(name, launched, launcher)
     except SystemExit as done:
         if done.code is None or isinstance(done.code, int):
             code = int(done.code or 0)
@@ -143,6 +154,19 @@ def _run_tool(name: str, argv: list[str], launched: float) -> int:
     return code
 
 
+def _end_with_caller(conn: socket.socket) -> None:
+    """End this child when its caller closes the call (it exits only after the status came, so
+    before that, only when it was killed): the tool would have died with the caller's process."""
+
+    def watch() -> None:
+        with contextlib.suppress(OSError):
+            while conn.recv(1):
+                pass
+        os._exit(CALLER_GONE)
+
+    threading.Thread(target=watch, name="caller", daemon=True).start()
+
+
 def _serve_call(conn: socket.socket) -> None:
     """In the forked child: run one call and answer its status; never returns."""
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the tool's own subprocesses are waited for
@@ -150,6 +174,8 @@ def _serve_call(conn: socket.socket) -> None:
         conn.settimeout(RECEIVE_TIMEOUT_S)
         (name, argv, environ, cwd, umask, launched), fds = _receive(conn)
         pid, uid, gid = peer_credentials(conn)
+        conn.settimeout(None)
+        _end_with_caller(conn)
         _become(uid, gid)
         _take_streams(fds)
         try:
@@ -159,9 +185,9 @@ def _serve_call(conn: socket.socket) -> None:
         os.umask(int(umask))
         os.environ.clear()
         os.environ.update({str(k): str(v) for k, v in dict(environ).items()})
-        status = _run_tool(str(name), [str(a) for a in argv], float(launched))
+        status = _run_tool(str(name), [str(a) for a in argv], float(launched), pid)
+        _log(f"{name} uid={uid} pid={pid}: {status}")  # first: the caller's exit ends this child
         conn.sendall(status.to_bytes(toolclient.STATUS_BYTES, "little", signed=True))
-        _log(f"{name} uid={uid} pid={pid}: {status}")
     except (OSError, ValueError, SyntaxError, TypeError, MemoryError, RecursionError) as exc:
         _log(f"call refused: {exc!r}")
     finally:

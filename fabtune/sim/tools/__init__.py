@@ -12,7 +12,9 @@ Launcher contract: the testbed installs ``/usr/.../<name>`` files containing::
     from fabtune.sim.tools import run
     run("<name>", LAUNCHED)
 
-``LAUNCHED`` is when the tool's Python code began, before its imports: ``launched_at``.
+``LAUNCHED`` is when the tool's Python code began, before its imports: ``launched_at``. A tool the
+host's tool server runs for its launcher (fabtune.sim.toolserver) also knows the launcher's pid:
+``launcher_pid``.
 """
 
 from __future__ import annotations
@@ -70,6 +72,7 @@ class _Tools(Mapping[str, Callable[[list[str]], int]]):
 TOOLS: Mapping[str, Callable[[list[str]], int]] = _Tools()
 
 _LAUNCHED: dict[str, float] = {}
+_LAUNCHER: dict[str, int] = {}
 
 
 def launched_at() -> float | None:
@@ -78,15 +81,24 @@ def launched_at() -> float | None:
     return _LAUNCHED.get("at")
 
 
-def run(name: str, launched: float | None = None) -> NoReturn:
+def launcher_pid() -> int | None:
+    """The pid of the launcher this tool runs for, where that is another process (the tool
+    server's child runs it); None where the tool runs in its launcher's own process."""
+    return _LAUNCHER.get("pid")
+
+
+def run(name: str, launched: float | None = None, launcher: int | None = None) -> NoReturn:
     """Run tool ``name`` on ``sys.argv[1:]`` against this host's state and exit with its status.
 
     Args:
         name: An installed command name (a key of ``TOOLS``).
         launched: When the launcher began (``time.time()`` before any import): ``launched_at``.
+        launcher: The launcher's pid, where another process runs the tool for it: ``launcher_pid``.
     """
     if launched is not None:
         _LAUNCHED["at"] = launched
+    if launcher is not None:
+        _LAUNCHER["pid"] = launcher
     try:
         code = TOOLS[name](sys.argv[1:])
         sys.stdout.flush()

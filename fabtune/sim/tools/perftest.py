@@ -585,11 +585,11 @@ def startup_s() -> float:
     out (measured when ``run`` begins), so clients started at one instant run from that instant,
     as real ones would; the connection and the exchange that follow count.
 
-    The process began when it was forked (``/proc/self/stat``'s starttime against
-    ``CLOCK_BOOTTIME``), unless its launcher's first line (``launched_at``) came more than
-    ``INTERPRETER_MAX_S`` later: then another program ran in it first and exec'd the tool (a
-    start barrier that waited), and the launcher's time is the start. 0 when the tool was not
-    started through a launcher; at most ``STARTUP_MAX_S``."""
+    The process (the launcher's, where the tool server runs the tool) began when it was forked
+    (``/proc/PID/stat``'s starttime against ``CLOCK_BOOTTIME``), unless its launcher's first line
+    (``launched_at``) came more than ``INTERPRETER_MAX_S`` later: then another program ran in it
+    first and exec'd the tool (a start barrier that waited), and the launcher's time is the start.
+    0 when the tool was not started through a launcher; at most ``STARTUP_MAX_S``."""
     launched = tools.launched_at()
     if launched is None:
         return 0.0
@@ -600,8 +600,9 @@ def startup_s() -> float:
 
 
 def _forked_at(now: float) -> float | None:
-    """When this process was forked (wall clock), from /proc; None where /proc cannot say."""
-    ticks = _rdma_cm.proc_start("self")  # clock ticks since boot
+    """When this tool's process was forked (wall clock), from /proc; None where /proc cannot say.
+    Where the tool server runs the tool, the process is its launcher (the one its caller started)."""
+    ticks = _rdma_cm.proc_start(tools.launcher_pid() or "self")  # clock ticks since boot
     if ticks is None or not ticks.isdigit():
         return None
     return now - (time.clock_gettime(time.CLOCK_BOOTTIME) - int(ticks) / os.sysconf("SC_CLK_TCK"))

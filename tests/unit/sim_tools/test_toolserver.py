@@ -9,7 +9,9 @@ host's state is missing).
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -26,6 +28,8 @@ CALLS = [
     ["ethtool"],  # a usage error on stderr, status 1
     ["rdma", "-V"],
     ["dcb", "help"],  # no host state here: the emulator's traceback, status 1
+    ["ib_write_bw", "-h"],  # the benchmarks: perftest's usage, status 1
+    ["all_reduce_perf", "-h"],  # nccl-tests' usage, status 0
 ]
 
 
@@ -83,19 +87,11 @@ def test_a_served_call_is_what_the_launcher_alone_gives(
     assert f"{name} uid={os.getuid()} pid=" in log  # the server ran it, not the launcher
 
 
-def test_the_server_takes_the_callers_argv_environment_cwd_umask_and_stdin(
-    server: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The call as the child sees it, read back with a tool of the test's own in the served set."""
+@contextlib.contextmanager
+def _probe_server(tmp_path: Path, body: str) -> Iterator[Path]:
+    """A server whose ``ethtool`` is a tool of the test's own: ``main(argv)`` with ``body``."""
     probe = tmp_path / "probe.py"
-    probe.write_text(
-        "import os, sys\n"
-        "def main(argv):\n"
-        "    mask = os.umask(0)\n"
-        "    print(repr((sys.argv, os.environ.get('FABTUNE_TEST_MARK'), os.getcwd(), oct(mask),\n"
-        "                sys.stdin.read(), open('/proc/self/comm').read().strip())))\n"
-        "    print('to stderr', file=sys.stderr)\n"
-        "    return 3\n")
+    probe.write_text("import os, sys, time\ndef main(argv):\n" + body)
     code = (f"import sys; sys.path.insert(0, {str(tmp_path)!r})\n"
             "from fabtune.sim import toolserver, tools\n"
             "tools.ENTRIES['ethtool'] = ('probe', 'main')\n"
@@ -108,15 +104,26 @@ def test_the_server_takes_the_callers_argv_environment_cwd_umask_and_stdin(
         while not (tmp_path / "probe.sock").exists():
             assert proc.poll() is None and time.monotonic() < deadline
             time.sleep(0.05)
-        launcher = _launcher(tmp_path, "ethtool", tmp_path / "probe.sock")
+        yield tmp_path / "probe.sock"
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+
+
+def test_the_server_takes_the_callers_argv_environment_cwd_umask_and_stdin(tmp_path: Path) -> None:
+    """The call as the child sees it, read back with a tool of the test's own in the served set."""
+    body = ("    mask = os.umask(0)\n"
+            "    print(repr((sys.argv, os.environ.get('FABTUNE_TEST_MARK'), os.getcwd(), oct(mask),\n"
+            "                sys.stdin.read(), open('/proc/self/comm').read().strip())))\n"
+            "    print('to stderr', file=sys.stderr)\n"
+            "    return 3\n")
+    with _probe_server(tmp_path, body) as sock:
+        launcher = _launcher(tmp_path, "ethtool", sock)
         work = tmp_path / "work"
         work.mkdir()
         done = subprocess.run(["sh", "-c", 'umask 027; exec "$0" -x "a b"', str(launcher)], input="fed\n",
                               capture_output=True, text=True, timeout=60, cwd=work, check=False,
                               env={**os.environ, "FABTUNE_TEST_MARK": "marked"})
-    finally:
-        proc.kill()
-        proc.wait(timeout=30)
     assert done.returncode == 3 and done.stderr == "to stderr\n"
     assert done.stdout == repr(([str(launcher), "-x", "a b"], "marked", str(work), "0o27", "fed\n",
                                 "ethtool")) + "\n"
@@ -140,11 +147,36 @@ def test_a_call_cut_off_is_refused_and_the_server_serves_on(server: Path, tmp_pa
     assert "call refused: RequestError('call cut short')" in (tmp_path / "toolserver.log").read_text()
 
 
-def test_the_served_tools_are_tools_and_not_the_benchmarks_or_systemd() -> None:
+@pytest.mark.parametrize("kill", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
+def test_a_served_tool_ends_when_its_caller_is_killed(tmp_path: Path, kill: signal.Signals) -> None:
+    """mpirun and fabric_run end a benchmark by signalling the process they started (the launcher):
+    the child running the tool goes with it, as the tool in the launcher's own process would."""
+    pids = tmp_path / "pid"
+    body = (f"    open({str(pids)!r}, 'w').write(str(os.getpid()))\n"
+            "    time.sleep(120)\n"
+            "    return 0\n")
+    with _probe_server(tmp_path, body) as sock:
+        caller = subprocess.Popen([str(_launcher(tmp_path, "ethtool", sock))], stdin=subprocess.DEVNULL,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 30
+        while not pids.exists() or not pids.read_text():
+            assert caller.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        child = int(pids.read_text())
+        assert Path(f"/proc/{child}/comm").read_text().strip() == "ethtool"
+        caller.send_signal(kill)
+        assert caller.wait(timeout=30) == -kill
+        while Path(f"/proc/{child}").exists():  # the server reaps it (SIGCHLD ignored)
+            assert time.monotonic() < deadline + 30, f"child {child} outlived its caller"
+            time.sleep(0.05)
+
+
+def test_the_served_tools_are_the_tools_and_benchmarks_and_not_systemd_or_lldp() -> None:
     from fabtune.sim.tools import ENTRIES
 
     assert set(ENTRIES) >= toolserver.SERVED
-    assert not toolserver.SERVED & {"ib_write_bw", "all_reduce_perf", "alltoall_perf", "systemctl",
-                                    "systemd-run", "lldpad", "lldptool"}
+    assert {"ib_write_bw", "all_reduce_perf", "alltoall_perf", "ethtool"} <= toolserver.SERVED
+    assert not toolserver.SERVED & {"systemctl", "systemd-run", "lldpad", "lldptool"}
     assert str(toolserver.SOCKET) == toolclient.SOCKET
-    assert "toolclient" not in files.tool_launcher("ib_write_bw")
+    assert "toolclient" in files.tool_launcher("ib_write_bw")
+    assert "toolclient" not in files.tool_launcher("systemctl")
