@@ -5,11 +5,11 @@ Each emulated tool is a Python program, and most of a short tool's CPU time (``e
 importing the emulator, not to the tool's work; an Ansible run of the roles calls hundreds of them
 (docs/benchmarks.md). This server imports the served tools once and forks a child per call: the
 child takes the caller's standard input, output and error (passed with the call as file
-descriptors), its argv, environment, working directory, umask and identity (``SO_PEERCRED``: the
-caller's uid and gid, with that user's groups), runs the tool as the launcher would, and answers
-its exit status. What the tool reads and writes, and what the caller sees, are the same as when
-the launcher runs it itself, which it does whenever no server answers (before the server has
-started, while a host boots, or where a standard stream is closed).
+descriptors), its argv, environment, working directory, umask, resource limits and identity
+(``SO_PEERCRED``: the caller's uid and gid, with that user's groups), runs the tool as the launcher
+would, and answers its exit status. What the tool reads and writes, and what the caller sees, are
+the same as when the launcher runs it itself, which it does whenever no server answers (before the
+server has started, while a host boots, or where a standard stream is closed).
 
 Served are the tools that read or set state and exit, and the benchmarks (each rank of an mpirun
 launch, each ib_write_bw): their launchers are what mpirun, orted and the caller start, wait for and
@@ -37,6 +37,7 @@ import ctypes
 import importlib
 import os
 import pwd
+import resource
 import signal
 import socket
 import sys
@@ -95,6 +96,17 @@ def _more(conn: socket.socket, size: int) -> bytes:
     if not chunk:
         raise RequestError("call cut short")
     return chunk
+
+
+def _take_limits(pid: int) -> None:
+    """Take the caller's resource limits (``ulimit``; ``prlimit(2)`` of its pid): a tool started by
+    the caller inherits them. A limit this server may not set (above its own hard limit, where it
+    does not run as root) stays the server's."""
+    for name in dir(resource):
+        if name.startswith("RLIMIT_"):
+            with contextlib.suppress(OSError, ValueError):
+                limit = getattr(resource, name)
+                resource.setrlimit(limit, resource.prlimit(pid, limit))
 
 
 def _become(uid: int, gid: int) -> None:
@@ -176,6 +188,7 @@ def _serve_call(conn: socket.socket) -> None:
         pid, uid, gid = peer_credentials(conn)
         conn.settimeout(None)
         _end_with_caller(conn)
+        _take_limits(pid)
         _become(uid, gid)
         _take_streams(fds)
         try:

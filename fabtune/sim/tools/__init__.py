@@ -20,6 +20,7 @@ host's tool server runs for its launcher (fabtune.sim.toolserver) also knows the
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from typing import NoReturn
@@ -85,6 +86,13 @@ def launcher_pid() -> int | None:
     """The pid of the launcher this tool runs for, where that is another process (the tool
     server's child runs it); None where the tool runs in its launcher's own process."""
     return _LAUNCHER.get("pid")
+
+
+def process_pid() -> int:
+    """The pid of the process the caller started for this tool, as the tool prints and records it
+    (``ibstat``'s ``[PID]``, an rdma_cm listener in ``rdma resource show``): the launcher's where the
+    tool server runs the tool, else this process's."""
+    return launcher_pid() or os.getpid()
 
 
 def run(name: str, launched: float | None = None, launcher: int | None = None) -> NoReturn:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import socket
 import time
 from collections.abc import Iterator, Sequence
@@ -30,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from fabtune.sim.node import atomic_write
+from fabtune.sim.tools import process_pid
 
 CM_DIR = "cm"
 
@@ -124,7 +124,7 @@ def listen(fabric_dir: Path, host: str, port: int, addresses: Sequence[str],
     if any(e.port == port for e in listeners(fabric_dir, host)):
         yield None
         return
-    pid = os.getpid()
+    pid = process_pid()  # the process its caller started: the launcher's, where the server runs it
     record, sock_path = _paths(fabric_dir, host, port, pid)
     with contextlib.suppress(FileNotFoundError):
         sock_path.unlink()

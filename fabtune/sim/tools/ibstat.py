@@ -8,9 +8,9 @@
 from __future__ import annotations
 
 import getopt
-import os
 
 from fabtune.sim.node import NodeState, NoSuchDeviceError
+from fabtune.sim.tools import process_pid
 from fabtune.sim.tools._common import err, out, state_or_host
 
 PORT_STATES = {"1": "Down", "2": "Initializing", "3": "Armed", "4": "Active", "5": "Active Defer"}
@@ -30,7 +30,7 @@ USAGE = ("Usage: ibstat [options] <ca_name> [portnum]\n\n"
 
 
 def _panic(ca: str) -> int:
-    err(f"ibpanic: [{os.getpid()}] main: stat of IB device '{ca}' failed: "
+    err(f"ibpanic: [{process_pid()}] main: stat of IB device '{ca}' failed: "
         "No such file or directory")
     return 255
 
@@ -77,8 +77,8 @@ def _show(node: NodeState, flags: set[str], args: list[str]) -> int:
             return _panic(args[0])
         devs = [args[0]]
     if len(args) > 1 and args[1] != "1":  # ca_stat(): warns, and main() still exits 0
-        err(f"ibwarn: [{os.getpid()}] ca_stat: CA: '{args[0]}' has no port number {args[1]} - max (1)")
-        err(f"ibwarn: [{os.getpid()}] main: stat of IB device '{args[0]}' failed")
+        err(f"ibwarn: [{process_pid()}] ca_stat: CA: '{args[0]}' has no port number {args[1]} - max (1)")
+        err(f"ibwarn: [{process_pid()}] main: stat of IB device '{args[0]}' failed")
         return 0
     if flags & {"-p", "--port_list"}:
         lines = [f"0x{node.nic(dev).port_guid:016x}" for dev in devs]

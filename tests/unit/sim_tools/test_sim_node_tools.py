@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from fabtune.perf.parsers.ibstat import parse as parse_ibstat
+from fabtune.sim import tools
 from fabtune.sim.node import NodeState
 from fabtune.sim.tools import (
     TOOLS,
@@ -95,7 +98,7 @@ def test_ibstat_roce_matches_fixture(roce: NodeState, capsys: Capture) -> None:
     assert "\t\tCapability mask: 0x00010000" in out
 
 
-def test_ibstat_ib_and_errors(ib: NodeState, capsys: Capture) -> None:
+def test_ibstat_ib_and_errors(ib: NodeState, capsys: Capture, monkeypatch: pytest.MonkeyPatch) -> None:
     _, out, _ = run(ibstat.main, [], ib, capsys)
     assert "\t\tBase lid: 5\n" in out
     assert "\t\tSM lid: 1\n" in out
@@ -112,8 +115,12 @@ def test_ibstat_ib_and_errors(ib: NodeState, capsys: Capture) -> None:
     assert "ca_stat: CA: 'mlx5_1' has no port number 2 - max (1)" in err
     code, _, err = run(ibstat.main, ["mlx5_8"], ib, capsys)
     assert code == 255
-    assert err.startswith("ibpanic: [")
-    assert err.endswith("main: stat of IB device 'mlx5_8' failed: No such file or directory\n")
+    assert err == (f"ibpanic: [{os.getpid()}] main: stat of IB device 'mlx5_8' failed: "
+                   "No such file or directory\n")
+    # run by the tool server's child for a launcher: the pid is the launcher's, the one its caller started
+    monkeypatch.setitem(tools._LAUNCHER, "pid", 4242)
+    _, _, err = run(ibstat.main, ["mlx5_1", "2"], ib, capsys)
+    assert err.startswith("ibwarn: [4242] ca_stat: CA: 'mlx5_1' has no port number 2")
     code, _, _ = run(ibstat.main, ["-q"], ib, capsys)
     assert code == 2
 

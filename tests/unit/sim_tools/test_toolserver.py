@@ -110,23 +110,26 @@ def _probe_server(tmp_path: Path, body: str) -> Iterator[Path]:
         proc.wait(timeout=30)
 
 
-def test_the_server_takes_the_callers_argv_environment_cwd_umask_and_stdin(tmp_path: Path) -> None:
+def test_the_server_takes_the_callers_argv_environment_cwd_umask_stdin_and_limits(tmp_path: Path) -> None:
     """The call as the child sees it, read back with a tool of the test's own in the served set."""
-    body = ("    mask = os.umask(0)\n"
+    body = ("    import resource\n"
+            "    mask = os.umask(0)\n"
             "    print(repr((sys.argv, os.environ.get('FABTUNE_TEST_MARK'), os.getcwd(), oct(mask),\n"
-            "                sys.stdin.read(), open('/proc/self/comm').read().strip())))\n"
+            "                sys.stdin.read(), open('/proc/self/comm').read().strip(),\n"
+            "                resource.getrlimit(resource.RLIMIT_NOFILE))))\n"
             "    print('to stderr', file=sys.stderr)\n"
             "    return 3\n")
     with _probe_server(tmp_path, body) as sock:
         launcher = _launcher(tmp_path, "ethtool", sock)
         work = tmp_path / "work"
         work.mkdir()
-        done = subprocess.run(["sh", "-c", 'umask 027; exec "$0" -x "a b"', str(launcher)], input="fed\n",
+        done = subprocess.run(["sh", "-c", 'umask 027; ulimit -n 200; exec "$0" -x "a b"', str(launcher)],
+                              input="fed\n",
                               capture_output=True, text=True, timeout=60, cwd=work, check=False,
                               env={**os.environ, "FABTUNE_TEST_MARK": "marked"})
     assert done.returncode == 3 and done.stderr == "to stderr\n"
     assert done.stdout == repr(([str(launcher), "-x", "a b"], "marked", str(work), "0o27", "fed\n",
-                                "ethtool")) + "\n"
+                                "ethtool", (200, 200))) + "\n"
 
 
 def test_without_a_server_the_launcher_runs_the_tool_itself(tmp_path: Path) -> None:
