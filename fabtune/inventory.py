@@ -52,20 +52,54 @@ class InventoryInfo:
     hostvars: Mapping[str, Mapping[str, Any]] | None = field(default=None, repr=False, compare=False)
 
 
-def _listed(path: Path) -> subprocess.CompletedProcess[str]:
-    """``ansible-inventory --list`` of ``path``, as it answered.
+def _listed(path: Path, ahead: _Ahead | None = None) -> subprocess.CompletedProcess[str]:
+    """``ansible-inventory --list`` of ``path``, as it answered; for a read started ahead, its
+    process is handed to ``ahead`` (which ends it when no verb takes the answer).
 
     Raises:
         subprocess.TimeoutExpired: past ``INVENTORY_TIMEOUT_S``.
     """
     exe = Path(sys.executable).parent / "ansible-inventory"
     argv = [str(exe) if exe.exists() else "ansible-inventory", "-i", str(path), "--list"]
-    return subprocess.run(argv, capture_output=True, text=True, timeout=INVENTORY_TIMEOUT_S,
-                          check=False, env={**os.environ, **STRICT_INVENTORY_ENV})
+    with subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True, env={**os.environ, **STRICT_INVENTORY_ENV}) as proc:
+        if ahead is not None:
+            ahead.started(proc)
+        try:
+            out, err = proc.communicate(timeout=INVENTORY_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            raise
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
-# Reads started ahead (``read_ahead``), by path: the file's identity when the read started, and the read.
-_AHEAD: dict[Path, tuple[tuple[int, int, int], Future[subprocess.CompletedProcess[str]]]] = {}
+@dataclass
+class _Ahead:
+    """A read started ahead: the file's identity when it started, its answer, and its process
+    until it ends (``drop`` ends it, and one that starts after the drop, at once)."""
+
+    identity: tuple[int, int, int]
+    answer: Future[subprocess.CompletedProcess[str]] = field(default_factory=Future)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _proc: subprocess.Popen[str] | None = None
+    _dropped: bool = False
+
+    def started(self, proc: subprocess.Popen[str]) -> None:
+        with self._lock:
+            self._proc = proc
+            if self._dropped:
+                proc.kill()
+
+    def drop(self) -> None:
+        with self._lock:
+            self._dropped = True
+            if self._proc is not None and self._proc.poll() is None:
+                self._proc.kill()
+
+
+# Reads started ahead (``read_ahead``), by path.
+_AHEAD: dict[Path, _Ahead] = {}
 INVENTORY_FLAGS = ("-i", "--inventory")
 
 
@@ -89,17 +123,16 @@ def read_ahead(args: Sequence[str]) -> None:
     identity = _identity(path)
     if identity is None or not path.is_file() or path in _AHEAD:
         return
-    answer: Future[subprocess.CompletedProcess[str]] = Future()
-    _AHEAD[path] = (identity, answer)
+    ahead = _AHEAD[path] = _Ahead(identity)
     # a daemon thread: a command that ends before taking the answer does not wait for it
-    threading.Thread(target=_settle, args=(answer, path), name="fabtune-inventory", daemon=True).start()
+    threading.Thread(target=_settle, args=(ahead, path), name="fabtune-inventory", daemon=True).start()
 
 
-def _settle(answer: Future[subprocess.CompletedProcess[str]], path: Path) -> None:
+def _settle(ahead: _Ahead, path: Path) -> None:
     try:
-        answer.set_result(_listed(path))
+        ahead.answer.set_result(_listed(path, ahead))
     except BaseException as err:  # the reader re-raises it where it takes the answer
-        answer.set_exception(err)
+        ahead.answer.set_exception(err)
 
 
 def _inventory_arg(args: Sequence[str]) -> str | None:
@@ -117,7 +150,10 @@ def _inventory_arg(args: Sequence[str]) -> str | None:
 
 
 def forget_ahead() -> None:
-    """Drop the reads ``read_ahead`` started that no verb took (their process ends on its own)."""
+    """Drop the reads ``read_ahead`` started that no verb took, and end their processes: a command
+    refused before it read its inventory leaves no ``ansible-inventory`` running."""
+    for ahead in _AHEAD.values():
+        ahead.drop()
     _AHEAD.clear()
 
 
@@ -125,8 +161,10 @@ def _answer(path: Path) -> subprocess.CompletedProcess[str]:
     """``ansible-inventory``'s answer for ``path``: the read started ahead where the file is the
     same, else a read now."""
     ahead = _AHEAD.pop(path, None)
-    if ahead is not None and ahead[0] == _identity(path):
-        return ahead[1].result()
+    if ahead is not None and ahead.identity == _identity(path):
+        return ahead.answer.result()
+    if ahead is not None:
+        ahead.drop()
     return _listed(path)
 
 

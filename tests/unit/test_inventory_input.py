@@ -6,6 +6,7 @@ import dataclasses
 import os
 import stat
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -207,9 +208,9 @@ def test_the_read_ahead_answers_the_verbs_read_once_and_only_for_the_same_file(
     real = inventory._listed
     calls: list[Path] = []
 
-    def counted(path: Path) -> Any:
+    def counted(path: Path, ahead: Any = None) -> Any:
         calls.append(path)
-        return real(path)
+        return real(path, ahead)
 
     monkeypatch.setattr(inventory, "_listed", counted)
     path = _write(tmp_path / "inv.yml", GOOD)
@@ -220,7 +221,7 @@ def test_the_read_ahead_answers_the_verbs_read_once_and_only_for_the_same_file(
     assert calls == [path, path]
 
     inventory.read_ahead(["tune", "-i", str(path)])
-    inventory._AHEAD[path][1].result(timeout=60)
+    inventory._AHEAD[path].answer.result(timeout=60)
     _write(path, GOOD.replace("h02", "h03"))
     os.utime(path, ns=(1, 1))  # the same size: the change is seen by the time stamp
     assert read_inventory(path).hosts == ("h01", "h03") and len(calls) == 4
@@ -236,6 +237,33 @@ def test_the_cli_drops_an_inventory_read_no_verb_took(tmp_path: Path) -> None:
     path = _write(tmp_path / "inv.yml", GOOD)
     assert main(["tune", "-i", str(path), "--no-such-option"]) == ExitStatus.USAGE
     assert inventory._AHEAD == {}
+
+
+def test_a_read_no_verb_took_is_ended_not_left_running(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A command refused before its read (bad input) ends the ansible-inventory it started ahead;
+    here a stand-in that would run for a minute, started by the same code."""
+    from fabtune import inventory
+
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    slow = bindir / "ansible-inventory"
+    slow.write_text(f"#!/bin/sh\necho $$ > {tmp_path / 'pid'}\nexec sleep 60\n")
+    slow.chmod(0o755)
+    monkeypatch.setattr(inventory.sys, "executable", str(bindir / "python"))
+    path = _write(tmp_path / "inv.yml", GOOD)
+    inventory.read_ahead(["tune", "-i", str(path)])
+    ahead = inventory._AHEAD[path]
+    deadline = time.monotonic() + 30
+    while not (tmp_path / "pid").exists() or not (tmp_path / "pid").read_text().strip():
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    pid = int((tmp_path / "pid").read_text())
+    assert Path(f"/proc/{pid}").exists()
+    inventory.forget_ahead()
+    assert isinstance(ahead.answer.exception(timeout=30), Exception) or ahead.answer.result().returncode < 0
+    assert not Path(f"/proc/{pid}").exists()  # killed and reaped: the read's thread waited for it
 
 
 def test_a_failed_read_ahead_is_the_verbs_own_error(tmp_path: Path) -> None:
