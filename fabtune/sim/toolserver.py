@@ -146,7 +146,6 @@ def _run_tool(name: str, argv: list[str], launched: float, launcher: int) -> int
     """Run tool ``name`` as its launcher (pid ``launcher``) would; its exit status."""
     from fabtune.sim.tools import run
 
-    _name_process(argv[0] if argv else name)
     sys.argv = list(argv)
     code: int
     try:
@@ -187,6 +186,7 @@ def _serve_call(conn: socket.socket) -> None:
         (name, argv, environ, cwd, umask, launched), fds = _receive(conn)
         pid, uid, gid = peer_credentials(conn)
         conn.settimeout(None)
+        _name_process(str(argv[0]) if argv else str(name))  # first: the watch's thread takes it too
         _end_with_caller(conn)
         _take_limits(pid)
         _become(uid, gid)

@@ -166,7 +166,9 @@ def test_a_served_tool_ends_when_its_caller_is_killed(tmp_path: Path, kill: sign
             assert caller.poll() is None and time.monotonic() < deadline
             time.sleep(0.05)
         child = int(pids.read_text())
-        assert Path(f"/proc/{child}/comm").read_text().strip() == "ethtool"
+        # every thread of the child is named as the tool (its watch on the caller included)
+        threads = [t.read_text().strip() for t in Path(f"/proc/{child}/task").glob("*/comm")]
+        assert len(threads) == 2 and set(threads) == {"ethtool"}, threads
         caller.send_signal(kill)
         assert caller.wait(timeout=30) == -kill
         while Path(f"/proc/{child}").exists():  # the server reaps it (SIGCHLD ignored)
