@@ -15,10 +15,12 @@ Served are the tools that read or set state and exit, and the benchmarks (each r
 launch, each ib_write_bw): their launchers are what mpirun, orted and the caller start, wait for and
 signal. A served child ends the moment its caller is gone (killed by a signal, its deadline past),
 as a tool running in the launcher's own process would have ended with it. The child is named as
-the tool (``/proc/PID/comm``), and its pid is what the tool prints and records as its own (the
-``host:pid:tid`` of NCCL's lines, an rdma_cm listener): a live process of that name, as with the
-real tool. perftest's start-up allowance counts from when the launcher was forked (its pid, from
-the socket's credentials) or its first line (``launched``, which the call carries). Not served:
+the tool (``/proc/PID/comm``, every thread). The pid a tool shows to others is the launcher's, the
+process its caller started (``ibstat``'s ``[PID]``, an rdma_cm listener in ``rdma resource show``:
+``tools.process_pid``); NCCL's ``host:pid:tid`` lines name the child, whose pid and thread ids go
+together, a live process of the tool's name. perftest's start-up allowance counts from when the
+launcher was forked (its pid, from the socket's credentials) or its first line (``launched``,
+which the call carries). Not served:
 the emulated systemd (it forks timers and services, and waits on them) and lldpad/lldptool (their
 sockets are named by the pid of the process that binds them).
 
