@@ -33,20 +33,28 @@ CALLS = [
 ]
 
 
+@contextlib.contextmanager
+def _serving(argv: list[str], path: Path, log: Path) -> Iterator[Path]:
+    """A tool server started with ``argv``, once it listens on ``path``; killed after."""
+    with log.open("w") as out:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + 30
+            while not path.exists():
+                assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+                time.sleep(0.05)
+            yield path
+        finally:
+            proc.kill()
+            proc.wait(timeout=30)
+
+
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[Path]:
     path = tmp_path / "tools.sock"
-    log = (tmp_path / "toolserver.log").open("w")
-    proc = subprocess.Popen([sys.executable, "-m", "fabtune.sim.toolserver", str(path)],
-                            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 30
-    while not path.exists():
-        assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "toolserver.log").read_text()
-        time.sleep(0.05)
-    yield path
-    proc.kill()
-    proc.wait(timeout=30)
-    log.close()
+    with _serving([sys.executable, "-m", "fabtune.sim.toolserver", str(path)], path,
+                  tmp_path / "toolserver.log") as serving:
+        yield serving
 
 
 def _launcher(tmp_path: Path, name: str, socket_path: Path | None) -> Path:
@@ -97,17 +105,8 @@ def _probe_server(tmp_path: Path, body: str) -> Iterator[Path]:
             "tools.ENTRIES['ethtool'] = ('probe', 'main')\n"
             "import probe, sys as s; s.modules['fabtune.sim.tools.probe'] = probe\n"
             f"toolserver.serve(__import__('pathlib').Path({str(tmp_path / 'probe.sock')!r}))\n")
-    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 30
-        while not (tmp_path / "probe.sock").exists():
-            assert proc.poll() is None and time.monotonic() < deadline
-            time.sleep(0.05)
-        yield tmp_path / "probe.sock"
-    finally:
-        proc.kill()
-        proc.wait(timeout=30)
+    with _serving([sys.executable, "-c", code], tmp_path / "probe.sock", tmp_path / "probe.log") as path:
+        yield path
 
 
 def test_the_server_takes_the_callers_argv_environment_cwd_umask_stdin_and_limits(tmp_path: Path) -> None:
