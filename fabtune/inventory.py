@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
+import stat
 import subprocess
 import sys
 import threading
@@ -80,6 +82,7 @@ class _Ahead:
     until it ends (``drop`` ends it, and one that starts after the drop, at once)."""
 
     identity: tuple[int, int, int]
+    key: tuple[object, ...] | None = None  # what the answer depends on when it started (_memo_key)
     answer: Future[subprocess.CompletedProcess[str]] = field(default_factory=Future)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _proc: subprocess.Popen[str] | None = None
@@ -123,7 +126,7 @@ def read_ahead(args: Sequence[str]) -> None:
     identity = _identity(path)
     if identity is None or not path.is_file() or path in _AHEAD:
         return
-    ahead = _AHEAD[path] = _Ahead(identity)
+    ahead = _AHEAD[path] = _Ahead(identity, _memo_key(path))
     # a daemon thread: a command that ends before taking the answer does not wait for it
     threading.Thread(target=_settle, args=(ahead, path), name="fabtune-inventory", daemon=True).start()
 
@@ -157,20 +160,112 @@ def forget_ahead() -> None:
     _AHEAD.clear()
 
 
-def _answer(path: Path) -> subprocess.CompletedProcess[str]:
+def _answer(path: Path, key: tuple[object, ...] | None) -> tuple[subprocess.CompletedProcess[str], bool]:
     """``ansible-inventory``'s answer for ``path``: the read started ahead where the file is the
-    same, else a read now."""
+    same, else a read now; and whether the answer was read under ``key`` (``_memo_key``) from
+    start to end, so that it may be kept."""
     ahead = _AHEAD.pop(path, None)
     if ahead is not None and ahead.identity == _identity(path):
-        return ahead.answer.result()
+        return ahead.answer.result(), key is not None and ahead.key == key
     if ahead is not None:
         ahead.drop()
-    return _listed(path)
+    return _listed(path), True
+
+
+def _drop_ahead(path: Path) -> None:
+    """End a read started ahead for ``path`` that is no longer needed."""
+    ahead = _AHEAD.pop(path, None)
+    if ahead is not None:
+        ahead.drop()
+
+
+# ansible-inventory's answers this process already has, by path: the key they were read under and
+# the answer's text (``_memo_key``). In memory only: an answer holds every host variable.
+_MEMO: dict[Path, tuple[tuple[object, ...], str]] = {}
+_MEMO_MAX = 16
+_MEMO_LOCK = threading.Lock()
+# A YAML inventory with a top-level plugin key configures an inventory plugin (Ansible's auto
+# plugin): its hosts come from elsewhere (a cloud API, a CMDB), so its answer is never reused.
+_PLUGIN_RE = re.compile(rb"^plugin\s*:", re.MULTILINE)
+_VARS_DIRS = ("group_vars", "host_vars")
+CONFIG_ETC = "/etc/ansible/ansible.cfg"
+
+
+def _memo_key(path: Path) -> tuple[object, ...] | None:
+    """Everything ``ansible-inventory``'s answer for ``path`` depends on, for a static inventory
+    file (YAML or INI): its bytes, the bytes of every file of the ``group_vars``/``host_vars``
+    beside it, the Ansible configuration files Ansible would read and every ``ANSIBLE_*``
+    variable. None where the answer may change with none of these (an executable inventory script,
+    an inventory plugin's configuration, a directory of sources) or the file cannot be read."""
+    try:
+        found = path.stat()
+        if not stat.S_ISREG(found.st_mode) or found.st_mode & 0o111:
+            return None
+        content = path.read_bytes()
+    except OSError:
+        return None
+    if _PLUGIN_RE.search(content):
+        return None
+    configs = [os.environ.get("ANSIBLE_CONFIG", ""), "ansible.cfg", "~/.ansible.cfg", CONFIG_ETC]
+    return (
+        hashlib.sha256(content).hexdigest(),
+        tuple(_tree_digest(path.parent / name) for name in _VARS_DIRS),
+        tuple((name, _file_digest(Path(name).expanduser().absolute())) for name in configs if name),
+        tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("ANSIBLE_") or k == "PATH")),
+        sys.executable,
+    )
+
+
+def _file_digest(path: Path) -> str | None:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def _tree_digest(top: Path) -> str | None:
+    """One digest of every file's path and bytes under ``top`` (None: no such directory)."""
+    if not top.is_dir():
+        return None
+    digest = hashlib.sha256()
+    for root, dirs, files in os.walk(top):
+        dirs.sort()
+        for name in sorted(files):
+            file = Path(root, name)
+            digest.update(str(file.relative_to(top)).encode() + b"\0" + (_file_digest(file) or "-").encode())
+    return digest.hexdigest()
+
+
+def _remembered(path: Path, key: tuple[object, ...] | None) -> str | None:
+    if key is None:
+        return None
+    with _MEMO_LOCK:
+        found = _MEMO.get(path)
+    return found[1] if found is not None and found[0] == key else None
+
+
+def _remember(path: Path, key: tuple[object, ...] | None, answer: str) -> None:
+    """Keep ``answer`` for ``path`` where nothing it depends on changed while it was read."""
+    if key is None or _memo_key(path) != key:
+        return
+    with _MEMO_LOCK:
+        _MEMO.pop(path, None)
+        _MEMO[path] = (key, answer)
+        while len(_MEMO) > _MEMO_MAX:
+            _MEMO.pop(next(iter(_MEMO)))
 
 
 def _ansible_inventory(path: Path) -> dict[str, Any]:
+    """``ansible-inventory``'s answer for ``path`` as data: read once per process for a static
+    inventory whose files, configuration and environment are unchanged (``_memo_key``), else read
+    each time."""
+    key = _memo_key(path)
+    remembered = _remembered(path, key)
+    if remembered is not None:
+        _drop_ahead(path)
+        return dict(json.loads(remembered))
     try:
-        proc = _answer(path)
+        proc, keepable = _answer(path, key)
     except subprocess.TimeoutExpired as err:
         late = f"ansible-inventory did not answer within {INVENTORY_TIMEOUT_S} s"
         raise ConfigError(str(path), [late]) from err
@@ -181,6 +276,8 @@ def _ansible_inventory(path: Path) -> dict[str, Any]:
         data: dict[str, Any] = json.loads(proc.stdout)
     except ValueError as err:
         raise ConfigError(str(path), [f"ansible-inventory printed no inventory: {err}"]) from err
+    if keepable:
+        _remember(path, key, proc.stdout)
     return data
 
 

@@ -217,14 +217,14 @@ def test_the_read_ahead_answers_the_verbs_read_once_and_only_for_the_same_file(
     inventory.read_ahead(["tune", "-i", str(path)])
     info = read_inventory(path)
     assert info.hosts == ("h01", "h02") and calls == [path]
-    read_inventory(path)  # the answer was taken: a later read runs its own
-    assert calls == [path, path]
+    read_inventory(path)  # the same file: the answer this process has (no other run)
+    assert calls == [path]
 
     inventory.read_ahead(["tune", "-i", str(path)])
     inventory._AHEAD[path].answer.result(timeout=60)
     _write(path, GOOD.replace("h02", "h03"))
     os.utime(path, ns=(1, 1))  # the same size: the change is seen by the time stamp
-    assert read_inventory(path).hosts == ("h01", "h03") and len(calls) == 4
+    assert read_inventory(path).hosts == ("h01", "h03") and len(calls) == 3
 
     inventory.read_ahead(["tune", "-i", str(path)])
     inventory.forget_ahead()
@@ -275,3 +275,68 @@ def test_a_failed_read_ahead_is_the_verbs_own_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="ansible-inventory cannot read it"):
         read_inventory(path)
     assert inventory._AHEAD == {}
+
+
+def _counting(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """The ansible-inventory runs of this test, by path (each still runs the real one)."""
+    from fabtune import inventory
+
+    real = inventory._listed
+    calls: list[Path] = []
+
+    def counted(path: Path, ahead: Any = None) -> Any:
+        calls.append(path)
+        return real(path, ahead)
+
+    monkeypatch.setattr(inventory, "_listed", counted)
+    return calls
+
+
+def test_a_static_inventory_is_read_once_until_a_file_or_setting_it_depends_on_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ansible-inventory runs again for a changed inventory file, group_vars or host_vars file, or
+    ANSIBLE_* variable; never for an unchanged one; and a failed read is not kept."""
+    calls = _counting(monkeypatch)
+    path = _write(tmp_path / "inv.yml", GOOD)
+    first = read_inventory(path)
+    assert read_inventory(path) == first and len(calls) == 1
+    assert first.hostvars is not None
+    first.hostvars["h01"]["changed_by_the_caller"] = 1  # type: ignore[index]
+    assert "changed_by_the_caller" not in (read_inventory(path).hostvars or {})["h01"]  # not shared
+
+    _write(tmp_path / "group_vars" / "all.yml", "fabtune_launcher: srun\n")
+    assert read_inventory(path).launcher == "srun" and len(calls) == 2
+    _write(tmp_path / "host_vars" / "h02.yml", "ansible_user: ops\n")
+    assert (read_inventory(path).hostvars or {})["h02"]["ansible_user"] == "ops" and len(calls) == 3
+    _write(tmp_path / "host_vars" / "h02.yml", "ansible_user: opz\n")  # same size, same second
+    assert (read_inventory(path).hostvars or {})["h02"]["ansible_user"] == "opz" and len(calls) == 4
+    monkeypatch.setenv("ANSIBLE_INVENTORY_ENABLED", "yaml")
+    read_inventory(path)
+    assert read_inventory(path).launcher == "srun" and len(calls) == 5
+
+    _write(path, "all:\n  hosts: [\n")
+    for _ in range(2):
+        with pytest.raises(ConfigError, match="ansible-inventory cannot read it"):
+            read_inventory(path)
+    assert len(calls) == 7
+    _write(path, GOOD)  # back to the bytes last read: that answer holds
+    assert read_inventory(path).launcher == "srun" and len(calls) == 7
+    _write(path, GOOD.replace("h02", "h03"))
+    assert read_inventory(path).hosts == ("h01", "h03") and len(calls) == 8
+
+
+def test_an_inventory_script_or_plugin_configuration_is_read_each_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Their hosts come from elsewhere (a program's output, a plugin's source): never reused."""
+    calls = _counting(monkeypatch)
+    script = _write(tmp_path / "hosts.sh", "#!/bin/sh\necho '{\"all\": {\"hosts\": [\"h01\"], "
+                    "\"vars\": {\"fabtune_fabric\": \"roce\"}}, \"_meta\": {\"hostvars\": {}}}'\n")
+    script.chmod(0o755)
+    generated = _write(tmp_path / "generated.yml", "plugin: ansible.builtin.generator\nhosts:\n"
+                       "  name: \"h{{ n }}\"\nlayers:\n  n: [\"01\", \"02\"]\n")
+    for path, hosts in ((script, ("h01",)), (generated, ("h01", "h02"))):
+        for _ in range(2):
+            assert read_inventory(path).hosts == hosts
+    assert calls == [script, script, generated, generated]
