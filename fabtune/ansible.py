@@ -263,12 +263,27 @@ def _collections_path() -> str:
     return os.pathsep.join([str(COLLECTIONS), rest])
 
 
-# Ansible's own ssh_args plus keepalives: a management connection that stops answering is dropped
-# after 30 s and retried (reconnection_retries) instead of holding a play forever.
+# The caller's ssh_args (Ansible's own where none are given) plus keepalives: a management
+# connection that stops answering is dropped after 30 s and retried (reconnection_retries) instead
+# of holding a play forever.
 KEEPALIVE_INTERVAL_S = 10
 KEEPALIVE_COUNT = 3
-SSH_ARGS = ("-C -o ControlMaster=auto -o ControlPersist=60s "
-            f"-o ServerAliveInterval={KEEPALIVE_INTERVAL_S} -o ServerAliveCountMax={KEEPALIVE_COUNT}")
+KEEPALIVE_ARGS = f"-o ServerAliveInterval={KEEPALIVE_INTERVAL_S} -o ServerAliveCountMax={KEEPALIVE_COUNT}"
+ANSIBLE_SSH_ARGS = "-C -o ControlMaster=auto -o ControlPersist=60s"  # the ssh connection's default
+SSH_ARGS = f"{ANSIBLE_SSH_ARGS} {KEEPALIVE_ARGS}"
+
+
+def ssh_args() -> str:
+    """The ``ANSIBLE_SSH_ARGS`` of every run: the caller's own ssh_args (``ANSIBLE_SSH_ARGS``, else
+    the ``[ssh_connection]`` ``ssh_args`` of the configuration file Ansible reads), else Ansible's
+    default, then fabtune's keepalives. ssh takes the first value given for an option, so a
+    keepalive the caller's ssh_args set is theirs; one set only in an ssh_config file is fabtune's
+    (the command line comes first)."""
+    given = os.environ.get("ANSIBLE_SSH_ARGS")
+    if given is None:
+        given = _configured("ssh_connection", ("ssh_args",))
+    own = ANSIBLE_SSH_ARGS if given is None else given.strip()
+    return f"{own} {KEEPALIVE_ARGS}".strip()
 
 
 def accelerator_vars() -> dict[str, int]:
@@ -338,20 +353,28 @@ def _callbacks_enabled() -> str:
     given = os.environ.get("ANSIBLE_CALLBACKS_ENABLED")
     if given is not None:
         return given
+    return _configured("defaults", ("callbacks_enabled", "callback_whitelist")) or ""
+
+
+def _configured(section: str, keys: Sequence[str]) -> str | None:
+    """The first of ``keys`` in ``section`` of the caller's configuration file, the one Ansible
+    reads (None: no such file, no such key, or a file Ansible itself will say is broken), unquoted
+    as Ansible unquotes an ini value."""
     from ansible.config.manager import find_ini_config_file
+    from ansible.parsing.quoting import unquote
 
     found = find_ini_config_file()
     if not found:
-        return ""
+        return None
     parser = configparser.ConfigParser(interpolation=None)
     try:
         parser.read(found)
     except configparser.Error:
-        return ""  # Ansible itself says what is wrong with the file
-    for key in ("callbacks_enabled", "callback_whitelist"):
-        if parser.has_option("defaults", key):
-            return parser.get("defaults", key)
-    return ""
+        return None
+    for key in keys:
+        if parser.has_option(section, key):
+            return str(unquote(parser.get(section, key)))
+    return None
 
 
 def config_env() -> dict[str, str]:
@@ -370,7 +393,7 @@ def config_env() -> dict[str, str]:
 
 def _envvars() -> dict[str, str]:
     return {
-        "ANSIBLE_SSH_ARGS": SSH_ARGS,
+        "ANSIBLE_SSH_ARGS": ssh_args(),
         "ANSIBLE_SSH_RETRIES": "3",
         "ANSIBLE_TASK_TIMEOUT": os.environ.get("ANSIBLE_TASK_TIMEOUT") or str(TASK_TIMEOUT_S),
         "ANSIBLE_COLLECTIONS_PATH": _collections_path(),

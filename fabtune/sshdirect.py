@@ -2,7 +2,8 @@
 
 A host's connection settings are the ones Ansible uses for it, read from the inventory's hostvars
 (``ansible-inventory --list``): ``ansible_host``, ``ansible_port``, ``ansible_user``,
-``ansible_ssh_private_key_file`` and, inside ``ansible_ssh_common_args``/``ansible_ssh_extra_args``,
+``ansible_ssh_private_key_file`` and, inside the ssh args (the run's ssh_args or the host's
+``ansible_ssh_args``, then ``ansible_ssh_common_args``/``ansible_ssh_extra_args``),
 ``UserKnownHostsFile`` (default ``~/.ssh/known_hosts``). Ansible's ssh connection runs OpenSSH,
 which also reads the ssh config (``-F FILE`` in those args, else ``~/.ssh/config`` then
 ``/etc/ssh/ssh_config``; the first value found wins, the command line's before either): its
@@ -86,18 +87,22 @@ class Result:
 FLAG_OPTIONS = {"-J": "ProxyJump", "-F": "ConfigFile"}  # ssh flags that take a value, as options
 
 
-def _ssh_options(host: str, vars_: Mapping[str, Any]) -> dict[str, str]:
-    """The ``-o Key=Value`` options (keys in lower case) of a host's ssh args; ``-J`` counts as
-    ProxyJump, ``-F FILE`` as the option ``configfile``.
+def _ssh_options(host: str, vars_: Mapping[str, Any], ssh_args: str = "") -> dict[str, str]:
+    """The ``-o Key=Value`` options (keys in lower case) of a host's ssh args, in the order Ansible
+    puts them on ssh's command line: its ssh_args (the host's ``ansible_ssh_args``, else the run's
+    ``ssh_args``), then ``ansible_ssh_common_args`` and ``ansible_ssh_extra_args``; ``-J`` counts
+    as ProxyJump, ``-F FILE`` as the option ``configfile``.
 
     Raises:
         Unsupported: args that cannot be parsed.
     """
+    own = vars_.get("ansible_ssh_args")
+    given = [("ansible_ssh_args", own) if own is not None else ("ssh_args", ssh_args)]
+    given += [(var, vars_.get(var)) for var in ("ansible_ssh_common_args", "ansible_ssh_extra_args")]
     words: list[str] = []
-    for var in ("ansible_ssh_common_args", "ansible_ssh_extra_args"):
-        text = vars_.get(var) or ""
+    for var, text in given:
         try:
-            words += shlex.split(str(text))
+            words += shlex.split(str(text or ""))
         except ValueError as err:
             raise Unsupported(host, [f"{var}: {text!r} cannot be parsed: {err}"]) from err
     options: dict[str, str] = {}
@@ -185,8 +190,9 @@ def _follows(host: str, config: Mapping[str, Any]) -> None:
         raise Unsupported(host, [f"ssh StrictHostKeyChecking={strict}: the direct channel needs a known key"])
 
 
-def target(host: str, vars_: Mapping[str, Any]) -> Target:
-    """The connection settings Ansible uses for ``host`` (its hostvars ``vars_``).
+def target(host: str, vars_: Mapping[str, Any], ssh_args: str = "") -> Target:
+    """The connection settings Ansible uses for ``host`` (its hostvars ``vars_``; ``ssh_args``:
+    the ssh_args Ansible's runs are given, see :func:`_ssh_options`).
 
     Raises:
         Unsupported: a connection this channel cannot make as Ansible would.
@@ -196,7 +202,7 @@ def target(host: str, vars_: Mapping[str, Any]) -> Target:
     if connection not in SSH_CONNECTIONS:
         raise Unsupported(host, [f"ansible_connection: {connection!r} is not ssh"])
     address = _value(host, vars_, "ansible_host", "ansible_ssh_host") or host
-    config = ssh_config(host, address, _ssh_options(host, vars_))
+    config = ssh_config(host, address, _ssh_options(host, vars_, ssh_args))
     _follows(host, config)
     files = config.get("userknownhostsfile")
     known = tuple(str(Path(f).expanduser()) for f in (shlex.split(files) if files else DEFAULT_KNOWN_HOSTS))
@@ -213,13 +219,15 @@ def target(host: str, vars_: Mapping[str, Any]) -> Target:
     )
 
 
-def targets(hostvars: Mapping[str, Mapping[str, Any]], hosts: Sequence[str]) -> dict[str, Target]:
+def targets(
+    hostvars: Mapping[str, Mapping[str, Any]], hosts: Sequence[str], ssh_args: str = ""
+) -> dict[str, Target]:
     """``{host: Target}`` of ``hosts`` from the inventory's hostvars.
 
     Raises:
         Unsupported, ConfigError: as :func:`target`.
     """
-    return {h: target(h, hostvars.get(h, {})) for h in hosts}
+    return {h: target(h, hostvars.get(h, {}), ssh_args) for h in hosts}
 
 
 def command_line(argv: Sequence[str], *, root: bool, user: str) -> str:

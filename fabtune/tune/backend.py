@@ -493,7 +493,7 @@ class AnsibleBackend:
             self._hostvars = hostvars_of(self.info)
         if any(v.get("fabric_revert_script") not in (None, REVERT_SCRIPT) for v in self._hostvars.values()):
             raise sshdirect.Unsupported(str(self.inventory), ["fabric_revert_script: not the default"])
-        return sshdirect.targets(self._hostvars, hosts)
+        return sshdirect.targets(self._hostvars, hosts, ansible.ssh_args())
 
     def prerun(self, run_id: str) -> dict[str, HostState]:
         """Per host, the pre-run snapshot the host kept for ``run_id`` (hosts without one are left out).

@@ -44,6 +44,37 @@ def test_settings_the_channel_cannot_follow_are_unsupported(hostvars: dict[str, 
         sshdirect.target("h01", hostvars)
 
 
+def test_the_runs_ssh_args_come_first_and_a_hosts_ansible_ssh_args_replace_them(tmp_path: Path) -> None:
+    """As Ansible's ssh connection builds ssh's command line: ssh_args (the host's ansible_ssh_args,
+    else the run's), then the common and extra args; ssh keeps an option's first value."""
+    run_args = f"-C -o UserKnownHostsFile={tmp_path}/run_kh -o ControlMaster=auto"
+    common = {"ansible_ssh_common_args": f"-o UserKnownHostsFile={tmp_path}/common_kh"}
+    assert sshdirect.target("h01", common, run_args).known_hosts == (f"{tmp_path}/run_kh",)
+    own = {**common, "ansible_ssh_args": f"-o UserKnownHostsFile={tmp_path}/own_kh"}
+    assert sshdirect.target("h01", own, run_args).known_hosts == (f"{tmp_path}/own_kh",)
+    assert sshdirect.target("h01", common).known_hosts == (f"{tmp_path}/common_kh",)
+    with pytest.raises(sshdirect.Unsupported, match="ssh proxyjump is not followed"):
+        sshdirect.target("h01", {}, "-o ProxyJump=ops@bastion")  # the caller's ansible.cfg jump host
+    with pytest.raises(sshdirect.Unsupported, match="ansible_ssh_args"):
+        sshdirect.target("h01", {"ansible_ssh_args": "-o 'unclosed"})
+
+
+def test_the_backend_gives_the_direct_channel_the_runs_ssh_args(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A jump host in the caller's ssh_args reaches Ansible's runs (fabtune.ansible.ssh_args): the
+    direct channel, which cannot follow it, leaves the work to the playbook."""
+    monkeypatch.setenv("ANSIBLE_SSH_ARGS", "-o ProxyJump=bastion")
+    info = InventoryInfo(tmp_path / "inv.yml", "rack", "roce", ("h01",), (), "mpirun", None,
+                         hostvars={"h01": {"ansible_host": "10.0.0.5"}})
+    assert AnsibleBackend(info)._direct(["h01"]) is None
+    monkeypatch.delenv("ANSIBLE_SSH_ARGS")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    found = AnsibleBackend(info)._direct(["h01"])
+    assert found is not None and found["h01"].address == "10.0.0.5"
+
+
 @pytest.fixture
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A home of its own (``~/.ssh/config`` written by the test)."""
