@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import importlib.util
 import io
+import json
 import os
 import re
 import shutil
@@ -212,3 +213,52 @@ FABRIC_RUN = "ansible_collections.fabtune.fabric.plugins.modules.fabric_run"
 class _Manager:
     debugger_enabled = False
     source_mapping: dict[str, str] = {}
+
+
+WARM_PROBE = """
+import json, os, sys
+sys.path.insert(0, os.path.dirname(sys.argv[1]))
+from module_cache import warm_templating
+from ansible.parsing.dataloader import DataLoader
+from ansible.template import Templar, trust_as_template
+
+def plugins():
+    kinds = ('ansible.plugins.filter.', 'ansible.plugins.test.')
+    return {m.rsplit('_', 1)[0] for m in sys.modules if m.startswith(kinds)}
+
+def lexers():
+    from ansible._internal._templating._jinja_bits import AnsibleEnvironment
+    return len(AnsibleEnvironment._lexer_cache)
+
+warm = sys.argv[2] == 'warm'
+done = warm_templating() if warm else None
+before = (plugins(), lexers())
+pid = os.fork()
+if pid == 0:  # as a worker Ansible forks: one task's conditional with tests and filters
+    templar = Templar(loader=DataLoader(), variables={'runs': [{'client': 'h01'}]})
+    ok = templar.evaluate_conditional(trust_as_template(
+        "runs is defined and (runs | selectattr('client', 'equalto', 'h01') | list | length) == 1"))
+    print(json.dumps({'ok': ok, 'done': done, 'before': [sorted(before[0]), before[1]],
+                      'worker_loaded': sorted(plugins() - before[0]), 'lexers': lexers()}))
+    sys.stdout.flush()
+    os._exit(0)
+os.waitpid(pid, 0)
+"""
+
+
+@pytest.mark.parametrize("warm", [True, False])
+def test_the_warm_up_loads_before_the_fork_what_each_worker_loaded_for_itself(warm: bool) -> None:
+    """In a fresh ansible-playbook-like process: without the warm-up, a forked worker's first
+    conditional loads the builtin test and filter plugins and builds the lexer itself; after it,
+    the worker finds them all loaded."""
+    done = subprocess.run([sys.executable, "-c", WARM_PROBE, str(PLUGIN), "warm" if warm else "cold"],
+                          capture_output=True, text=True, timeout=120, check=True)
+    found = json.loads(done.stdout)
+    assert found["ok"] is True
+    builtin = {"ansible.plugins.filter.core", "ansible.plugins.test.core"}
+    if warm:
+        assert found["done"] is True and builtin <= set(found["before"][0]) and found["before"][1] == 1
+        assert found["worker_loaded"] == [] and found["lexers"] == 1
+    else:
+        assert found["before"] == [[], 0]
+        assert builtin <= set(found["worker_loaded"]) and found["lexers"] == 1

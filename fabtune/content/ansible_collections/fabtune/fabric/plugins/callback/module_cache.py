@@ -7,7 +7,7 @@ DOCUMENTATION = r"""
 ---
 name: module_cache
 type: aggregate
-short_description: Keep the modules' AnsiballZ payloads from one ansible-playbook run to the next
+short_description: Keep the modules' payloads from one run to the next; load templating once before the forks
 description:
   - Ansible builds each module's payload (the module and the module_utils it imports, zipped) once per
     run, in the run's own temporary directory (C(ansiballz_cache) under C(DEFAULT_LOCAL_TMP)), and
@@ -27,6 +27,11 @@ description:
     bytecode where the bytecode's magic number is its own, and from the source where it is not
     (another Python version); the import of C(ansible.module_utils.basic) and its dependencies from
     source is about half of a short module run's CPU time on a host (docs/benchmarks.md).
+  - At the start of a playbook it also evaluates one conditional in the process that forks
+    Ansible's workers, so that the builtin Jinja test and filter plugins and the Jinja lexer are
+    loaded there once. ansible-core leaves them to the first template of each worker, and each
+    worker (one per task and host) then loads them for itself, about 13 ms of CPU on every task
+    (docs/benchmarks.md). Nothing of the run's own data is templated.
 requirements:
   - enabled in C(callbacks_enabled) (fabtune's runs enable it)
 options:
@@ -132,6 +137,26 @@ def build_with_bytecode() -> bool:
     return True
 
 
+WARM_CONDITIONAL = "fabtune_warm is defined and (fabtune_warm | default(0) | int) == 1"
+"""Evaluated once before the first fork: a test (``defined``) and a filter (``default``) load every
+builtin test and filter plugin, and any template builds the lexer the workers share."""
+
+
+def warm_templating() -> bool:
+    """Load the builtin Jinja test and filter plugins and the Jinja lexer in this process (the
+    workers Ansible forks inherit them); whether it did. Where this ansible-core has no public
+    ``Templar``/``trust_as_template`` of this shape, or the evaluation fails, nothing is done: the
+    workers load them as Ansible leaves them to."""
+    try:
+        from ansible.parsing.dataloader import DataLoader
+        from ansible.template import Templar, trust_as_template
+
+        templar = Templar(loader=DataLoader(), variables={"fabtune_warm": 1})
+        return templar.evaluate_conditional(trust_as_template(WARM_CONDITIONAL)) is True
+    except Exception:  # a warm-up only: never the reason a playbook fails
+        return False
+
+
 class CallbackModule(CallbackBase):  # type: ignore[misc]  # ansible ships no type information
     CALLBACK_VERSION = 2.0
     CALLBACK_TYPE = "aggregate"
@@ -140,6 +165,7 @@ class CallbackModule(CallbackBase):  # type: ignore[misc]  # ansible ships no ty
 
     def v2_playbook_on_start(self, playbook: Any) -> None:
         build_with_bytecode()
+        warm_templating()
         directory = self.get_option("directory")
         if directory:
             link_cache(str(directory), str(constants.DEFAULT_LOCAL_TMP))
