@@ -268,22 +268,24 @@ def _collections_path() -> str:
 # of holding a play forever.
 KEEPALIVE_INTERVAL_S = 10
 KEEPALIVE_COUNT = 3
-KEEPALIVE_ARGS = f"-o ServerAliveInterval={KEEPALIVE_INTERVAL_S} -o ServerAliveCountMax={KEEPALIVE_COUNT}"
+KEEPALIVES = {"ServerAliveInterval": KEEPALIVE_INTERVAL_S, "ServerAliveCountMax": KEEPALIVE_COUNT}
 ANSIBLE_SSH_ARGS = "-C -o ControlMaster=auto -o ControlPersist=60s"  # the ssh connection's default
-SSH_ARGS = f"{ANSIBLE_SSH_ARGS} {KEEPALIVE_ARGS}"
+SSH_ARGS = " ".join([ANSIBLE_SSH_ARGS, *(f"-o {k}={v}" for k, v in KEEPALIVES.items())])
 
 
 def ssh_args() -> str:
     """The ``ANSIBLE_SSH_ARGS`` of every run: the caller's own ssh_args (``ANSIBLE_SSH_ARGS``, else
     the ``[ssh_connection]`` ``ssh_args`` of the configuration file Ansible reads), else Ansible's
-    default, then fabtune's keepalives. ssh takes the first value given for an option, so a
-    keepalive the caller's ssh_args set is theirs; one set only in an ssh_config file is fabtune's
-    (the command line comes first)."""
+    default, then those of fabtune's keepalives they do not set (ssh takes an option's first value:
+    a keepalive the caller's ssh_args set is theirs; one set only in an ssh_config file is
+    fabtune's, the command line coming first)."""
     given = os.environ.get("ANSIBLE_SSH_ARGS")
     if given is None:
         given = _configured("ssh_connection", ("ssh_args",))
     own = ANSIBLE_SSH_ARGS if given is None else given.strip()
-    return f"{own} {KEEPALIVE_ARGS}".strip()
+    said = own.lower()
+    added = [f"-o {k}={v}" for k, v in KEEPALIVES.items() if k.lower() not in said]
+    return " ".join([own, *added]).strip()
 
 
 def accelerator_vars() -> dict[str, int]:

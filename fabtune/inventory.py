@@ -164,11 +164,11 @@ def _answer(path: Path, key: tuple[object, ...] | None) -> tuple[subprocess.Comp
     """``ansible-inventory``'s answer for ``path``: the read started ahead where the file is the
     same, else a read now; and whether the answer was read under ``key`` (``_memo_key``) from
     start to end, so that it may be kept."""
-    ahead = _AHEAD.pop(path, None)
+    ahead = _AHEAD.get(path)
     if ahead is not None and ahead.identity == _identity(path):
+        del _AHEAD[path]
         return ahead.answer.result(), key is not None and ahead.key == key
-    if ahead is not None:
-        ahead.drop()
+    _drop_ahead(path)
     return _listed(path), True
 
 
@@ -263,7 +263,8 @@ def _ansible_inventory(path: Path) -> dict[str, Any]:
     remembered = _remembered(path, key)
     if remembered is not None:
         _drop_ahead(path)
-        return dict(json.loads(remembered))
+        kept: dict[str, Any] = json.loads(remembered)
+        return kept
     try:
         proc, keepable = _answer(path, key)
     except subprocess.TimeoutExpired as err:

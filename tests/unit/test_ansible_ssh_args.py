@@ -10,6 +10,7 @@ import pytest
 from fabtune import ansible
 
 KEEPALIVES = "-o ServerAliveInterval=10 -o ServerAliveCountMax=3"
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -48,8 +49,14 @@ def test_the_callers_ansible_ssh_args_come_before_any_file(
 ) -> None:
     (bare / "ansible.cfg").write_text("[ssh_connection]\nssh_args = -o ProxyJump=from-file\n")
     monkeypatch.setenv("ANSIBLE_SSH_ARGS", "-o ProxyJump=from-env -o ServerAliveInterval=5")
-    # ssh takes the first value given for an option: the caller's interval holds, fabtune's count adds
-    assert ansible.ssh_args() == f"-o ProxyJump=from-env -o ServerAliveInterval=5 {KEEPALIVES}"
+    # the caller's interval holds (ssh takes an option's first value): only fabtune's count is added
+    assert ansible.ssh_args() == "-o ProxyJump=from-env -o ServerAliveInterval=5 -o ServerAliveCountMax=3"
+
+
+def test_the_checkouts_ansible_cfg_gets_no_keepalive_twice(bare: Path) -> None:
+    """The checkout's own ansible.cfg (for plain ansible-playbook from it) sets the same keepalives."""
+    (bare / "ansible.cfg").write_text((REPO / "ansible.cfg").read_text())
+    assert ansible.ssh_args() == ansible.SSH_ARGS
 
 
 def test_a_file_only_in_the_home_is_the_one_ansible_reads(bare: Path) -> None:
