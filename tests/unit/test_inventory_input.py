@@ -205,14 +205,7 @@ def test_the_read_ahead_answers_the_verbs_read_once_and_only_for_the_same_file(
     a file changed after the read started is read again, and a read no verb took is dropped."""
     from fabtune import inventory
 
-    real = inventory._listed
-    calls: list[Path] = []
-
-    def counted(path: Path, ahead: Any = None) -> Any:
-        calls.append(path)
-        return real(path, ahead)
-
-    monkeypatch.setattr(inventory, "_listed", counted)
+    calls = _counting(monkeypatch)
     path = _write(tmp_path / "inv.yml", GOOD)
     inventory.read_ahead(["tune", "-i", str(path)])
     info = read_inventory(path)
